@@ -1,0 +1,50 @@
+"""DATABASE_URL -> Django DATABASES entry (PostgreSQL via psycopg 3, or SQLite in WAL)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+
+def sqlite_database(path: Path) -> dict[str, Any]:
+    # WAL + IMMEDIATE transactions + a busy timeout: writers queue instead of failing with
+    # "database is locked", and a read never has to upgrade to a write mid-transaction.
+    return {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(path),
+        "CONN_MAX_AGE": 60,
+        "CONN_HEALTH_CHECKS": True,
+        "OPTIONS": {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        },
+        "TEST": {"NAME": str(path.with_name(f"test_{path.name}"))},
+    }
+
+
+def database_from_url(url: str | None, *, data_dir: Path) -> dict[str, Any]:
+    if not url:
+        return sqlite_database(data_dir / "receipt.sqlite3")
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        # sqlite:///relative/path or sqlite:////absolute/path
+        raw = unquote(parts.path)
+        path = Path(raw[1:])
+        return sqlite_database(path if path.is_absolute() else Path.cwd() / path)
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    options: dict[str, Any] = {}
+    if "sslmode" in query:
+        options["sslmode"] = query["sslmode"]
+    return {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": unquote(parts.path.lstrip("/")) or "receipt",
+        "USER": unquote(parts.username or ""),
+        "PASSWORD": unquote(parts.password or ""),
+        "HOST": parts.hostname or "",
+        "PORT": str(parts.port or ""),
+        "CONN_MAX_AGE": 60,
+        "CONN_HEALTH_CHECKS": True,
+        "OPTIONS": options,
+    }

@@ -1,0 +1,79 @@
+"""Canonical JSON (S-2): the exact bytes every client hashes.
+
+Canonical form is what ``json.dumps(value, sort_keys=True, separators=(",", ":"),
+ensure_ascii=False, allow_nan=False)`` produces, encoded as UTF-8. Values are checked
+first so a bad one is reported with its path (``$.body.items[2]``) instead of the
+generic message json gives, and so values json would silently coerce (tuples, int
+keys, float subclasses of other meaning) never reach a hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from typing import Any
+
+JSONValue = Any  # recursive JSON aliases are not worth mypy's trouble here
+
+
+class CanonicalJSONError(ValueError):
+    """A value that has no canonical JSON form; the message names its path."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{reason} at {path}")
+        self.path = path
+        self.reason = reason
+
+
+def check_json(value: JSONValue, *, path: str = "$", max_depth: int | None = None) -> None:
+    """Raise CanonicalJSONError unless `value` is plain JSON (dict/list/str/int/float/bool/None)."""
+    _check(value, path, set(), 0, max_depth)
+
+
+def _check(value: Any, path: str, seen: set[int], depth: int, max_depth: int | None) -> None:
+    if max_depth is not None and depth > max_depth:
+        raise CanonicalJSONError(path, f"nesting deeper than {max_depth} levels")
+    if value is None or isinstance(value, (str, bool)):
+        return
+    if isinstance(value, int):
+        return
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            raise CanonicalJSONError(path, f"non-finite number {value!r} is not JSON")
+        return
+    if isinstance(value, dict):
+        marker = id(value)
+        if marker in seen:
+            raise CanonicalJSONError(path, "cycle detected")
+        seen.add(marker)
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise CanonicalJSONError(path, f"object key {key!r} is not a string")
+            _check(item, f"{path}.{key}", seen, depth + 1, max_depth)
+        seen.discard(marker)
+        return
+    if isinstance(value, list):
+        marker = id(value)
+        if marker in seen:
+            raise CanonicalJSONError(path, "cycle detected")
+        seen.add(marker)
+        for index, item in enumerate(value):
+            _check(item, f"{path}[{index}]", seen, depth + 1, max_depth)
+        seen.discard(marker)
+        return
+    raise CanonicalJSONError(path, f"value of type {type(value).__name__} is not JSON")
+
+
+def canonical_json(value: JSONValue) -> str:
+    """The canonical text of `value` (checked first, see module docstring)."""
+    check_json(value)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+        check_circular=False,
+    )
+
+
+def sha256_hex(value: JSONValue) -> str:
+    """sha256 of the UTF-8 canonical JSON of `value`, as 64 lowercase hex chars."""
+    return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()

@@ -1,0 +1,33 @@
+"""Errors of the receipt store; each carries an API code and a sentence with the ids in it."""
+
+
+class ReceiptsError(Exception):
+    code = "receipts_error"
+    status = 409
+
+
+class ExpectedPrevMismatch(ReceiptsError):
+    code = "expected_prev_mismatch"
+
+    def __init__(self, expected: str | None, head: str | None) -> None:
+        super().__init__(f"Expected prev hash {expected} but head is {head}")
+        self.expected = expected
+        self.head = head
+
+
+class InvalidEvent(ReceiptsError):
+    code, status = "invalid_event", 400
+
+
+class PartialEventIds(ReceiptsError):
+    code = "partial_event_ids"
+
+
+class ReplayRefused(ReceiptsError):
+    code = "replay_refused"
+
+    def __init__(self, stream: str, reason: str, index: int | None) -> None:
+        super().__init__(
+            f"refused to replay invalid chain for stream '{stream}': {reason} at index {index}"
+        )
+        self.stream = stream

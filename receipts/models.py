@@ -1,0 +1,57 @@
+"""Tables of the append-only store (S-3). Only `receipts.store` writes them."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from receipts.core.chain import Receipt as ReceiptValue
+
+
+class Stream(models.Model):
+    name = models.CharField(max_length=255, primary_key=True)
+    head = models.CharField(max_length=64, null=True)
+    receipt_count = models.BigIntegerField(default=0)
+    last_ts = models.BigIntegerField(null=True)
+    updated_at = models.BigIntegerField(default=0, db_index=True)  # ms since epoch
+
+    class Meta:
+        db_table = "receipt_stream"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Receipt(models.Model):
+    seq = models.BigAutoField(primary_key=True)  # global sequence (SSE ids, resume)
+    stream = models.CharField(max_length=255)
+    stream_seq = models.BigIntegerField()
+    receipt_id = models.CharField(max_length=40)
+    ts = models.BigIntegerField()
+    prev = models.CharField(max_length=64, null=True)
+    hash = models.CharField(max_length=64, unique=True)
+    event_type = models.CharField(max_length=100)
+    body = models.JSONField()
+    context = models.JSONField(null=True)
+    hints = models.JSONField(null=True)
+    event_id = models.CharField(max_length=255, null=True)
+
+    class Meta:
+        db_table = "receipt_receipt"
+        constraints = [
+            models.UniqueConstraint(fields=["stream", "stream_seq"], name="receipt_stream_seq_uniq"),
+            models.UniqueConstraint(fields=["stream", "receipt_id"], name="receipt_stream_id_uniq"),
+            models.UniqueConstraint(
+                fields=["stream", "event_id"], name="receipt_stream_event_uniq",
+                condition=models.Q(event_id__isnull=False),
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.stream}#{self.stream_seq} {self.event_type}"
+
+    def to_value(self) -> ReceiptValue:
+        return ReceiptValue(
+            id=self.receipt_id, ts=self.ts, stream=self.stream, prev=self.prev, body=self.body,
+            hash=self.hash, context=self.context, hints=self.hints, seq=self.seq,
+            stream_seq=self.stream_seq,
+        )

@@ -1,0 +1,398 @@
+"""The append-only store: the only writer of receipt rows (S-3 to S-9).
+
+Appends lock the stream row (an upsert that returns the head: a row lock on
+PostgreSQL, the database write lock of an IMMEDIATE transaction on SQLite), seal the
+receipts onto the head, insert them, run the family's projector in the same
+transaction (S-5), move the head and, on PostgreSQL, `pg_notify` (S-9). Nothing here
+updates or deletes a receipt row.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+
+from receipts import registry
+from receipts.clock import now_ms as wall_clock_ms
+from receipts.core.canonical import CanonicalJSONError, check_json
+from receipts.core.chain import Receipt, Verification, seal
+from receipts.core.chain import fold as fold_receipts
+from receipts.core.chain import state_at as state_at_receipts
+from receipts.core.chain import verify as verify_receipts
+from receipts.errors import ExpectedPrevMismatch, InvalidEvent, PartialEventIds, ReplayRefused
+from receipts.models import Receipt as ReceiptRow
+from receipts.models import Stream as StreamRow
+
+
+class _Any:
+    def __repr__(self) -> str:
+        return "ANY"
+
+
+ANY: Any = _Any()  # expected_prev default: no head check (None means "the stream must be new")
+NOTIFY_CHANNEL = "receipt"
+MAX_STREAM_NAME = 255
+_COLUMNS = "stream, stream_seq, receipt_id, ts, prev, hash, event_type, body, context, hints, event_id"
+
+
+def check_stream_name(name: str) -> None:
+    if not isinstance(name, str) or not name or len(name) > MAX_STREAM_NAME:
+        raise InvalidEvent(f"stream name must be 1..{MAX_STREAM_NAME} characters")
+    if any(c.isspace() or ord(c) < 32 for c in name):
+        raise InvalidEvent(f"stream name {name!r} contains whitespace or control characters")
+
+
+@dataclass
+class StreamHandle:
+    """A stream locked for the current transaction; appends go through it."""
+
+    name: str
+    head: str | None
+    count: int
+    existed: bool
+    cache: dict[str, Any] = field(default_factory=dict)  # shared by services and projectors
+    appended: list[Receipt] = field(default_factory=list)
+
+    def append(
+        self, events: Sequence[dict[str, Any]] | dict[str, Any], *, expected_prev: Any = ANY,
+        event_id: str | None = None, context: dict[str, Any] | None = None,
+        hints: dict[str, Any] | None = None, now_ms: int | None = None,
+    ) -> list[Receipt]:
+        batch = [events] if isinstance(events, dict) else list(events)
+        if not batch:
+            raise InvalidEvent("append needs at least one event")
+        event_ids = _event_ids(event_id, len(batch))
+        if event_ids:
+            existing = _existing_for_event_ids(self.name, event_ids)
+            if len(existing) == len(event_ids):
+                return existing  # the command already happened: idempotent (S-4)
+            if existing:
+                raise PartialEventIds(
+                    f"event ids of one command partly exist on {self.name}: "
+                    f"{sorted(r.hints['eventId'] for r in existing if r.hints)}"
+                )
+        if expected_prev is not ANY and expected_prev != self.head:
+            raise ExpectedPrevMismatch(expected_prev, self.head)
+        ts = wall_clock_ms() if now_ms is None else now_ms
+        sealed = []
+        prev = self.head
+        for index, body in enumerate(batch):
+            receipt_hints = dict(hints or {})
+            if event_ids:
+                receipt_hints["eventId"] = event_ids[index]
+            try:
+                if hints is not None:
+                    check_json(hints, path="$.hints")
+                receipt = seal(stream=self.name, prev=prev, body=body, ts=ts,
+                               random_hex16=secrets.token_hex(8), context=context,
+                               hints=receipt_hints or None)
+            except CanonicalJSONError as error:
+                raise InvalidEvent(f"event {index} of {self.name}: {error}") from None
+            except ValueError as error:
+                raise InvalidEvent(f"event {index} of {self.name}: {error}") from None
+            if len(receipt.type) > 100:
+                raise InvalidEvent(f"event type longer than 100 characters on {self.name}")
+            sealed.append(receipt)
+            prev = receipt.hash
+        written = _insert(sealed, first_stream_seq=self.count + 1,
+                          event_ids=event_ids or [None] * len(sealed))
+        self.head = written[-1].hash
+        self.count += len(written)
+        self.appended.extend(written)
+        family = registry.family_for(self.name)
+        if family and family.projector:
+            family.projector.apply(self, written)
+        return written
+
+
+def _event_ids(event_id: str | None, n: int) -> list[str]:
+    if event_id is None:
+        return []
+    if not isinstance(event_id, str) or not event_id or len(event_id) > 200:
+        raise InvalidEvent("event_id must be a non-empty string of at most 200 characters")
+    return [event_id] if n == 1 else [f"{event_id}#{i}" for i in range(n)]
+
+
+def _existing_for_event_ids(stream: str, event_ids: list[str]) -> list[Receipt]:
+    rows = ReceiptRow.objects.filter(stream=stream, event_id__in=event_ids).order_by("stream_seq")
+    return [row.to_value() for row in rows]
+
+
+def _dump(value: Any) -> str | None:
+    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _insert(receipts: list[Receipt], *, first_stream_seq: int,
+            event_ids: Sequence[str | None]) -> list[Receipt]:
+    postgres = connection.vendor == "postgresql"
+    json_param = "%s::jsonb" if postgres else "%s"
+    one = f"(%s, %s, %s, %s, %s, %s, %s, {json_param}, {json_param}, {json_param}, %s)"
+    params: list[Any] = []
+    for offset, (r, event_id) in enumerate(zip(receipts, event_ids, strict=True)):
+        params += [r.stream, first_stream_seq + offset, r.id, r.ts, r.prev, r.hash, r.type,
+                   _dump(r.body), _dump(r.context), _dump(r.hints), event_id]
+    sql = (f"INSERT INTO receipt_receipt ({_COLUMNS}) VALUES "
+           f"{', '.join([one] * len(receipts))} RETURNING seq, stream_seq")
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            positions = {stream_seq: seq for seq, stream_seq in cursor.fetchall()}
+    except IntegrityError as error:
+        # The stream lock makes this unreachable in normal operation; the unique
+        # (stream, stream_seq) index is the last line of defence against a fork (S-4).
+        raise ExpectedPrevMismatch(receipts[0].prev, None) from error
+    out = []
+    for offset, r in enumerate(receipts):
+        stream_seq = first_stream_seq + offset
+        out.append(Receipt(id=r.id, ts=r.ts, stream=r.stream, prev=r.prev, body=r.body,
+                           hash=r.hash, context=r.context, hints=r.hints,
+                           seq=positions[stream_seq], stream_seq=stream_seq))
+    return out
+
+
+_LOCK_SQL = (
+    "INSERT INTO receipt_stream (name, head, receipt_count, last_ts, updated_at) "
+    "VALUES (%s, NULL, 0, NULL, 0) "
+    "ON CONFLICT (name) DO UPDATE SET name = excluded.name "
+    "RETURNING head, receipt_count"
+)
+
+
+@contextmanager
+def open_stream(name: str, *, savepoint: bool = True) -> Iterator[StreamHandle]:
+    """Lock `name` (creating it if new) for the rest of the current transaction.
+
+    Opens a transaction when none is active. Inside one, a savepoint keeps a refused
+    append from poisoning the caller's transaction; services that own the whole
+    transaction pass savepoint=False to spare the two round trips. Callers that lock
+    several streams must do so in a stable order.
+    """
+    check_stream_name(name)
+    with transaction.atomic(savepoint=savepoint):
+        with connection.cursor() as cursor:
+            cursor.execute(_LOCK_SQL, [name])
+            head, count = cursor.fetchone()
+        handle = StreamHandle(name=name, head=head, count=count, existed=count > 0)
+        yield handle
+        _finish(handle)
+
+
+def _finish(handle: StreamHandle) -> None:
+    with connection.cursor() as cursor:
+        if not handle.appended:
+            if not handle.existed:
+                cursor.execute("DELETE FROM receipt_stream WHERE name = %s AND receipt_count = 0",
+                               [handle.name])
+            return
+        last = handle.appended[-1]
+        cursor.execute(
+            "UPDATE receipt_stream SET head = %s, receipt_count = %s, last_ts = %s, "
+            "updated_at = %s WHERE name = %s",
+            [handle.head, handle.count, last.ts, last.ts, handle.name],
+        )
+        if connection.vendor == "postgresql":
+            payloads = [f"{r.seq} {r.stream} {r.type}" for r in handle.appended]
+            if len(payloads) == 1:
+                cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, payloads[0]])
+            else:
+                cursor.execute("SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p",
+                               [NOTIFY_CHANNEL, payloads])
+
+
+def append(
+    stream: str, events: Sequence[dict[str, Any]] | dict[str, Any], *, expected_prev: Any = ANY,
+    event_id: str | None = None, context: dict[str, Any] | None = None,
+    hints: dict[str, Any] | None = None, now_ms: int | None = None,
+) -> list[Receipt]:
+    """Append one or more receipts to `stream` atomically (S-4)."""
+    with open_stream(stream) as handle:
+        return handle.append(events, expected_prev=expected_prev, event_id=event_id,
+                             context=context, hints=hints, now_ms=now_ms)
+
+
+# ---- reads -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StreamInfo:
+    name: str
+    head: str | None
+    count: int
+    last_ts: int | None
+    updated_at: int
+
+
+def _info(row: StreamRow) -> StreamInfo:
+    return StreamInfo(row.name, row.head, row.receipt_count, row.last_ts, row.updated_at)
+
+
+def stream_info(stream: str) -> StreamInfo | None:
+    row = StreamRow.objects.filter(name=stream).first()
+    return _info(row) if row else None
+
+
+def list_streams(prefix: str = "", *, after: str | None = None, limit: int = 100) -> list[StreamInfo]:
+    """Streams by name (keyset: `after` is the last name of the previous page)."""
+    rows = StreamRow.objects.filter(receipt_count__gt=0)
+    if prefix:
+        rows = rows.filter(name__startswith=prefix)
+    if after:
+        rows = rows.filter(name__gt=after)
+    return [_info(r) for r in rows.order_by("name")[: max(1, min(limit, 1000))]]
+
+
+def read(stream: str, *, after: int = 0, limit: int | None = None) -> list[Receipt]:
+    """Receipts of `stream` with stream_seq > `after`, in order."""
+    rows = ReceiptRow.objects.filter(stream=stream, stream_seq__gt=after).order_by("stream_seq")
+    if limit is not None:
+        rows = rows[:limit]
+    return [row.to_value() for row in rows]
+
+
+def iter_receipts(stream: str, *, chunk: int = 1000) -> Iterator[Receipt]:
+    after = 0
+    while True:
+        page = read(stream, after=after, limit=chunk)
+        yield from page
+        if len(page) < chunk:
+            return
+        after = page[-1].stream_seq or after
+
+
+def read_global(*, after_seq: int = 0, prefix: str = "", limit: int = 500) -> list[Receipt]:
+    """Receipts across streams by global sequence (live views, resume)."""
+    rows = ReceiptRow.objects.filter(seq__gt=after_seq)
+    if prefix:
+        rows = rows.filter(stream__startswith=prefix)
+    return [row.to_value() for row in rows.order_by("seq")[:limit]]
+
+
+def last_seq() -> int:
+    row = ReceiptRow.objects.order_by("-seq").values_list("seq", flat=True).first()
+    return row or 0
+
+
+def verify(stream: str) -> Verification:
+    return verify_receipts(stream, iter_receipts(stream))
+
+
+def _reducer_for(stream: str, reducer: Any) -> Any:
+    if reducer is not None:
+        return reducer
+    family = registry.family_for(stream)
+    if family is None or family.reducer is None:
+        raise LookupError(f"no reducer registered for stream {stream!r}")
+    return family.reducer
+
+
+def fold(stream: str, reducer: Any = None) -> Any:
+    """State of `stream` folded with `reducer` (default: its family's reducer) (S-7)."""
+    return fold_receipts(iter_receipts(stream), _reducer_for(stream, reducer))
+
+
+def state_at(stream: str, n: int, reducer: Any = None) -> Any:
+    """State after the first `n` receipts of `stream` (time travel, S-7)."""
+    receipts = read(stream, limit=max(0, n))
+    return state_at_receipts(receipts, n, _reducer_for(stream, reducer))
+
+
+# ---- rebuild / replay (S-8) -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Drift:
+    stream: str
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+
+    @property
+    def fields(self) -> list[str]:
+        before, after = self.before or {}, self.after or {}
+        return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"stream": self.stream, "fields": self.fields,
+                "before": {k: (self.before or {}).get(k) for k in self.fields},
+                "after": {k: (self.after or {}).get(k) for k in self.fields}}
+
+
+@dataclass
+class RebuildReport:
+    checked: int = 0
+    drift: list[Drift] = field(default_factory=list)
+    refused: list[Verification] = field(default_factory=list)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"checked": self.checked, "drift": [d.to_wire() for d in self.drift],
+                "refused": [v.to_wire() for v in self.refused]}
+
+
+def rebuild(projector: registry.Projector, streams: Sequence[str], *,
+            dry_run: bool = False) -> RebuildReport:
+    """Recompute read-model rows of `streams` from their receipts; report every difference.
+
+    A stream whose chain does not verify is refused (reported, never projected).
+    """
+    report = RebuildReport()
+    for stream in streams:
+        receipts = list(iter_receipts(stream))
+        verification = verify_receipts(stream, receipts)
+        if not verification.ok:
+            report.refused.append(verification)
+            continue
+        report.checked += 1
+        with transaction.atomic():
+            before = projector.snapshot(stream)
+            after = projector.compute(stream, receipts)
+            if before != after:
+                report.drift.append(Drift(stream, before, after))
+                if not dry_run:
+                    projector.write(stream, after)
+    return report
+
+
+def matching_streams(target: str) -> list[str]:
+    """`target` itself when it is a stream, else every stream under it as a prefix."""
+    if stream_info(target):
+        return [target]
+    names: list[str] = []
+    after = None
+    while True:
+        page = list_streams(target, after=after, limit=1000)
+        names += [s.name for s in page]
+        if len(page) < 1000:
+            return names
+        after = page[-1].name
+
+
+def replay(target: str, *, dry_run: bool = False) -> RebuildReport:
+    """Verify then rebuild the read model of one stream or every stream under a prefix.
+
+    Raises ReplayRefused for a single stream whose chain is invalid; for a prefix the
+    invalid ones are listed in the report's `refused`.
+    """
+    streams = matching_streams(target)
+    report = RebuildReport()
+    for stream in streams:
+        family = registry.family_for(stream)
+        if family is None or family.projector is None:
+            verification = verify(stream)
+            if not verification.ok:
+                report.refused.append(verification)
+            else:
+                report.checked += 1
+            continue
+        part = rebuild(family.projector, [stream], dry_run=dry_run)
+        report.checked += part.checked
+        report.drift += part.drift
+        report.refused += part.refused
+    if len(streams) == 1 and streams[0] == target and report.refused:
+        bad = report.refused[0]
+        raise ReplayRefused(target, bad.reason or "invalid", bad.index)
+    return report

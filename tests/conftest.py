@@ -1,0 +1,56 @@
+"""Shared fixtures. The backend is chosen per pytest run by scripts/test
+(RECEIPT_TEST_BACKEND=sqlite|postgres with DATABASE_URL); every integration test runs on both."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+BACKEND = os.environ.get("RECEIPT_TEST_BACKEND", "sqlite")
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"receipt test backend: {BACKEND}"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if BACKEND == "postgres":
+        return
+    skip = pytest.mark.skip(reason="PostgreSQL-only behaviour; runs in the PostgreSQL leg")
+    for item in items:
+        if "postgres_only" in item.keywords:
+            item.add_marker(skip)
+
+
+def run_in_threads(count: int, target: Callable[[int], Any]) -> list[Any]:
+    """Run `target(i)` in `count` threads released together; re-raise the first error.
+
+    Each thread closes its own Django connection when done.
+    """
+    from django.db import connections
+
+    barrier = threading.Barrier(count)
+    results: list[Any] = [None] * count
+    errors: list[BaseException] = []
+
+    def worker(i: int) -> None:
+        try:
+            barrier.wait(timeout=10)
+            results[i] = target(i)
+        except BaseException as error:  # collected and re-raised in the caller
+            errors.append(error)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    if errors:
+        raise errors[0]
+    return results

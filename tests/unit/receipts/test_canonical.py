@@ -1,0 +1,86 @@
+"""S-2: canonical JSON and hashing, checked against the reference json.dumps form."""
+
+import datetime
+import hashlib
+import json
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from receipts.core.canonical import CanonicalJSONError, canonical_json, check_json, sha256_hex
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4),
+    max_leaves=20,
+)
+
+
+def reference(value):
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False)
+
+
+@given(json_values)
+def test_canonical_form_is_exactly_the_reference_dumps(value):
+    assert canonical_json(value) == reference(value)
+
+
+def test_keys_are_sorted_and_separators_compact():
+    assert canonical_json({"b": 1, "a": [1, {"d": None, "c": True}]}) == (
+        '{"a":[1,{"c":true,"d":null}],"b":1}'
+    )
+
+
+def test_non_ascii_text_is_kept_as_utf8_not_escaped():
+    text = canonical_json({"name": "Zoë ✓ 日本"})
+    assert text == '{"name":"Zoë ✓ 日本"}'
+    assert sha256_hex({"name": "Zoë ✓ 日本"}) == hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def test_key_order_does_not_change_the_hash():
+    assert sha256_hex({"a": 1, "b": {"x": 1, "y": 2}}) == sha256_hex({"b": {"y": 2, "x": 1}, "a": 1})
+
+
+@pytest.mark.parametrize(
+    ("value", "path", "fragment"),
+    [
+        ({"a": math.nan}, "$.a", "non-finite number nan"),
+        ({"a": [1, math.inf]}, "$.a[1]", "non-finite number inf"),
+        ({"when": datetime.datetime(2026, 1, 1)}, "$.when", "type datetime"),
+        ({"tags": {"x"}}, "$.tags", "type set"),
+        ({"raw": b"x"}, "$.raw", "type bytes"),
+        ({1: "int key"}, "$", "object key 1 is not a string"),
+    ],
+)
+def test_rejected_values_name_their_path(value, path, fragment):
+    with pytest.raises(CanonicalJSONError) as caught:
+        canonical_json(value)
+    assert caught.value.path == path
+    assert fragment in str(caught.value)
+
+
+def test_cycles_are_rejected_with_their_path():
+    inner: dict = {}
+    value = {"outer": {"inner": inner}}
+    inner["back"] = value
+    with pytest.raises(CanonicalJSONError, match=r"cycle detected at \$\.outer\.inner\.back"):
+        canonical_json(value)
+
+
+def test_shared_but_acyclic_objects_are_fine():
+    shared = {"x": 1}
+    assert canonical_json({"a": shared, "b": shared}) == '{"a":{"x":1},"b":{"x":1}}'
+
+
+def test_depth_limit_is_enforced_when_asked():
+    deep = current = {}
+    for _ in range(10):
+        current["n"] = {}
+        current = current["n"]
+    check_json(deep, max_depth=20)
+    with pytest.raises(CanonicalJSONError, match="nesting deeper than 5 levels"):
+        check_json(deep, max_depth=5)
