@@ -51,8 +51,10 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_q",
+    "receipt_site",
     "receipts",
     "access",
+    "jobs",
 ]
 
 MIDDLEWARE = [

@@ -1,0 +1,245 @@
+"""Payload kinds, their contracts and routing (K-1 .. K-5).
+
+This module owns the nine kinds, payload validation before anything is written, the
+one kind-contract table shown in the admin and the API, and agent/kind routing to a
+worker group. It must not know about handlers, storage or processes.
+
+Decided where the spec is silent:
+
+- `validate_payload` checks in order: object, kind, authContext, so the first problem
+  is the one reported. A missing or non-string ``kind`` is ``unknown_kind`` too.
+- ``authContext`` (K-2): ``userId`` and ``organizationId`` must be non-empty strings;
+  ``workspaceId``, ``receiptConnectGatewayUrl``, ``sessionId`` and ``source`` must be
+  strings when present (null counts as absent; empty strings are allowed). Other keys
+  are left alone.
+- ``factory.objective.watchdog`` needs no authContext; a null or absent one is fine, but
+  one that is present is checked like any other, so a malformed one is never stored.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Final, Literal, TypeGuard
+
+Kind = Literal[
+    "factory.dispatch",
+    "factory.run",
+    "factory.integration.publish",
+    "factory.integration.validate",
+    "factory.objective.audit",
+    "factory.objective.control",
+    "factory.objective.watchdog",
+    "factory.task.monitor",
+    "factory.task.run",
+]
+# K-1: the nine kinds, in the spec's order.
+KINDS: Final[tuple[Kind, ...]] = (
+    "factory.dispatch",
+    "factory.run",
+    "factory.integration.publish",
+    "factory.integration.validate",
+    "factory.objective.audit",
+    "factory.objective.control",
+    "factory.objective.watchdog",
+    "factory.task.monitor",
+    "factory.task.run",
+)
+# K-2: the only kind that runs without an authContext.
+AUTH_CONTEXT_OPTIONAL_KINDS: Final[frozenset[str]] = frozenset({"factory.objective.watchdog"})
+AUTH_CONTEXT_REQUIRED_FIELDS: Final[tuple[str, ...]] = ("userId", "organizationId")
+AUTH_CONTEXT_OPTIONAL_FIELDS: Final[tuple[str, ...]] = (
+    "workspaceId",
+    "receiptConnectGatewayUrl",
+    "sessionId",
+    "source",
+)
+
+WorkerGroup = Literal["chat", "control", "codex"]
+WORKER_GROUPS: Final[tuple[WorkerGroup, ...]] = ("chat", "control", "codex")
+
+# K-4: agent ids that ship with a handler.
+BUILTIN_AGENT_IDS: Final[tuple[str, ...]] = (
+    "factory",
+    "factory-control",
+    "factory-monitor",
+    "codex",
+)
+CODEX_AGENT_ID: Final = "codex"
+FACTORY_CONTROL_AGENT_ID: Final = "factory-control"
+FACTORY_MONITOR_AGENT_ID: Final = "factory-monitor"
+INTEGRATION_KIND_PREFIX: Final = "factory.integration."
+
+
+class ContractError(ValueError):
+    """A payload rejected before anything is written (K-1, K-2); `code` is the API error."""
+
+    status = 400
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KindContract:
+    """One row of the K-3 table."""
+
+    kind: Kind
+    worker_group: WorkerGroup
+    durable_workflow: str | None  # "-" in the spec table
+    durable_activity: bool
+    objective_scoped: bool
+    reconcile_on_terminal_or_expired_lease: bool
+    live_execution: bool
+    terminal_objective_audit: bool
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "workerGroup": self.worker_group,
+            "durableWorkflow": self.durable_workflow,
+            "durableActivity": self.durable_activity,
+            "objectiveScoped": self.objective_scoped,
+            "reconcileOnTerminalOrExpiredLease": self.reconcile_on_terminal_or_expired_lease,
+            "liveExecution": self.live_execution,
+            "terminalObjectiveAudit": self.terminal_objective_audit,
+        }
+
+
+def _row(
+    kind: Kind,
+    group: WorkerGroup,
+    workflow: str | None,
+    activity: bool,
+    scoped: bool,
+    reconcile: bool,
+    live: bool,
+    audit: bool,
+) -> KindContract:
+    return KindContract(
+        kind=kind,
+        worker_group=group,
+        durable_workflow=workflow,
+        durable_activity=activity,
+        objective_scoped=scoped,
+        reconcile_on_terminal_or_expired_lease=reconcile,
+        live_execution=live,
+        terminal_objective_audit=audit,
+    )
+
+
+Y, N = True, False
+# K-3, column for column:
+#   kind, workerGroup, durableWorkflow, durableActivity, objectiveScoped,
+#   reconcileOnTerminalOrExpiredLease, liveExecution, terminalObjectiveAudit
+CONTRACTS: Final[Mapping[str, KindContract]] = MappingProxyType(
+    {
+        row.kind: row
+        for row in (
+            _row("factory.dispatch", "control", None, N, N, N, N, N),
+            _row("factory.run", "chat", "run", N, N, N, Y, N),
+            _row("factory.integration.publish", "codex", None, N, Y, Y, Y, N),
+            _row("factory.integration.validate", "codex", None, N, Y, Y, Y, N),
+            _row("factory.objective.audit", "control", None, N, Y, N, N, N),
+            _row("factory.objective.control", "control", "objective-control", N, Y, N, N, Y),
+            _row("factory.objective.watchdog", "control", None, N, N, N, N, N),
+            _row("factory.task.monitor", "control", None, N, Y, N, Y, N),
+            _row("factory.task.run", "codex", None, Y, Y, Y, Y, N),
+        )
+    }
+)
+del Y, N
+
+
+def is_kind(value: object) -> TypeGuard[Kind]:
+    return isinstance(value, str) and value in CONTRACTS
+
+
+def contract_for(kind: str | None) -> KindContract | None:
+    return CONTRACTS.get(kind) if kind is not None else None
+
+
+def contracts_table() -> list[dict[str, Any]]:
+    """The K-3 table as JSON rows for the API and the admin, in K-1 order."""
+    return [CONTRACTS[kind].to_wire() for kind in KINDS]
+
+
+def contract_group(kind: str | None) -> WorkerGroup | None:
+    """The worker group a kind's contract names, None for an unknown kind."""
+    contract = contract_for(kind)
+    return contract.worker_group if contract is not None else None
+
+
+def routed_group(agent_id: str, kind: str | None) -> WorkerGroup:
+    """Where a job actually runs (K-5): agent id first, kind second."""
+    if agent_id == CODEX_AGENT_ID:
+        return "codex"
+    if kind is not None and kind.startswith(INTEGRATION_KIND_PREFIX):
+        return "codex"
+    if agent_id == FACTORY_CONTROL_AGENT_ID:
+        return "control"
+    return "chat"
+
+
+def validate_payload(payload: object) -> dict[str, Any]:
+    """Return `payload` if it may be enqueued, else raise `ContractError` (K-1, K-2)."""
+    if not isinstance(payload, dict):
+        raise ContractError(
+            "payload_not_object", f"payload must be a JSON object, got {_json_type(payload)}"
+        )
+    kind = payload.get("kind")
+    if not is_kind(kind):
+        said = "payload has no kind" if kind is None else f"unknown payload kind {kind!r}"
+        raise ContractError("unknown_kind", f"{said}; expected one of: {', '.join(KINDS)}")
+    auth = payload.get("authContext")
+    if auth is None and kind in AUTH_CONTEXT_OPTIONAL_KINDS:
+        return payload
+    _check_auth_context(auth, kind)
+    return payload
+
+
+def _check_auth_context(auth: object, kind: object) -> None:
+    if auth is None:
+        raise ContractError(
+            "auth_context_required",
+            f"payload.authContext with userId and organizationId is required for kind {kind}",
+        )
+    if not isinstance(auth, dict):
+        raise ContractError(
+            "auth_context_required",
+            f"payload.authContext must be a JSON object, got {_json_type(auth)}",
+        )
+    for field in AUTH_CONTEXT_REQUIRED_FIELDS:
+        value = auth.get(field)
+        if not isinstance(value, str) or not value:
+            raise ContractError(
+                "auth_context_required",
+                f"payload.authContext.{field} must be a non-empty string for kind {kind}",
+            )
+    for field in AUTH_CONTEXT_OPTIONAL_FIELDS:
+        value = auth.get(field)
+        if value is not None and not isinstance(value, str):
+            raise ContractError(
+                "auth_context_required",
+                f"payload.authContext.{field} must be a string when present, "
+                f"got {_json_type(value)}",
+            )
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__

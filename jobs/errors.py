@@ -1,0 +1,35 @@
+"""Errors of the jobs app: each has an API code, an HTTP status and a sentence with ids."""
+
+from __future__ import annotations
+
+
+class JobsError(Exception):
+    code = "jobs_error"
+    status = 409
+
+
+class InvalidRequest(JobsError):
+    """Bad input: nothing was written."""
+
+    status = 400
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class JobNotFound(JobsError):
+    code, status = "job_not_found", 404
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"job {job_id} not found")
+        self.job_id = job_id
+
+
+class JobTerminal(JobsError):
+    code, status = "job_terminal", 409
+
+    def __init__(self, job_id: str, status: str) -> None:
+        super().__init__(f"job is {status}; continue through its objective")
+        self.job_id = job_id
+        self.job_status = status

@@ -1,0 +1,104 @@
+"""The jobs read-model projector (J-5, S-5): folds new receipts of `jobs/<id>` onto the
+job row inside the append transaction. Nothing else writes `jobs_job`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from jobs.core.contracts import routed_group
+from jobs.core.reducer import JobState, fold_job, job_from_wire, job_to_wire, reduce
+from jobs.core.vocabulary import JOB_STREAM_PREFIX, job_id_from_stream
+from jobs.models import Job
+from receipts import registry
+from receipts.core.chain import Receipt
+from receipts.store import StreamHandle
+
+CACHE_KEY = "job"  # StreamHandle.cache slot: the job's state as of the stream head
+
+
+def row_for(state: JobState) -> dict[str, Any]:
+    """Every column of the job row, derived from the fold alone."""
+    return {
+        "id": state.job_id,
+        "agent_id": state.agent_id,
+        "lane": state.lane,
+        "kind": state.kind,
+        "status": state.status,
+        "session_key": state.session_key,
+        "organization_id": state.organization_id,
+        "objective_id": state.objective_id,
+        "worker_group": routed_group(state.agent_id, state.kind),
+        "attempt": state.attempt,
+        "lease_until": state.lease_until,
+        "created_at": state.created_at,
+        "updated_at": state.updated_at,
+        "state": job_to_wire(state),
+    }
+
+
+def job_id_of(stream: str) -> str:
+    job_id = job_id_from_stream(stream)
+    if job_id is None:
+        raise ValueError(f"stream {stream!r} does not name a job")
+    return job_id
+
+
+def load_state(job_id: str) -> JobState | None:
+    wire = Job.objects.filter(pk=job_id).values_list("state", flat=True).first()
+    return job_from_wire(wire) if wire is not None else None
+
+
+class JobProjector:
+    name = "jobs"
+
+    def apply(self, handle: StreamHandle, receipts: Sequence[Receipt]) -> None:
+        job_id = job_id_of(handle.name)
+        if CACHE_KEY in handle.cache:
+            before = handle.cache[CACHE_KEY]
+        else:
+            before = load_state(job_id) if handle.count > len(receipts) else None
+        after = before
+        for receipt in receipts:
+            after = reduce(after, receipt)
+        handle.cache[CACHE_KEY] = after
+        if after is None:
+            return  # J-3: a late failure/expiry of a job that never existed leaves no row
+        row = row_for(after)
+        if before is None:
+            Job.objects.create(**row)
+        else:
+            Job.objects.filter(pk=job_id).update(**{k: v for k, v in row.items() if k != "id"})
+
+    def snapshot(self, stream: str) -> dict[str, Any] | None:
+        job_id = job_id_of(stream)
+        row = Job.objects.filter(pk=job_id).values(*row_fields()).first()
+        return dict(row) if row else None
+
+    def compute(self, stream: str, receipts: Sequence[Receipt]) -> dict[str, Any] | None:
+        state = fold_job(receipts)
+        return row_for(state) if state is not None else None
+
+    def write(self, stream: str, row: dict[str, Any] | None) -> None:
+        job_id = job_id_of(stream)
+        if row is None:
+            Job.objects.filter(pk=job_id).delete()
+            return
+        Job.objects.update_or_create(pk=job_id, defaults={k: v for k, v in row.items() if k != "id"})
+
+
+def row_fields() -> list[str]:
+    return [f.name for f in Job._meta.get_fields()]
+
+
+PROJECTOR = JobProjector()
+
+
+def register() -> None:
+    def describe(state: JobState | None) -> Any:
+        return job_to_wire(state) if state is not None else None
+
+    registry.register(registry.StreamFamily(
+        prefix=JOB_STREAM_PREFIX, label="job", reducer=reduce, projector=PROJECTOR,
+        describe=describe,
+    ))

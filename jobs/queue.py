@@ -1,0 +1,557 @@
+"""The queue service (J-6 to J-11): the only writer of job receipts.
+
+Every operation locks the job's stream, reads the job's state from the read model (equal
+to the fold of its receipts, S-5), decides, and appends. Worker-side writes take the
+attempt fence and return a typed outcome instead of raising when it is lost.
+Enqueue never dispatches inside its transaction (D-2): listeners registered with
+`on_commit_listeners` run after commit.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from django.conf import settings
+from django.db import connection, transaction
+
+from jobs import handlers
+from jobs.core import contracts
+from jobs.core.reducer import Command, Fence, FenceOutcome, JobState, command_to_wire
+from jobs.core.timing import TimingSettings, lease_ms_for
+from jobs.core.vocabulary import (
+    ACTIVE_STATUSES,
+    COMMAND_TYPES,
+    DEFAULT_LANE,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_SINGLETON_MODE,
+    JOB_CANCELED,
+    JOB_COMPLETED,
+    JOB_ENQUEUED,
+    JOB_FAILED,
+    JOB_HEARTBEAT,
+    JOB_LEASE_EXPIRED,
+    JOB_LEASED,
+    JOB_PROGRESS,
+    LANES,
+    LEASED_STATUSES,
+    MAX_MAX_ATTEMPTS,
+    MIN_MAX_ATTEMPTS,
+    QUEUE_COMMAND,
+    QUEUE_COMMAND_CONSUMED,
+    SINGLETON_MODES,
+    job_stream,
+    validate_job_id,
+)
+from jobs.errors import InvalidRequest, JobNotFound, JobTerminal
+from jobs.models import Job
+from jobs.projector import CACHE_KEY, load_state
+from receipts.clock import now_ms as wall_clock_ms
+from receipts.core.canonical import CanonicalJSONError, check_json
+from receipts.core.chain import base36
+from receipts.store import StreamHandle, open_stream
+
+SINGLETON_CANCEL_REASON = "singleton cancel"
+ABORT_REQUESTED_REASON = "abort requested"
+MAX_AGENT_ID = 128
+MAX_SESSION_KEY = 255
+MAX_BY = 200
+
+# Listeners run after an enqueue commits (D-2: the dispatch pass wakes here).
+on_commit_listeners: list[Callable[[list[JobState]], None]] = []
+
+
+class Outcome(StrEnum):
+    """What a queue write did (J-11). Only APPLIED wrote a receipt."""
+
+    APPLIED = "applied"
+    FENCE_LOST = "fence_lost"  # the lease belongs to another worker or attempt
+    TERMINAL = "terminal"  # the job already settled
+    MISSING = "missing"  # no such job
+    NOT_QUEUED = "not_queued"  # lease: somebody else holds the job
+    NOT_DUE = "not_due"  # expire_lease: the lease has not passed
+
+
+_FROM_FENCE = {
+    FenceOutcome.OK: Outcome.APPLIED,
+    FenceOutcome.LOST: Outcome.FENCE_LOST,
+    FenceOutcome.TERMINAL: Outcome.TERMINAL,
+    FenceOutcome.MISSING: Outcome.MISSING,
+}
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    outcome: Outcome
+    job: JobState | None
+    commands: tuple[Command, ...] = ()
+
+    @property
+    def applied(self) -> bool:
+        return self.outcome is Outcome.APPLIED
+
+
+@dataclass(frozen=True)
+class EnqueueRequest:
+    agent_id: str
+    payload: dict[str, Any]
+    job_id: str | None = None
+    lane: str = DEFAULT_LANE
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    session_key: str | None = None
+    singleton_mode: str = DEFAULT_SINGLETON_MODE
+    by: str | None = None
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    job: JobState
+    created: bool
+    steered: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+
+# ---- validation (nothing is written on a refusal) --------------------------------------
+
+
+def _timing() -> TimingSettings:
+    return TimingSettings.from_config(settings.RECEIPT)
+
+
+def _check_text(code: str, name: str, value: Any, limit: int, *, required: bool) -> str | None:
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value.strip() or len(value) > limit:
+        raise InvalidRequest(code, f"{name} must be a non-empty string of at most {limit} characters")
+    return value
+
+
+def check_payload_size(payload: Any) -> None:
+    """Q-3: bounded size and depth, plain JSON only."""
+    config = settings.RECEIPT
+    try:
+        check_json(payload, path="$.payload", max_depth=config.max_json_depth)
+    except CanonicalJSONError as error:
+        raise InvalidRequest("invalid_payload", str(error)) from None
+    size = len(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    if size > config.max_payload_bytes:
+        raise InvalidRequest("payload_too_large",
+                             f"payload is {size} bytes; the limit is {config.max_payload_bytes}")
+
+
+def build_request(
+    agent_id: Any, payload: Any, *, job_id: Any = None, lane: Any = None, max_attempts: Any = None,
+    session_key: Any = None, singleton_mode: Any = None, by: Any = None,
+) -> EnqueueRequest:
+    """Validate an enqueue (J-6, K-1, K-2, Q-3); raise InvalidRequest naming the problem."""
+    _check_text("invalid_agent_id", "agentId", agent_id, MAX_AGENT_ID, required=True)
+    if any(c.isspace() or c == "/" for c in agent_id):
+        raise InvalidRequest("invalid_agent_id", "agentId must not contain whitespace or '/'")
+    if job_id is not None:
+        try:
+            validate_job_id(job_id)
+        except ValueError as error:
+            raise InvalidRequest("invalid_job_id", str(error)) from None
+    if lane is None:
+        lane = DEFAULT_LANE
+    if lane not in LANES:
+        raise InvalidRequest("invalid_lane", f"lane must be one of {', '.join(LANES)}; got {lane!r}")
+    if max_attempts is None:
+        max_attempts = DEFAULT_MAX_ATTEMPTS
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
+        raise InvalidRequest("invalid_max_attempts",
+                             f"maxAttempts must be an integer; got {max_attempts!r}")
+    max_attempts = max(MIN_MAX_ATTEMPTS, min(MAX_MAX_ATTEMPTS, max_attempts))  # J-6 clamp
+    if singleton_mode is None:
+        singleton_mode = DEFAULT_SINGLETON_MODE
+    if singleton_mode not in SINGLETON_MODES:
+        raise InvalidRequest("invalid_singleton_mode",
+                             f"singletonMode must be one of {', '.join(SINGLETON_MODES)}; "
+                             f"got {singleton_mode!r}")
+    _check_text("invalid_session_key", "sessionKey", session_key, MAX_SESSION_KEY, required=False)
+    if singleton_mode != "allow" and session_key is None:
+        raise InvalidRequest("session_key_required",
+                             f"singletonMode {singleton_mode!r} needs a sessionKey")
+    _check_text("invalid_by", "by", by, MAX_BY, required=False)
+    try:
+        contracts.validate_payload(payload)
+    except contracts.ContractError as error:
+        raise InvalidRequest(error.code, str(error)) from None
+    check_payload_size(payload)
+    return EnqueueRequest(agent_id=agent_id, payload=payload, job_id=job_id, lane=lane,
+                          max_attempts=max_attempts, session_key=session_key,
+                          singleton_mode=singleton_mode, by=by)
+
+
+def warnings_for(agent_id: str) -> list[str]:
+    if handlers.has_handler(agent_id):
+        return []
+    return [f"no handler is registered for agent '{agent_id}': a worker will fail this job "
+            f"with No handler for agent '{agent_id}'"]
+
+
+# ---- locking --------------------------------------------------------------------------
+
+
+@contextmanager
+def _locked(job_id: str) -> Iterator[tuple[StreamHandle, JobState | None]]:
+    """Lock the job's stream and read its state (call inside transaction.atomic)."""
+    with open_stream(job_stream(job_id), savepoint=False) as handle:
+        state = load_state(job_id) if handle.existed else None
+        handle.cache[CACHE_KEY] = state
+        yield handle, state
+
+
+def _state(handle: StreamHandle) -> JobState:
+    state = handle.cache[CACHE_KEY]
+    assert state is not None
+    return state
+
+
+def _context(job: JobState, by: str | None = None) -> dict[str, Any]:
+    context: dict[str, Any] = {"jobId": job.job_id}
+    if job.organization_id:
+        context["organizationId"] = job.organization_id
+    if job.objective_id:
+        context["objectiveId"] = job.objective_id
+    if job.task_id:
+        context["taskId"] = job.task_id
+    if by:
+        context["actor"] = by
+    return context
+
+
+def _lock_session(session_key: str) -> None:
+    # Serialise singleton enqueues on one key so two cannot both find it empty (J-7).
+    # SQLite needs nothing: IMMEDIATE transactions already hold the database write lock.
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                           [f"receipt:session:{session_key}"])
+
+
+def new_job_id(now: int) -> str:
+    return f"{base36(now)}-{secrets.token_hex(6)}"
+
+
+def new_command_id() -> str:
+    return f"cmd-{secrets.token_hex(8)}"
+
+
+# ---- enqueue (J-6 to J-9) ----------------------------------------------------------------
+
+
+def enqueue(agent_id: Any, payload: Any, *, now_ms: int | None = None, **options: Any) -> EnqueueResult:
+    """Validate and enqueue one job; see `build_request` for the options."""
+    return enqueue_many([build_request(agent_id, payload, **options)], now_ms=now_ms)[0]
+
+
+def enqueue_many(requests: Sequence[EnqueueRequest], *, now_ms: int | None = None) -> list[EnqueueResult]:
+    """Enqueue validated requests in one transaction (batch enqueue, T-1)."""
+    now = wall_clock_ms() if now_ms is None else now_ms
+    with transaction.atomic():
+        results = [_enqueue_locked(request, now) for request in requests]
+        created = [r.job for r in results if r.created]
+        if created and on_commit_listeners:
+            transaction.on_commit(lambda: [listener(created) for listener in on_commit_listeners])
+    return results
+
+
+def _enqueue_locked(request: EnqueueRequest, now: int) -> EnqueueResult:
+    warnings = warnings_for(request.agent_id)
+    if request.session_key and request.singleton_mode != "allow":
+        _lock_session(request.session_key)
+    if request.job_id is not None:
+        existing = load_state(request.job_id)
+        if existing is not None:  # J-6: returned unchanged, never disturbed
+            return EnqueueResult(existing, created=False, warnings=warnings)
+    if request.session_key and request.singleton_mode != "allow":
+        steered = _apply_singleton(request, now)
+        if steered is not None:
+            return EnqueueResult(steered, created=False, steered=True, warnings=warnings)
+    job_id = request.job_id or new_job_id(now)
+    with _locked(job_id) as (handle, state):
+        if state is not None:  # a concurrent enqueue with the same explicit id won
+            return EnqueueResult(state, created=False, warnings=warnings)
+        body = {
+            "type": JOB_ENQUEUED, "jobId": job_id, "agentId": request.agent_id,
+            "lane": request.lane, "payload": request.payload,
+            "maxAttempts": request.max_attempts, "sessionKey": request.session_key,
+            "singletonMode": request.singleton_mode,
+            "leaseMs": lease_ms_for(request.agent_id, request.payload, _timing()),
+        }
+        context = _enqueue_context(job_id, request)
+        handle.append(body, now_ms=now, context=context)
+        return EnqueueResult(_state(handle), created=True, warnings=warnings)
+
+
+def _enqueue_context(job_id: str, request: EnqueueRequest) -> dict[str, Any]:
+    context: dict[str, Any] = {"jobId": job_id}
+    auth = request.payload.get("authContext")
+    if isinstance(auth, dict) and isinstance(auth.get("organizationId"), str):
+        context["organizationId"] = auth["organizationId"]
+    for key in ("objectiveId", "taskId"):
+        if isinstance(request.payload.get(key), str):
+            context[key] = request.payload[key]
+    if request.by:
+        context["actor"] = request.by
+    return context
+
+
+def _session_jobs(session_key: str) -> list[str]:
+    """Active job ids on a session key, newest first."""
+    return list(
+        Job.objects.filter(session_key=session_key, status__in=ACTIVE_STATUSES)
+        .order_by("-created_at", "-id").values_list("id", flat=True)
+    )
+
+
+def _apply_singleton(request: EnqueueRequest, now: int) -> JobState | None:
+    """J-7/J-8/J-9. Returns the steered job for `steer` when one was active."""
+    assert request.session_key is not None
+    job_ids = _session_jobs(request.session_key)
+    for job_id in sorted(job_ids):  # J-9 first; stable lock order
+        _expire_if_due(job_id, now)
+    active = _session_jobs(request.session_key)
+    if request.singleton_mode == "steer":
+        if not active:
+            return None
+        payload = {**request.payload, "fromSessionKey": request.session_key, "fromEnqueue": True}
+        with _locked(active[0]) as (handle, job):
+            assert job is not None
+            _append_command(handle, job, "steer", payload, by=request.by, lane="steer", now=now)
+            return _state(handle)
+    for job_id in sorted(active):  # cancel
+        with _locked(job_id) as (handle, job):
+            if job is None or job.is_terminal:
+                continue
+            if job.status == "queued":
+                handle.append({"type": JOB_CANCELED, "jobId": job_id,
+                               "reason": SINGLETON_CANCEL_REASON, "by": request.by},
+                              now_ms=now, context=_context(job, request.by))
+            else:
+                _append_command(handle, job, "abort", {"reason": SINGLETON_CANCEL_REASON},
+                                by=request.by, lane=None, now=now)
+    return None
+
+
+# ---- commands (J-10) -----------------------------------------------------------------------
+
+
+def _append_command(handle: StreamHandle, job: JobState, command: str, payload: Any, *,
+                    by: str | None, lane: str | None, now: int) -> dict[str, Any]:
+    body: dict[str, Any] = {"type": QUEUE_COMMAND, "jobId": job.job_id,
+                            "commandId": new_command_id(), "command": command,
+                            "payload": payload, "by": by}
+    if lane is not None:
+        body["lane"] = lane
+    handle.append(body, now_ms=now, context=_context(job, by))
+    return body
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    job: JobState
+    command: dict[str, Any]  # wire form {id, command, lane, payload, by, createdAt, consumedAt}
+    canceled: bool = False  # abort on a queued job canceled it outright
+
+
+def command(job_id: str, command_type: str, payload: Any = None, *, by: str | None = None,
+            reason: str | None = None, now_ms: int | None = None) -> CommandResult:
+    """steer / follow_up / abort a job (J-10). Raises JobNotFound, JobTerminal, InvalidRequest."""
+    if command_type not in COMMAND_TYPES:
+        raise InvalidRequest("invalid_command",
+                             f"command must be one of {', '.join(COMMAND_TYPES)}; got {command_type!r}")
+    _check_text("invalid_by", "by", by, MAX_BY, required=False)
+    _check_text("invalid_reason", "reason", reason, 2000, required=False)
+    if payload is not None:
+        check_payload_size(payload)
+    now = wall_clock_ms() if now_ms is None else now_ms
+    with transaction.atomic(), _locked(job_id) as (handle, job):
+        if job is None:
+            raise JobNotFound(job_id)
+        if job.is_terminal:
+            raise JobTerminal(job_id, job.status)
+        if command_type == "abort":
+            why = reason or ABORT_REQUESTED_REASON
+            if job.status == "queued":
+                handle.append({"type": JOB_CANCELED, "jobId": job_id, "reason": why, "by": by},
+                              now_ms=now, context=_context(job, by))
+                wire = {"id": None, "command": "abort", "lane": None,
+                        "payload": {"reason": why}, "by": by, "createdAt": now,
+                        "consumedAt": now}
+                return CommandResult(_state(handle), wire, canceled=True)
+            body_payload = {**(payload if isinstance(payload, dict) else {}), "reason": why}
+            body = _append_command(handle, job, "abort", body_payload, by=by, lane=None, now=now)
+        else:
+            lane = command_type  # the two command lanes are named after their commands
+            body = _append_command(handle, job, command_type, payload if payload is not None else {},
+                                   by=by, lane=lane, now=now)
+        state = _state(handle)
+        sent = next(c for c in state.commands if c.id == body["commandId"])
+        return CommandResult(state, command_to_wire(sent))
+
+
+def steer(job_id: str, payload: Any, *, by: str | None = None) -> CommandResult:
+    return command(job_id, "steer", payload, by=by)
+
+
+def follow_up(job_id: str, payload: Any, *, by: str | None = None) -> CommandResult:
+    return command(job_id, "follow_up", payload, by=by)
+
+
+def abort(job_id: str, *, reason: str | None = None, by: str | None = None) -> CommandResult:
+    return command(job_id, "abort", None, by=by, reason=reason)
+
+
+# ---- worker side (fenced, J-11) -------------------------------------------------------------
+
+
+def lease(job_id: str, *, worker_id: str, now_ms: int | None = None,
+          lease_ms: int | None = None) -> WriteResult:
+    """Take the next attempt of a queued job."""
+    now = wall_clock_ms() if now_ms is None else now_ms
+    with transaction.atomic(), _locked(job_id) as (handle, job):
+        if job is None:
+            return WriteResult(Outcome.MISSING, None)
+        if job.is_terminal:
+            return WriteResult(Outcome.TERMINAL, job)
+        if job.status != "queued":
+            return WriteResult(Outcome.NOT_QUEUED, job)
+        attempt = job.attempt + 1
+        until = now + (lease_ms or job.lease_ms or _timing().job_lease_ms)
+        handle.append({"type": JOB_LEASED, "jobId": job_id, "workerId": worker_id,
+                       "attempt": attempt, "leaseUntil": until},
+                      now_ms=now, context=_context(job))
+        return WriteResult(Outcome.APPLIED, _state(handle))
+
+
+def _fenced(job_id: str, fence: Fence, now_ms: int | None,
+            make_body: Callable[[JobState, int], dict[str, Any] | None]) -> WriteResult:
+    now = wall_clock_ms() if now_ms is None else now_ms
+    with transaction.atomic(), _locked(job_id) as (handle, job):
+        outcome = _FROM_FENCE[fence.check(job)]
+        if outcome is not Outcome.APPLIED:
+            return WriteResult(outcome, job)
+        assert job is not None
+        body = make_body(job, now)
+        if body is None:
+            return WriteResult(Outcome.APPLIED, job)
+        handle.append(body, now_ms=now, context=_context(job))
+        return WriteResult(Outcome.APPLIED, _state(handle))
+
+
+def heartbeat(job_id: str, *, fence: Fence, now_ms: int | None = None) -> WriteResult:
+    """Extend the lease (and promote leased -> running). The result's job tells the worker
+    whether an abort was requested."""
+    def body(job: JobState, now: int) -> dict[str, Any]:
+        until = now + (job.lease_ms or _timing().job_lease_ms)
+        return {"type": JOB_HEARTBEAT, "jobId": job_id, **fence.body(), "leaseUntil": until}
+    return _fenced(job_id, fence, now_ms, body)
+
+
+def progress(job_id: str, data: Any, *, fence: Fence, now_ms: int | None = None) -> WriteResult:
+    check_payload_size(data)
+    return _fenced(job_id, fence, now_ms, lambda job, now: {
+        "type": JOB_PROGRESS, "jobId": job_id, **fence.body(), "progress": data})
+
+
+def complete(job_id: str, result: Any = None, *, fence: Fence,
+             now_ms: int | None = None) -> WriteResult:
+    check_payload_size(result)
+    return _fenced(job_id, fence, now_ms, lambda job, now: {
+        "type": JOB_COMPLETED, "jobId": job_id, **fence.body(), "result": result})
+
+
+def fail(job_id: str, error: str, *, fence: Fence, no_retry: bool = False, result: Any = None,
+         now_ms: int | None = None) -> WriteResult:
+    """Fail the attempt; it is retried (J-4) unless `no_retry` or attempts are used up."""
+    if result is not None:
+        check_payload_size(result)
+
+    def body(job: JobState, now: int) -> dict[str, Any]:
+        will_retry = not no_retry and job.attempt < job.max_attempts
+        out = {"type": JOB_FAILED, "jobId": job_id, **fence.body(), "error": str(error)[:8000],
+               "noRetry": no_retry, "willRetry": will_retry}
+        if result is not None:
+            out["result"] = result
+        return out
+    return _fenced(job_id, fence, now_ms, body)
+
+
+def cancel(job_id: str, *, reason: str, by: str | None = None, fence: Fence | None = None,
+           now_ms: int | None = None) -> WriteResult:
+    """Cancel a job: fenced by a worker honouring an abort, or unfenced on a queued job.
+
+    An unfenced cancel never hits work in flight: a leased or running job answers
+    NOT_QUEUED and the caller sends an abort command instead (J-10).
+    """
+    if fence is not None:
+        return _fenced(job_id, fence, now_ms, lambda job, now: {
+            "type": JOB_CANCELED, "jobId": job_id, "reason": reason, "by": by, **fence.body()})
+    now = wall_clock_ms() if now_ms is None else now_ms
+    with transaction.atomic(), _locked(job_id) as (handle, job):
+        if job is None:
+            return WriteResult(Outcome.MISSING, None)
+        if job.is_terminal:
+            return WriteResult(Outcome.TERMINAL, job)
+        if job.status != "queued":
+            return WriteResult(Outcome.NOT_QUEUED, job)
+        handle.append({"type": JOB_CANCELED, "jobId": job_id, "reason": reason, "by": by},
+                      now_ms=now, context=_context(job, by))
+        return WriteResult(Outcome.APPLIED, _state(handle))
+
+
+def consume_commands(job_id: str, *, fence: Fence, types: Sequence[str] | None = None,
+                     now_ms: int | None = None) -> WriteResult:
+    """Hand the worker its pending commands (optionally of some types) and mark them consumed."""
+    taken: list[Command] = []
+
+    def body(job: JobState, now: int) -> dict[str, Any] | None:
+        taken.extend(c for c in job.pending_commands if types is None or c.command in types)
+        if not taken:
+            return None
+        return {"type": QUEUE_COMMAND_CONSUMED, "jobId": job_id,
+                "commandIds": [c.id for c in taken], **fence.body()}
+    result = _fenced(job_id, fence, now_ms, body)
+    return WriteResult(result.outcome, result.job, tuple(taken) if result.applied else ())
+
+
+def _expire_if_due(job_id: str, now: int) -> WriteResult:
+    with _locked(job_id) as (handle, job):
+        if job is None:
+            return WriteResult(Outcome.MISSING, None)
+        if job.is_terminal:
+            return WriteResult(Outcome.TERMINAL, job)
+        if job.status not in LEASED_STATUSES or job.lease_until is None or job.lease_until > now:
+            return WriteResult(Outcome.NOT_DUE, job)
+        handle.append({"type": JOB_LEASE_EXPIRED, "jobId": job_id, "workerId": job.worker_id,
+                       "attempt": job.attempt, "willRetry": job.attempt < job.max_attempts},
+                      now_ms=now, context=_context(job))
+        return WriteResult(Outcome.APPLIED, _state(handle))
+
+
+def expire_lease(job_id: str, *, now_ms: int | None = None) -> WriteResult:
+    """J-4/L-2: expire the active lease if it has passed (requeue or fail)."""
+    now = wall_clock_ms() if now_ms is None else now_ms
+    with transaction.atomic():
+        return _expire_if_due(job_id, now)
+
+
+# ---- reads ---------------------------------------------------------------------------------
+
+
+def get(job_id: str) -> JobState | None:
+    return load_state(job_id)
+
+
+def require(job_id: str) -> JobState:
+    job = load_state(job_id)
+    if job is None:
+        raise JobNotFound(job_id)
+    return job

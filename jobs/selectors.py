@@ -1,0 +1,91 @@
+"""Reads of the jobs read model: filtered, newest-first keyset pages (A-3, U-1).
+
+No OFFSET and no COUNT: a page is `created_at, id` strictly below the cursor, served by
+the `(filter, -created_at, -id)` indexes.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from dataclasses import dataclass
+from typing import Any
+
+from django.db.models import Q, QuerySet
+
+from jobs.core.reducer import JobState, job_from_wire
+from jobs.errors import InvalidRequest
+from jobs.models import Job
+
+FILTERS = {
+    "status": "status",
+    "agentId": "agent_id",
+    "lane": "lane",
+    "kind": "kind",
+    "sessionKey": "session_key",
+    "objectiveId": "objective_id",
+    "organizationId": "organization_id",
+    "routedGroup": "worker_group",
+}
+DEFAULT_LIMIT = 50
+MAX_LIMIT = 500
+
+
+def encode_cursor(created_at: int, job_id: str) -> str:
+    raw = f"{created_at}:{job_id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str) -> tuple[int, str]:
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        created_at, job_id = base64.urlsafe_b64decode(padded.encode()).decode().split(":", 1)
+        return int(created_at), job_id
+    except (ValueError, UnicodeDecodeError, binascii.Error):
+        raise InvalidRequest("invalid_cursor", "cursor is not one this API returned") from None
+
+
+def clamp_limit(limit: Any) -> int:
+    if limit in (None, ""):
+        return DEFAULT_LIMIT
+    try:
+        value = int(limit)
+    except (TypeError, ValueError):
+        raise InvalidRequest("invalid_limit", f"limit must be an integer; got {limit!r}") from None
+    return max(1, min(MAX_LIMIT, value))
+
+
+@dataclass(frozen=True)
+class Page:
+    jobs: list[JobState]
+    next_cursor: str | None
+
+
+def filtered(filters: dict[str, Any], *, organization_id: str | None = None) -> QuerySet[Job]:
+    rows = Job.objects.all()
+    for key, value in filters.items():
+        if value in (None, ""):
+            continue
+        column = FILTERS.get(key)
+        if column is None:
+            raise InvalidRequest("invalid_filter", f"unknown filter {key!r}")
+        rows = rows.filter(**{column: value})
+    if organization_id is not None:  # Q-2: an org-bound caller sees only its organization
+        rows = rows.filter(organization_id=organization_id)
+    return rows
+
+
+def page(filters: dict[str, Any], *, limit: Any = None, cursor: str | None = None,
+         organization_id: str | None = None) -> Page:
+    size = clamp_limit(limit)
+    rows = filtered(filters, organization_id=organization_id)
+    if cursor:
+        created_at, job_id = decode_cursor(cursor)
+        rows = rows.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=job_id))
+    found = list(rows.order_by("-created_at", "-id").values_list("state", flat=True)[: size + 1])
+    jobs = [job_from_wire(wire) for wire in found[:size]]
+    next_cursor = None
+    if len(found) > size:
+        last = jobs[-1]
+        next_cursor = encode_cursor(last.created_at, last.job_id)
+    return Page(jobs, next_cursor)

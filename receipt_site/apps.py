@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ReceiptSiteConfig(AppConfig):
+    name = "receipt_site"
+    verbose_name = "Receipt site"

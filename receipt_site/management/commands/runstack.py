@@ -1,0 +1,31 @@
+"""`manage.py runstack`: the API and every worker role as supervised children (P-3)."""
+
+from __future__ import annotations
+
+import sys
+
+from django.core.management.base import BaseCommand
+
+from receipt_site.supervision import Child, Supervisor
+
+WORKER_ROLES: tuple[str, ...] = ()  # filled in as the delivery runtime lands (see README)
+
+
+class Command(BaseCommand):
+    help = "Run the API and all worker roles for development, restarting crashed children."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--host", default="127.0.0.1")
+        parser.add_argument("--port", type=int, default=8000)
+        parser.add_argument("--no-api", action="store_true")
+
+    def handle(self, *args, host: str, port: int, no_api: bool, **options):
+        python = sys.executable
+        children = []
+        if not no_api:
+            children.append(Child("api", [python, "-m", "uvicorn", "receipt_site.asgi:application",
+                                          "--host", host, "--port", str(port),
+                                          "--no-access-log"], env={"RECEIPT_PROCESS_ROLE": "api"}))
+        for role in WORKER_ROLES:
+            children.append(Child(role, [python, "manage.py", "runworker", "--role", role]))
+        raise SystemExit(Supervisor(children).run())
