@@ -1,0 +1,124 @@
+"""`manage.py jobs enqueue|list|show|abort|steer|follow-up` (P-4), `--json` for scripts.
+
+Every write goes through the queue service, signed `by` the operator (`--by`, default
+the OS user).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError
+
+from jobs import queue, selectors
+from jobs.errors import JobsError
+from jobs.presenters import job_json
+from receipts import store
+
+
+def _json_arg(text: str, name: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise CommandError(f"{name} is not valid JSON: {error}") from None
+
+
+class Command(BaseCommand):
+    help = "Enqueue, list, show and command jobs through the queue service."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="action", required=True)
+        enqueue = sub.add_parser("enqueue", help="enqueue a job")
+        enqueue.add_argument("agent_id")
+        enqueue.add_argument("payload", help="payload JSON object, with kind and authContext")
+        enqueue.add_argument("--job-id")
+        enqueue.add_argument("--lane")
+        enqueue.add_argument("--max-attempts", type=int)
+        enqueue.add_argument("--session-key")
+        enqueue.add_argument("--singleton-mode", choices=["allow", "cancel", "steer"])
+        listing = sub.add_parser("list", help="newest jobs first")
+        for name in ("status", "agent", "lane", "kind", "session-key", "objective", "org"):
+            listing.add_argument(f"--{name}")
+        listing.add_argument("--limit", type=int, default=20)
+        listing.add_argument("--cursor")
+        show = sub.add_parser("show", help="one job with its receipts")
+        show.add_argument("job_id")
+        abort = sub.add_parser("abort", help="abort a job (queued: canceled at once)")
+        abort.add_argument("job_id")
+        abort.add_argument("--reason")
+        for name in ("steer", "follow-up"):
+            cmd = sub.add_parser(name, help=f"send a {name} command to an active job")
+            cmd.add_argument("job_id")
+            cmd.add_argument("payload", help="JSON payload")
+        for sp in sub.choices.values():
+            sp.add_argument("--json", action="store_true", help="machine-readable output")
+            sp.add_argument("--by", default=None, help="who is acting (default: OS user)")
+
+    def handle(self, *args, action: str, **options):
+        by = options.get("by") or getpass.getuser()
+        try:
+            data = getattr(self, "_" + action.replace("-", "_"))(options, by)
+        except JobsError as error:
+            raise CommandError(f"{error.code}: {error}") from None
+        if options["json"]:
+            self.stdout.write(json.dumps(data, ensure_ascii=False))
+        else:
+            self._print(action, data)
+
+    def _enqueue(self, o, by):
+        result = queue.enqueue(
+            o["agent_id"], _json_arg(o["payload"], "payload"), job_id=o["job_id"], lane=o["lane"],
+            max_attempts=o["max_attempts"], session_key=o["session_key"],
+            singleton_mode=o["singleton_mode"], by=by)
+        return {"ok": True, "created": result.created, "job": job_json(result.job),
+                "warnings": result.warnings}
+
+    def _list(self, o, by):
+        filters = {"status": o["status"], "agentId": o["agent"], "lane": o["lane"],
+                   "kind": o["kind"], "sessionKey": o["session_key"],
+                   "objectiveId": o["objective"], "organizationId": o["org"]}
+        page = selectors.page(filters, limit=o["limit"], cursor=o["cursor"])
+        return {"jobs": [job_json(j) for j in page.jobs], "nextCursor": page.next_cursor}
+
+    def _show(self, o, by):
+        job = queue.require(o["job_id"])
+        receipts = store.read(job.stream)
+        return {"job": job_json(job), "receipts": [r.to_wire() for r in receipts],
+                "verify": store.verify(job.stream).to_wire()}
+
+    def _abort(self, o, by):
+        result = queue.abort(o["job_id"], reason=o["reason"], by=by)
+        return {"ok": True, "canceled": result.canceled, "command": result.command,
+                "job": job_json(result.job)}
+
+    def _steer(self, o, by):
+        result = queue.steer(o["job_id"], _json_arg(o["payload"], "payload"), by=by)
+        return {"ok": True, "command": result.command, "job": job_json(result.job)}
+
+    def _follow_up(self, o, by):
+        result = queue.follow_up(o["job_id"], _json_arg(o["payload"], "payload"), by=by)
+        return {"ok": True, "command": result.command, "job": job_json(result.job)}
+
+    def _print(self, action: str, data: dict[str, Any]) -> None:
+        if action == "list":
+            for job in data["jobs"]:
+                self.stdout.write(f"{job['id']:<32} {job['status']:<9} {job['agentId']:<16} "
+                                  f"{job['kind'] or '-':<28} attempt {job['attempt']}/"
+                                  f"{job['maxAttempts']}")
+            if data["nextCursor"]:
+                self.stdout.write(f"more: --cursor {data['nextCursor']}")
+            return
+        if action == "show":
+            job = data["job"]
+            self.stdout.write(json.dumps(job, indent=2, ensure_ascii=False))
+            for r in data["receipts"]:
+                self.stdout.write(f"  #{r['streamSeq']:<4} {r['body']['type']:<24} {r['hash'][:16]}")
+            self.stdout.write(f"chain: {'ok' if data['verify']['ok'] else 'BROKEN'}")
+            return
+        job = data["job"]
+        for warning in data.get("warnings") or []:
+            self.stderr.write(f"warning: {warning}")
+        extra = f" command {data['command']['id']}" if data.get("command") else ""
+        self.stdout.write(f"{action}: job {job['id']} is {job['status']}{extra}")
