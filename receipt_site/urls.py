@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 
 from receipt_site import health
 
@@ -11,4 +11,6 @@ urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
     path("admin/", admin.site.urls),
+    path("", include("jobs.live.urls")),
+    path("", include("jobs.api.urls")),
 ]

@@ -54,3 +54,45 @@ def run_in_threads(count: int, target: Callable[[int], Any]) -> list[Any]:
     if errors:
         raise errors[0]
     return results
+
+
+def test_database_url() -> str:
+    """DATABASE_URL for a subprocess that must use this run's test database.
+
+    Call it inside a test that has the database (pytest-django has renamed NAME to the
+    test database by then). Data must be committed to be seen: use
+    `@pytest.mark.django_db(transaction=True)`.
+    """
+    from django.db import connection
+
+    db = connection.settings_dict
+    if connection.vendor == "postgresql":
+        user = db.get("USER") or ""
+        password = f":{db['PASSWORD']}" if db.get("PASSWORD") else ""
+        auth = f"{user}{password}@" if user else ""
+        return f"postgres://{auth}{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
+    return f"sqlite:///{db['NAME']}"
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """Environment for a child Django process on the test database."""
+    env = dict(os.environ)
+    env.pop("RECEIPT_PROCESS_ROLE", None)
+    env["DATABASE_URL"] = test_database_url()
+    env.update(extra)
+    return env
+
+
+def wait_for(condition: Callable[[], Any], *, timeout: float = 20.0, interval: float = 0.05,
+             message: str = "condition") -> Any:
+    """Poll `condition` until it returns a truthy value or the deadline passes."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message}")
+        time.sleep(interval)
