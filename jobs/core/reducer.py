@@ -49,6 +49,9 @@ Rules the spec leaves open, decided here:
 - A second ``job.enqueued`` and unknown receipt types change only bookkeeping. On a
   missing job every type except ``job.failed`` and ``job.lease_expired`` raises, unknown
   types included (J-3).
+- ``job.leased`` on a queued job must carry an attempt greater than the job's (the queue
+  uses attempt + 1): reusing an attempt number would let a superseded attempt's late
+  writes match the new fence, so such a lease raises `InvariantError`.
 - The stream names the job: after ``job.enqueued`` a body's ``jobId`` is used only in
   error messages. Bodies that would change state but are malformed (a lease without an
   integer attempt, an enqueue without an agentId) raise `InvariantError`; projectors run
@@ -300,10 +303,15 @@ def _unchanged(job: JobState, receipt: Receipt) -> JobState:
 def _leased(job: JobState, receipt: Receipt) -> JobState:
     if job.status != "queued":  # a second lease changes nothing (J-3)
         return job
+    attempt = _required_int(receipt, job.job_id, "attempt")
+    if attempt <= job.attempt:  # a reused attempt number would revive a superseded fence
+        raise _malformed(
+            receipt, job.job_id, f"attempt {attempt} must exceed the job's attempt {job.attempt}"
+        )
     return replace(
         job,
         status="leased",
-        attempt=_required_int(receipt, job.job_id, "attempt"),
+        attempt=attempt,
         worker_id=_required_str(receipt, job.job_id, "workerId"),
         lease_until=_required_int(receipt, job.job_id, "leaseUntil"),
     )

@@ -396,6 +396,24 @@ def test_second_lease_changes_nothing_unless_the_job_is_queued(
     assert_inert(before, then(before, leased("w2", 2, 77_000)))
 
 
+@pytest.mark.parametrize("attempt", [0, 1], ids=["first-attempt-zero", "reused-attempt"])
+def test_lease_that_does_not_advance_the_attempt_is_refused(attempt: int) -> None:
+    """The fence (workerId, attempt) must be new, or a superseded attempt's late writes
+    would match it; the projector's error rolls the append back (S-5)."""
+    history = [leased("w1", 1), failed("w1", 1, will_retry=True)] if attempt else []
+    with pytest.raises(InvariantError) as err:
+        fold(enqueued(), *history, leased("w1", attempt))
+    assert str(err.value) == (
+        f"Invariant: malformed job.leased for job job-1: attempt {attempt} must exceed "
+        f"the job's attempt {1 if attempt else 0}"
+    )
+
+
+def test_next_attempt_may_skip_numbers_but_never_goes_back() -> None:
+    job = fold(enqueued(), leased("w1", 1), failed("w1", 1, will_retry=True), leased("w1", 3))
+    assert (job.status, job.attempt) == ("leased", 3)
+
+
 def test_malformed_lease_on_a_queued_job_raises() -> None:
     body = leased()
     del body["attempt"]
@@ -853,14 +871,24 @@ _event = st.one_of(
 def test_random_histories_keep_the_fold_invariants(
     history: list[dict[str, Any]], max_attempts: int
 ) -> None:
-    """J-3 / J-4 over arbitrary well-formed histories: no crash, one settlement, the
-    attempt never goes down, a lease is held only in leased/running, bookkeeping counts."""
+    """J-3 / J-4 over arbitrary histories: one settlement, the attempt never goes down, a
+    lease is held only in leased/running, bookkeeping counts the receipts kept. The only
+    refusal is a lease that does not advance the attempt; like the store, whose append
+    rolls back when the projector raises (S-5), the model then drops that receipt."""
     receipts = chain(enqueued(maxAttempts=max_attempts), *history)
     state: JobState | None = None
     settled: dict[str, Any] | None = None
+    kept: list[Receipt] = []
     for receipt in receipts:
         previous = state
-        state = reduce(state, receipt)
+        try:
+            state = reduce(state, receipt)
+        except InvariantError:
+            assert previous is not None and previous.status == "queued"
+            assert receipt.type == "job.leased" and receipt.body["attempt"] <= previous.attempt
+            state = previous
+            continue
+        kept.append(receipt)
         assert state is not None
         if previous is not None:
             assert state.attempt >= previous.attempt
@@ -873,5 +901,5 @@ def test_random_histories_keep_the_fold_invariants(
         if state.status in ("leased", "running"):
             assert state.worker_id is not None
     assert state is not None
-    assert state.receipt_count == len(receipts)
-    assert state.head == receipts[-1].hash
+    assert state.receipt_count == len(kept)
+    assert state.head == kept[-1].hash
