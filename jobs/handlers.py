@@ -1,19 +1,27 @@
-"""Handler registry (P-6): which agent ids have a job handler in this deployment.
+"""Handler registry (D-7, P-6): agent id -> `handler(job, ctx) -> JobResult`.
 
-The delivery runtime calls the handlers; this module only knows which exist. The four
-built-in agent ids (K-4) are always registered; integrators add more with
-`@register_handler("agent-id")`.
+The four built-in agent ids (K-4) are always registered. Until the Factory lands their
+handlers fail jobs non-retryably with a message saying so. Integrators add agent ids
+with `@register_handler("agent-id")` in a module listed in RECEIPT_HANDLER_MODULES
+(imported when the app starts, in every process).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from jobs.core.contracts import BUILTIN_AGENT_IDS
 
+if TYPE_CHECKING:
+    from jobs.core.reducer import JobState
+    from jobs.runtime.context import HandlerContext, JobResult
+
+Handler = Callable[["JobState", "HandlerContext"], "JobResult"]
 F = TypeVar("F", bound=Callable[..., Any])
-_HANDLERS: dict[str, Callable[..., Any]] = {}
+_HANDLERS: dict[str, Handler] = {}
+_loaded = False
 
 
 def register_handler(agent_id: str) -> Callable[[F], F]:
@@ -24,13 +32,38 @@ def register_handler(agent_id: str) -> Callable[[F], F]:
     return decorate
 
 
-def handler_for(agent_id: str) -> Callable[..., Any] | None:
+def _factory_pending(job: JobState, ctx: HandlerContext) -> JobResult:
+    from jobs.runtime.context import JobResult
+
+    return JobResult.failure(
+        f"the handler for agent '{job.agent_id}' ships with Factory (objectives), which is "
+        "not installed in this build", no_retry=True)
+
+
+def load() -> None:
+    """Register built-ins, then import RECEIPT_HANDLER_MODULES (idempotent)."""
+    global _loaded
+    if _loaded:
+        return
+    from django.conf import settings
+
+    for agent_id in BUILTIN_AGENT_IDS:
+        _HANDLERS.setdefault(agent_id, _factory_pending)
+    for module in settings.RECEIPT.handler_modules:
+        importlib.import_module(module)
+    _loaded = True
+
+
+def handler_for(agent_id: str) -> Handler | None:
+    load()
     return _HANDLERS.get(agent_id)
 
 
 def has_handler(agent_id: str) -> bool:
-    return agent_id in _HANDLERS or agent_id in BUILTIN_AGENT_IDS
+    load()
+    return agent_id in _HANDLERS
 
 
 def registered_agent_ids() -> list[str]:
-    return sorted(set(_HANDLERS) | set(BUILTIN_AGENT_IDS))
+    load()
+    return sorted(_HANDLERS)

@@ -41,3 +41,78 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"{self.id} ({self.status})"
+
+
+class DeliveryPromise(models.Model):
+    """D-1: the durable record that a driver or execute invocation was started and whether
+    it settled. Delivery bookkeeping only: the receipt chain stays the authoritative queue."""
+
+    FUNCTIONS = (("driver", "driver"), ("execute", "execute"))
+    STATES = (("pending", "pending"), ("resolved", "resolved"), ("rejected", "rejected"),
+              ("canceled", "canceled"), ("timedout", "timedout"))
+
+    id = models.CharField(max_length=400, primary_key=True)
+    function = models.CharField(max_length=8, choices=FUNCTIONS)
+    job_id = models.CharField(max_length=128)
+    attempt = models.IntegerField(null=True)
+    target_group = models.CharField(max_length=16)
+    dispatch_key = models.CharField(max_length=300)
+    state = models.CharField(max_length=10, choices=STATES, default="pending")
+    timeout_at = models.BigIntegerField()
+    created_at = models.BigIntegerField()
+    settled_at = models.BigIntegerField(null=True)
+    worker_id = models.CharField(max_length=200, null=True)
+    result = models.JSONField(null=True)
+
+    class Meta:
+        db_table = "jobs_delivery_promise"
+        indexes = [
+            models.Index(fields=["job_id", "-created_at"], name="promise_job_newest"),
+            models.Index(fields=["state", "timeout_at"], name="promise_state_timeout"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.id} ({self.state})"
+
+
+class WorkerProcess(models.Model):
+    """D-11: a `runworker` process and its heartbeat."""
+
+    id = models.CharField(max_length=200, primary_key=True)  # <role>:<host>:<pid>
+    role = models.CharField(max_length=32)
+    group = models.CharField(max_length=16, null=True)
+    host = models.CharField(max_length=128)
+    pid = models.IntegerField()
+    concurrency = models.IntegerField(default=0)
+    started_at = models.BigIntegerField()
+    last_seen = models.BigIntegerField(db_index=True)
+    stopped_at = models.BigIntegerField(null=True)
+    current_attempts = models.JSONField(default=list)
+    info = models.JSONField(default=dict)
+
+    class Meta:
+        db_table = "jobs_worker_process"
+
+    def __str__(self) -> str:
+        return self.id
+
+
+class LoopRun(models.Model):
+    """L-6: the last run of each recovery loop in each process."""
+
+    loop = models.CharField(max_length=64)
+    process_id = models.CharField(max_length=200)
+    last_started_at = models.BigIntegerField()
+    last_finished_at = models.BigIntegerField(null=True)
+    duration_ms = models.IntegerField(null=True)
+    acted = models.IntegerField(default=0)
+    runs = models.BigIntegerField(default=0)
+    last_error = models.TextField(null=True)
+    last_error_at = models.BigIntegerField(null=True)
+
+    class Meta:
+        db_table = "jobs_loop_run"
+        constraints = [models.UniqueConstraint(fields=["loop", "process_id"], name="loop_process_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.loop}@{self.process_id}"

@@ -26,6 +26,8 @@ class Config:
     database_url: str | None
     data_dir: str
     broker: str
+    broker_poll_ms: int
+    handler_modules: tuple[str, ...]
     process_role: str | None
     job_lease_ms: int
     codex_job_lease_ms: int
@@ -103,7 +105,7 @@ def redact_url(url: str) -> str:
 class _Spec:
     env: str
     attr: str
-    kind: str  # int | optint | bool | str | optstr | hosts
+    kind: str  # int | optint | bool | str | optstr | list
     default: Any = None
     low: int | None = None
     high: int | None = None
@@ -115,6 +117,8 @@ _SPECS = (
     _Spec("DATABASE_URL", "database_url", "optstr"),
     _Spec("RECEIPT_DATA_DIR", "data_dir", "str", "./.receipt"),
     _Spec("RECEIPT_BROKER", "broker", "str", "orm"),
+    _Spec("RECEIPT_BROKER_POLL_MS", "broker_poll_ms", "int", 50, 5, 5_000),
+    _Spec("RECEIPT_HANDLER_MODULES", "handler_modules", "list", ""),
     _Spec("RECEIPT_PROCESS_ROLE", "process_role", "optstr"),
     _Spec("JOB_LEASE_MS", "job_lease_ms", "int", 300_000, 1000, _MS),
     _Spec("CODEX_JOB_LEASE_MS", "codex_job_lease_ms", "int", 900_000, 1000, _MS),
@@ -156,7 +160,7 @@ _SPECS = (
     _Spec("RECEIPT_MAX_PAYLOAD_BYTES", "max_payload_bytes", "int", 1_048_576, 1024, 64 * 1_048_576),
     _Spec("RECEIPT_MAX_JSON_DEPTH", "max_json_depth", "int", 32, 2, 256),
     _Spec("SECRET_KEY", "secret_key", "optstr"),
-    _Spec("ALLOWED_HOSTS", "allowed_hosts", "hosts", "127.0.0.1,localhost,[::1],testserver"),
+    _Spec("ALLOWED_HOSTS", "allowed_hosts", "list", "127.0.0.1,localhost,[::1],testserver"),
     _Spec("DEBUG", "debug", "bool", False),
     _Spec("RECEIPT_LOG_LEVEL", "log_level", "str", "INFO",
           choices=("DEBUG", "INFO", "WARNING", "ERROR")),
@@ -168,7 +172,7 @@ _FALSE = ("0", "false", "no", "off", "")
 
 def _parse(spec: _Spec, raw: str | None) -> Any:
     if raw is None or (raw.strip() == "" and spec.kind != "bool"):
-        return spec.default if spec.kind not in ("hosts",) else _hosts(spec.default)
+        return spec.default if spec.kind != "list" else _hosts(spec.default)
     raw = raw.strip()
     if spec.kind in ("int", "optint"):
         try:
@@ -187,7 +191,7 @@ def _parse(spec: _Spec, raw: str | None) -> Any:
         if lowered in _FALSE:
             return False
         raise ConfigError(spec.env, f"must be one of 1/0/true/false, got {raw!r}")
-    if spec.kind == "hosts":
+    if spec.kind == "list":
         return _hosts(raw)
     if spec.choices and raw.upper() not in spec.choices:
         raise ConfigError(spec.env, f"must be one of {', '.join(spec.choices)}, got {raw!r}")

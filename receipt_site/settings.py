@@ -8,6 +8,8 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
+from jobs.core.timing import TimingSettings
+from jobs.runtime.roles import cluster_config
 from receipt_site import config as _config
 from receipt_site.databases import database_from_url
 
@@ -99,6 +101,7 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = DATA_DIR / "staticfiles"
+STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise warns on every request when it is missing
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -117,37 +120,48 @@ LOGGING = {
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
         "django_q": {"level": "WARNING"},
+        "django-q": {"level": "WARNING"},
     },
 }
 
-# django-q2 (see ../shared/notes/django-q2.md): one signing name everywhere, failures acked
-# (our receipts decide retries), no result storage (receipts are the record).
-Q_CLUSTER = {
-    "name": "receipt",
-    "ack_failures": True,
-    "workers": 1,
-    "timeout": 60,
-    "retry": 180,
-    "queue_limit": 1,
-    "bulk": 1,
-    "max_attempts": 0,
-    "save_limit": -1,
-    "poll": 0.05,
-    "catch_up": False,
-    "scheduler": False,
-    "orm": "default",
-    "ALT_CLUSTERS": {},
-}
+# django-q2 (see ../shared/notes/django-q2.md): one cluster per role, built from the config.
+Q_CLUSTER = cluster_config(
+    timing=TimingSettings.from_config(RECEIPT),
+    broker_url=None if RECEIPT.broker == "orm" else RECEIPT.broker,
+    poll_s=RECEIPT.broker_poll_ms / 1000,
+)
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_AUTHENTICATION_CLASSES": ["access.authentication.PrincipalAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["access.permissions.HasScope"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "EXCEPTION_HANDLER": "receipt_site.api_errors.exception_handler",
     "UNAUTHENTICATED_USER": None,
+    "UNAUTHENTICATED_TOKEN": None,
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "Receipt API",
+    "DESCRIPTION": (
+        "Durable jobs on hash-chained receipts. Every endpoint but /healthz and /readyz "
+        "needs `Authorization: Bearer <token>` (or a staff admin session). Errors are "
+        '`{"ok": false, "error": "<code>", "detail": "<sentence>"}`. Guide: docs/api.md.'
+    ),
     "VERSION": "0.1.0",
-    "SWAGGER_UI_DIST": "SIDECAR",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["access.permissions.IsPrincipal"],  # only health is open
+    "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "JobStatusEnum": "jobs.core.vocabulary.STATUSES",
+        "LaneEnum": "jobs.core.vocabulary.LANES",
+        "SingletonModeEnum": "jobs.core.vocabulary.SINGLETON_MODES",
+        "KindEnum": "jobs.core.contracts.KINDS",
+        "WorkerGroupEnum": "jobs.core.contracts.WORKER_GROUPS",
+    },
+    "SWAGGER_UI_DIST": "SIDECAR",  # A-11, P-5: assets from drf_spectacular_sidecar, no CDN
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "SWAGGER_UI_SETTINGS": {"persistAuthorization": False, "displayOperationId": True},
     "REDOC_DIST": "SIDECAR",
 }
 

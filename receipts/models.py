@@ -16,6 +16,11 @@ class Stream(models.Model):
 
     class Meta:
         db_table = "receipt_stream"
+        # Operator actions on the stream page (U-4, U-7); superusers hold them implicitly.
+        permissions = [
+            ("replay_stream", "Can replay a stream's read model"),
+            ("verify_stream", "Can verify a stream"),
+        ]
 
     def __str__(self) -> str:
         return self.name

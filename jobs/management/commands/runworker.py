@@ -1,0 +1,191 @@
+"""`manage.py runworker --role driver|chat|control|codex` (D-9): one role's django-q2
+cluster plus its maintenance loops and registry beat.
+
+django-q2 reads its cluster name once at import (Q_CLUSTER_NAME), so the command
+re-executes itself with it set (same pid: a supervisor keeps signalling the right
+process). Our own signal handlers only record the signal: stopping from inside a
+signal handler deadlocks django-q2 (django-q2#346). SIGTERM drains in-flight attempts
+for up to RUNWORKER_STOP_GRACE_S seconds; past that the tree is killed and the leases
+expire (L-2) rather than anything being half-written.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from jobs import handlers, recovery
+from jobs.core.timing import TimingSettings, concurrency_for
+from jobs.runtime import loops, processes
+from jobs.runtime.roles import ROLE_CLUSTERS, UnknownRole, group_of, normalize_role
+from receipt_site.logs import log_event
+from receipts.clock import now_ms as wall_clock_ms
+
+logger = logging.getLogger("receipt.runtime")
+ALL = "all"
+
+
+def resolve_role(cli_role: str | None, env_role: str | None) -> tuple[str, str | None]:
+    """(cluster name or 'all', warning). --role must be valid; the env falls back to all."""
+    if cli_role:
+        try:
+            return normalize_role(cli_role), None
+        except UnknownRole as error:
+            raise CommandError(str(error)) from None
+    if env_role:
+        try:
+            return normalize_role(env_role), None
+        except UnknownRole:
+            return ALL, (f"RECEIPT_PROCESS_ROLE={env_role!r} is not a role; running only the "
+                         "maintenance loops (no worker function is registered): jobs for its "
+                         "group will stay queued")
+    raise CommandError("--role is required (driver, chat, control or codex)")
+
+
+def maintenance_loops(config: Any) -> list[loops.Loop]:
+    return [
+        loops.Loop("queued_redrive", config.queued_redrive_interval_ms,
+                   config.queued_redrive_startup_delay_ms,
+                   lambda now: recovery.redrive_queued(now_ms=now)),
+        loops.Loop("lease_expiry", config.queued_redrive_interval_ms,
+                   config.queued_redrive_startup_delay_ms,
+                   lambda now: recovery.expire_leases(now_ms=now)),
+        loops.Loop("promise_sweep", 60_000, config.queued_redrive_startup_delay_ms,
+                   lambda now: recovery.sweep_promises(now_ms=now)),
+        loops.Loop("startup_resume", 0, config.startup_settle_ms,
+                   lambda now: recovery.redrive_queued(now_ms=now), once=True),
+    ]
+
+
+def _kill_tree(pid: int) -> None:
+    import psutil
+
+    try:
+        parent = psutil.Process(pid)
+        for child in parent.children(recursive=True):
+            child.kill()
+        parent.kill()
+    except psutil.NoSuchProcess:
+        pass
+
+
+class Command(BaseCommand):
+    help = "Run one role's django-q2 cluster and its recovery loops."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--role", help="driver, chat, control or codex (or worker-<group>)")
+
+    def handle(self, *args, role: str | None, **options):
+        config = settings.RECEIPT
+        cluster, warning = resolve_role(role, config.process_role)
+        if cluster != ALL:
+            self._reexec_for(cluster)
+        handlers.load()
+        received: dict[str, int | None] = {"signal": None}
+
+        def on_signal(signum: int, frame: Any) -> None:  # record only (django-q2#346)
+            received["signal"] = signum
+
+        timing = TimingSettings.from_config(config)
+        group = group_of(cluster) if cluster != ALL else None
+        concurrency = 0 if cluster == ALL else concurrency_for(group or "driver", timing)  # type: ignore[arg-type]
+        now = wall_clock_ms()
+        role_name = cluster
+        pid = processes.register(role=role_name, group=group, concurrency=concurrency, now_ms=now,
+                                 info={"broker": "orm" if config.broker == "orm" else "redis",
+                                       "warning": warning})
+        if warning:
+            log_event(logger, "runtime.unknown_role", warning, level=logging.WARNING,
+                      role=config.process_role)
+        log_event(logger, "runtime.configured", f"{role_name} starting", role=role_name,
+                  group=group, concurrency=concurrency, processId=pid)
+        from django.db import connections
+
+        connections.close_all()  # never hand a live socket to django-q2's forks
+        cluster_obj = None
+        if cluster != ALL:
+            from django_q.cluster import Cluster
+
+            cluster_obj = Cluster()
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        if cluster_obj is not None:
+            cluster_obj.start()
+            log_event(logger, "runtime.worker_connected", f"{role_name} cluster started",
+                      role=role_name, sentinelPid=cluster_obj.sentinel.pid)
+        stop = threading.Event()
+        threads = loops.start(maintenance_loops(config), pid, stop)
+        beat = threading.Thread(target=self._beat, args=(pid, group, cluster_obj, stop),
+                                name="registry-beat", daemon=True)
+        beat.start()
+        while received["signal"] is None:
+            if cluster_obj is not None:
+                cluster_obj.sentinel.join(0.5)
+                if not cluster_obj.sentinel.is_alive():
+                    break
+            else:
+                stop.wait(0.5)
+        log_event(logger, "runtime.shutting_down", f"{role_name} stopping", role=role_name,
+                  signal=received["signal"])
+        stop.set()
+        for thread in [*threads, beat]:
+            thread.join(timeout=10)
+        exit_code = self._stop_cluster(cluster_obj)
+        processes.stopped(pid, now_ms=wall_clock_ms())
+        if exit_code:
+            sys.exit(exit_code)
+
+    def _reexec_for(self, cluster: str) -> None:
+        from django_q.conf import Conf
+
+        if cluster == Conf.CLUSTER_NAME:
+            return
+        if os.environ.get("Q_CLUSTER_NAME") == cluster:
+            raise CommandError("Q_CLUSTER_NAME is set but django-q2 did not apply it")
+        sys.stdout.flush()
+        sys.stderr.flush()
+        argv = [sys.executable, *sys.argv]
+        if "--role" not in argv and not any(a.startswith("--role=") for a in argv):
+            argv += ["--role", cluster]
+        os.execve(sys.executable, argv, {**os.environ, "Q_CLUSTER_NAME": cluster})
+
+    def _beat(self, pid: str, group: str | None, cluster_obj: Any, stop: threading.Event) -> None:
+        import psutil
+        from django.db import close_old_connections
+
+        while not stop.wait(processes.BEAT_MS / 1000):
+            try:
+                children = [p.pid for p in psutil.Process().children(recursive=True)]
+                attempts = processes.current_attempts(group, children)
+                processes.beat(pid, now_ms=wall_clock_ms(), attempts=attempts)
+            except Exception as error:  # a missed beat is shown as staleness, not a crash
+                log_event(logger, "runtime.beat_failed", f"registry beat failed: {error}",
+                          level=logging.WARNING)
+            finally:
+                close_old_connections()
+
+    def _stop_cluster(self, cluster_obj: Any) -> int:
+        if cluster_obj is None:
+            return 0
+        grace = float(os.environ.get("RUNWORKER_STOP_GRACE_S", "30"))
+        if cluster_obj.sentinel.is_alive():
+            stopper = threading.Thread(target=cluster_obj.stop, daemon=True)
+            stopper.start()
+            stopper.join(grace)
+            if stopper.is_alive():
+                log_event(logger, "runtime.stop_grace_exceeded",
+                          f"graceful stop exceeded {grace}s; killing the cluster",
+                          level=logging.ERROR)
+                _kill_tree(cluster_obj.sentinel.pid)
+                return 1
+        return 0 if (cluster_obj.sentinel.exitcode or 0) == 0 else 1
+
+
+ROLES = tuple(ROLE_CLUSTERS)

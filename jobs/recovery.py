@@ -1,0 +1,99 @@
+"""Recovery loops (L-1, L-2, L-5): small named passes that each return a report.
+
+Every pass is idempotent and safe in many processes at once: redrive uses dispatch keys
+(one observed queue state is redriven once), lease expiry is a fenced append. Passes
+cost O(candidates): each is one indexed query with a LIMIT.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+
+from django.conf import settings
+from django.db.models import Exists, OuterRef
+
+from jobs import queue
+from jobs.core.reducer import job_from_wire
+from jobs.core.vocabulary import LEASED_STATUSES
+from jobs.models import DeliveryPromise, Job
+from jobs.runtime.dispatch import redrive_key, start_driver
+from receipt_site.logs import log_event
+
+logger = logging.getLogger("receipt.recovery")
+BATCH = 200
+
+
+@dataclass
+class Report:
+    name: str
+    examined: int = 0
+    acted: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def redrive_queued(*, now_ms: int, limit: int = BATCH, min_age_ms: int | None = None,
+                   cooldown_ms: int | None = None) -> Report:
+    """L-1: queued jobs older than min age, not redriven within the cooldown and with no
+    pending delivery, get a driver start keyed `<jobId>:redrive:<attempt>:<updatedAt>`."""
+    config = settings.RECEIPT
+    min_age = config.queued_redrive_min_age_ms if min_age_ms is None else min_age_ms
+    cooldown = config.queued_redrive_cooldown_ms if cooldown_ms is None else cooldown_ms
+    pending = DeliveryPromise.objects.filter(job_id=OuterRef("id"), state="pending",
+                                             timeout_at__gt=now_ms)
+    recent = DeliveryPromise.objects.filter(job_id=OuterRef("id"), function="driver",
+                                            created_at__gt=now_ms - cooldown)
+    rows = (Job.objects.filter(status="queued", updated_at__lte=now_ms - min_age)
+            .filter(~Exists(pending), ~Exists(recent))
+            .order_by("updated_at").values_list("state", flat=True)[:limit])
+    report = Report("queued_redrive")
+    for wire in rows:
+        report.examined += 1
+        job = job_from_wire(wire)
+        try:
+            started = start_driver(job, dispatch_key=redrive_key(job), now_ms=now_ms)
+        except Exception as error:  # per item: log the id and carry on
+            report.errors.append(f"{job.job_id}: {error}")
+            log_event(logger, "delivery.queued_redrive_loop_error",
+                      f"redrive of {job.job_id} failed: {error}", level=logging.WARNING,
+                      jobId=job.job_id)
+            continue
+        if started.created:
+            report.acted += 1
+            log_event(logger, "delivery.queued_redrive", f"redrove {job.job_id}",
+                      jobId=job.job_id, promiseId=started.promise_id)
+    return report
+
+
+def expire_leases(*, now_ms: int, limit: int = BATCH) -> Report:
+    """L-2: active leases that passed get `job.lease_expired` (J-4); a requeued job is
+    redriven at once under the same key L-1 would use."""
+    ids = list(Job.objects.filter(status__in=LEASED_STATUSES, lease_until__lt=now_ms)
+               .order_by("lease_until").values_list("id", flat=True)[:limit])
+    report = Report("lease_expiry")
+    for job_id in ids:
+        report.examined += 1
+        try:
+            expired = queue.expire_lease(job_id, now_ms=now_ms)
+            if not expired.applied:
+                continue
+            report.acted += 1
+            log_event(logger, "delivery.lease_expired", f"lease of {job_id} expired",
+                      jobId=job_id, status=expired.job.status if expired.job else None)
+            if expired.job is not None and expired.job.status == "queued":
+                start_driver(expired.job, dispatch_key=redrive_key(expired.job), now_ms=now_ms)
+        except Exception as error:
+            report.errors.append(f"{job_id}: {error}")
+            log_event(logger, "delivery.lease_expiry_error", f"expiry of {job_id} failed: {error}",
+                      level=logging.WARNING, jobId=job_id)
+    return report
+
+
+def sweep_promises(*, now_ms: int, limit: int = 1000) -> Report:
+    """Mark pending promises past their timeout as `timedout`, so the pending set stays
+    small (they already read as timedout; this is bookkeeping)."""
+    ids = list(DeliveryPromise.objects.filter(state="pending", timeout_at__lte=now_ms)
+               .values_list("id", flat=True)[:limit])
+    acted = DeliveryPromise.objects.filter(id__in=ids, state="pending").update(
+        state="timedout", settled_at=now_ms)
+    return Report("promise_sweep", examined=len(ids), acted=acted)

@@ -1,0 +1,86 @@
+"""Starting deliveries (D-2, D-3): the one code path for enqueue wake-ups, startup resume
+and interval redrive.
+
+`start_driver` opens a driver promise under a dispatch key and sends one task to the
+`driver` cluster in the same transaction. A pending promise under the key means a
+delivery is already under way (`active_delivery`); a settled one advances a delivery
+generation `<jobId>:recovery:<g>`, at most 32.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import transaction
+
+from jobs.core.contracts import routed_group
+from jobs.core.reducer import JobState
+from jobs.core.timing import TimingSettings, driver_timeout_ms
+from jobs.errors import JobsError
+from jobs.runtime import promises, transport
+from receipt_site.logs import log_event
+from receipts.clock import now_ms as wall_clock_ms
+
+logger = logging.getLogger("receipt.delivery")
+MAX_GENERATIONS = 32
+DRIVE_TASK = "jobs.runtime.tasks.drive"
+
+
+class DeliveryRecoveryExceeded(JobsError):
+    code = "delivery_recovery_exceeded"
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"delivery recovery exceeded {MAX_GENERATIONS} generations for {job_id}")
+        self.job_id = job_id
+
+
+@dataclass(frozen=True)
+class StartResult:
+    created: bool
+    promise_id: str | None
+    reason: str | None = None  # active_delivery
+
+
+def redrive_key(job: JobState) -> str:
+    """L-1: one observed queue state is redriven at most once."""
+    return f"{job.job_id}:redrive:{job.attempt}:{job.updated_at}"
+
+
+def start_driver(job: JobState, *, dispatch_key: str | None = None,
+                 now_ms: int | None = None) -> StartResult:
+    now = wall_clock_ms() if now_ms is None else now_ms
+    key = dispatch_key or job.job_id
+    timing = TimingSettings.from_config(settings.RECEIPT)
+    lease_ms = job.lease_ms or timing.job_lease_ms
+    with transaction.atomic():
+        candidates = [key] + [f"{job.job_id}:recovery:{g}" for g in range(1, MAX_GENERATIONS + 1)]
+        for promise_id in candidates:
+            existing = promises.get(promise_id, now_ms=now)
+            if existing is not None:
+                if existing.pending:
+                    return StartResult(False, promise_id, "active_delivery")
+                continue  # settled: advance the delivery generation
+            opened = promises.create(
+                promise_id=promise_id, function="driver", job_id=job.job_id, attempt=None,
+                target_group="driver", dispatch_key=key, timeout_ms=driver_timeout_ms(lease_ms),
+                now_ms=now)
+            if not opened:  # another process opened it a moment ago
+                return StartResult(False, promise_id, "active_delivery")
+            transport.send("driver", DRIVE_TASK, promise_id)
+            return StartResult(True, promise_id)
+        raise DeliveryRecoveryExceeded(job.job_id)
+
+
+def dispatch_created(jobs: list[JobState]) -> None:
+    """D-2: after an enqueue commits, start delivery of the jobs it created.
+
+    A failure here loses nothing: the job is queued and the redrive loop (L-1) finds it.
+    """
+    for job in jobs:
+        try:
+            start_driver(job)
+        except Exception as error:  # logged per job; recovery owns the rest
+            log_event(logger, "delivery.dispatch_error", f"dispatch of {job.job_id} failed: {error}",
+                      level=logging.WARNING, jobId=job.job_id, group=routed_group(job.agent_id, job.kind))

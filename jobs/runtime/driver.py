@@ -1,0 +1,94 @@
+"""The driver (D-4): the first hop. Reads the job and decides: settle the promise,
+fail a stale lease, cancel on abort, or open the execute promise and send the attempt
+to the routed worker group. It never leases: leasing belongs to the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from jobs import queue
+from jobs.core.contracts import routed_group
+from jobs.core.reducer import Fence, JobState
+from jobs.core.timing import TimingSettings
+from jobs.runtime import callbacks, faults, promises, transport
+from jobs.runtime.roles import cluster_for_group
+from receipt_site.logs import log_event
+from receipts.clock import now_ms as wall_clock_ms
+
+logger = logging.getLogger("receipt.delivery")
+EXECUTE_TASK = "jobs.runtime.tasks.execute"
+STALE_LEASE_ERROR = "stale active job lost execution; retrying through driver"
+
+
+def execute_promise_id(job_id: str, attempt: int, driver_promise_id: str) -> str:
+    base = f"{job_id}:attempt:{attempt}"
+    return base if driver_promise_id == job_id else f"{base}:dispatch:{driver_promise_id}"
+
+
+def drive(promise_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
+    now = wall_clock_ms() if now_ms is None else now_ms
+    promise = promises.get(promise_id, now_ms=now)
+    if promise is None or promise.function != "driver":
+        return {"status": "unknown_promise", "promiseId": promise_id}
+    if not promise.pending:
+        return {"status": "duplicate_delivery", "promiseId": promise_id, "state": promise.state}
+    job = queue.get(promise.job_id)
+    if job is None:
+        promises.settle(promise_id, "rejected", now_ms=now, result={"status": "missing"})
+        return {"status": "missing", "jobId": promise.job_id}
+    if job.is_terminal:
+        promises.settle(promise_id, "resolved", now_ms=now, result={"status": "terminal_state"})
+        return {"status": "terminal_state", "jobId": job.job_id}
+    if job.holds_lease:
+        return _drive_leased(promise_id, job, now)
+    if job.abort_requested:
+        canceled = queue.cancel(job.job_id, reason=job.abort_reason or queue.ABORT_REQUESTED_REASON,
+                                by="driver", now_ms=now)
+        promises.settle(promise_id, "resolved", now_ms=now, result={"status": "canceled"})
+        if canceled.applied and canceled.job is not None:
+            callbacks.post("canceled", canceled.job, at_ms=now)
+        return {"status": "canceled", "jobId": job.job_id}
+    return _open_execute(promise_id, job, now)
+
+
+def _drive_leased(promise_id: str, job: JobState, now: int) -> dict[str, Any]:
+    if job.lease_until is not None and job.lease_until <= now:
+        # The attempt's worker is gone: fail it under its own fence so the ordinary
+        # retry rules (J-4) and redrive recover the job (D-4).
+        assert job.worker_id is not None
+        queue.fail(job.job_id, STALE_LEASE_ERROR, fence=Fence(job.worker_id, job.attempt),
+                   now_ms=now)
+        promises.settle(promise_id, "resolved", now_ms=now, result={"status": "stale_lease_failed"})
+        return {"status": "stale_lease_failed", "jobId": job.job_id}
+    promises.settle(promise_id, "resolved", now_ms=now, result={"status": "already_running"})
+    return {"status": "already_running", "jobId": job.job_id}
+
+
+def _open_execute(promise_id: str, job: JobState, now: int) -> dict[str, Any]:
+    group = routed_group(job.agent_id, job.kind)
+    attempt = job.attempt + 1
+    execute_id = execute_promise_id(job.job_id, attempt, promise_id)
+    lease_ms = job.lease_ms or TimingSettings.from_config(settings.RECEIPT).job_lease_ms
+    promise = promises.get(promise_id, now_ms=now)
+    assert promise is not None
+    with transaction.atomic():
+        opened = promises.create(
+            promise_id=execute_id, function="execute", job_id=job.job_id, attempt=attempt,
+            target_group=group, dispatch_key=promise.dispatch_key, timeout_ms=lease_ms, now_ms=now)
+        if opened:
+            transport.send(cluster_for_group(group), EXECUTE_TASK, execute_id)
+        promises.settle(promise_id, "resolved", now_ms=now,
+                        result={"status": "dispatched" if opened else "already_dispatched",
+                                "execute": execute_id})
+    faults.crash("driver_after_execute_sent")
+    if opened:
+        callbacks.post("dispatched", job, at_ms=now)
+        log_event(logger, "delivery.dispatched", f"{job.job_id} attempt {attempt} -> {group}",
+                  level=logging.DEBUG, jobId=job.job_id, group=group)
+    return {"status": "dispatched" if opened else "already_dispatched", "jobId": job.job_id,
+            "execute": execute_id}

@@ -1,0 +1,93 @@
+"""Runs maintenance loops as threads of a runworker process and records each run (L-6).
+
+A loop is single-flight inside its thread: ticks that fall due while a pass is running
+coalesce into the next one instead of piling up.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import close_old_connections
+
+from jobs.models import LoopRun
+from jobs.recovery import Report
+from receipt_site.logs import log_event
+from receipts.clock import now_ms as wall_clock_ms
+
+logger = logging.getLogger("receipt.loops")
+
+
+@dataclass(frozen=True)
+class Loop:
+    name: str
+    interval_ms: int
+    startup_delay_ms: int
+    run: Callable[[int], Report]  # now_ms -> report
+    once: bool = False  # L-5: startup passes run one time
+
+
+def record(loop: str, process_id: str, *, started_ms: int, finished_ms: int, report: Report | None,
+           error: str | None) -> None:
+    row, _ = LoopRun.objects.get_or_create(
+        loop=loop, process_id=process_id, defaults={"last_started_at": started_ms})
+    row.last_started_at = started_ms
+    row.last_finished_at = finished_ms
+    row.duration_ms = finished_ms - started_ms
+    row.runs += 1
+    row.acted = report.acted if report else 0
+    if error or (report and report.errors):
+        row.last_error = error or "; ".join(report.errors[:5])  # type: ignore[union-attr]
+        row.last_error_at = finished_ms
+    row.save()
+
+
+def run_once(loop: Loop, process_id: str) -> Report | None:
+    started = wall_clock_ms()
+    report, error = None, None
+    try:
+        report = loop.run(started)
+    except Exception as exc:  # a loop never dies of one bad pass
+        error = f"{type(exc).__name__}: {exc}"
+        log_event(logger, f"loop.{loop.name}_error", f"{loop.name} pass failed: {exc}",
+                  level=logging.ERROR, loop=loop.name, exc_info=True)
+    try:
+        record(loop.name, process_id, started_ms=started, finished_ms=wall_clock_ms(),
+               report=report, error=error)
+    except Exception as exc:
+        log_event(logger, "loop.record_failed", f"could not record {loop.name}: {exc}",
+                  level=logging.WARNING, loop=loop.name)
+    finally:
+        close_old_connections()
+    return report
+
+
+def _thread(loop: Loop, process_id: str, stop: threading.Event) -> None:
+    if stop.wait(loop.startup_delay_ms / 1000):
+        return
+    while not stop.is_set():
+        run_once(loop, process_id)
+        if loop.once or stop.wait(loop.interval_ms / 1000):
+            return
+
+
+def start(loops: list[Loop], process_id: str, stop: threading.Event) -> list[threading.Thread]:
+    threads = []
+    for loop in loops:
+        thread = threading.Thread(target=_thread, args=(loop, process_id, stop),
+                                  name=f"loop:{loop.name}", daemon=True)
+        thread.start()
+        threads.append(thread)
+    return threads
+
+
+def summary(*, limit: int = 100) -> list[dict[str, Any]]:
+    rows = LoopRun.objects.order_by("loop", "process_id")[:limit]
+    return [{"loop": r.loop, "process": r.process_id, "lastStartedAt": r.last_started_at,
+             "lastFinishedAt": r.last_finished_at, "durationMs": r.duration_ms,
+             "acted": r.acted, "runs": r.runs, "lastError": r.last_error,
+             "lastErrorAt": r.last_error_at} for r in rows]

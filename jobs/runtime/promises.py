@@ -1,0 +1,109 @@
+"""Delivery promises (D-1): create, read and settle. A pending promise past its timeout
+counts as `timedout` (terminal) wherever it is read."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+
+from jobs.models import DeliveryPromise
+
+TERMINAL_STATES = ("resolved", "rejected", "canceled", "timedout")
+
+
+@dataclass(frozen=True)
+class PromiseView:
+    id: str
+    function: str
+    job_id: str
+    attempt: int | None
+    target_group: str
+    dispatch_key: str
+    state: str  # effective state: pending past timeout reads as timedout
+    timeout_at: int
+    created_at: int
+    settled_at: int | None
+    worker_id: str | None
+    result: Any
+
+    @property
+    def pending(self) -> bool:
+        return self.state == "pending"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"id": self.id, "function": self.function, "jobId": self.job_id,
+                "attempt": self.attempt, "targetGroup": self.target_group,
+                "dispatchKey": self.dispatch_key, "state": self.state,
+                "timeoutAt": self.timeout_at, "createdAt": self.created_at,
+                "settledAt": self.settled_at, "workerId": self.worker_id, "result": self.result}
+
+
+def effective_state(row: DeliveryPromise, now_ms: int) -> str:
+    if row.state == "pending" and row.timeout_at <= now_ms:
+        return "timedout"
+    return row.state
+
+
+def view(row: DeliveryPromise, now_ms: int) -> PromiseView:
+    return PromiseView(row.id, row.function, row.job_id, row.attempt, row.target_group,
+                       row.dispatch_key, effective_state(row, now_ms), row.timeout_at,
+                       row.created_at, row.settled_at, row.worker_id, row.result)
+
+
+def get(promise_id: str, *, now_ms: int) -> PromiseView | None:
+    row = DeliveryPromise.objects.filter(pk=promise_id).first()
+    return view(row, now_ms) if row else None
+
+
+def create(*, promise_id: str, function: str, job_id: str, attempt: int | None,
+           target_group: str, dispatch_key: str, timeout_ms: int, now_ms: int) -> bool:
+    """Insert a pending promise; False when the id already exists (someone else won)."""
+    try:
+        with transaction.atomic():
+            DeliveryPromise.objects.create(
+                id=promise_id, function=function, job_id=job_id, attempt=attempt,
+                target_group=target_group, dispatch_key=dispatch_key, state="pending",
+                timeout_at=now_ms + timeout_ms, created_at=now_ms)
+        return True
+    except IntegrityError:
+        return False
+
+
+def settle(promise_id: str, state: str, *, now_ms: int, result: Any = None,
+           worker_id: str | None = None) -> bool:
+    """Settle a pending promise once; a second settlement changes nothing."""
+    assert state in TERMINAL_STATES
+    fields: dict[str, Any] = {"state": state, "settled_at": now_ms, "result": result}
+    if worker_id is not None:
+        fields["worker_id"] = worker_id
+    return DeliveryPromise.objects.filter(pk=promise_id, state="pending").update(**fields) == 1
+
+
+def claim(promise_id: str, worker_id: str) -> bool:
+    """Claim a pending execute promise for one worker; a duplicate delivery loses."""
+    return DeliveryPromise.objects.filter(pk=promise_id, state="pending",
+                                          worker_id__isnull=True).update(worker_id=worker_id) == 1
+
+
+def pending_for_job(job_id: str, *, now_ms: int) -> list[PromiseView]:
+    rows = DeliveryPromise.objects.filter(job_id=job_id, state="pending", timeout_at__gt=now_ms)
+    return [view(r, now_ms) for r in rows.order_by("-created_at")]
+
+
+def for_job(job_id: str, *, now_ms: int, limit: int = 100) -> list[PromiseView]:
+    rows = DeliveryPromise.objects.filter(job_id=job_id).order_by("-created_at")[:limit]
+    return [view(r, now_ms) for r in rows]
+
+
+def jobs_with_pending(job_ids: list[str], *, now_ms: int) -> set[str]:
+    rows = DeliveryPromise.objects.filter(job_id__in=job_ids, state="pending",
+                                          timeout_at__gt=now_ms)
+    return set(rows.values_list("job_id", flat=True))
+
+
+def jobs_started_since(job_ids: list[str], *, since_ms: int) -> set[str]:
+    rows = DeliveryPromise.objects.filter(job_id__in=job_ids, function="driver",
+                                          created_at__gte=since_ms)
+    return set(rows.values_list("job_id", flat=True))

@@ -1,0 +1,33 @@
+"""django-q2 entry points: one line each. They never raise, so django-q2 stores no
+Failure rows and never retries on its own (the receipts decide retries)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from receipt_site.logs import log_event
+
+logger = logging.getLogger("receipt.delivery")
+
+
+def _guarded(label: str, promise_id: str, call: Any) -> dict[str, Any]:
+    try:
+        result: dict[str, Any] = call(promise_id)
+        return result
+    except Exception as error:  # the promise stays pending; recovery redrives the job
+        log_event(logger, "delivery.task_error", f"{label} {promise_id} failed: {error}",
+                  level=logging.ERROR, promiseId=promise_id, exc_info=True)
+        return {"status": "error", "promiseId": promise_id, "error": str(error)}
+
+
+def drive(promise_id: str) -> dict[str, Any]:
+    from jobs.runtime import driver
+
+    return _guarded("drive", promise_id, driver.drive)
+
+
+def execute(promise_id: str) -> dict[str, Any]:
+    from jobs.runtime import worker
+
+    return _guarded("execute", promise_id, worker.execute)

@@ -1,0 +1,110 @@
+"""Real runworker processes against this run's test database (C-3).
+
+Short leases and loop intervals come from the environment, the same values patched into
+this process's config, so enqueues here and workers there agree on timing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from jobs.models import WorkerProcess
+from tests.conftest import subprocess_env, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNTIME_ENV = {
+    "JOB_LEASE_MS": "4000",
+    "RECEIPT_RESONATE_QUEUED_REDRIVE_INTERVAL_MS": "300",
+    "RECEIPT_RESONATE_QUEUED_REDRIVE_MIN_AGE_MS": "600",
+    "RECEIPT_RESONATE_QUEUED_REDRIVE_COOLDOWN_MS": "600",
+    "RECEIPT_RESONATE_QUEUED_REDRIVE_STARTUP_DELAY_MS": "100",
+    "RESONATE_STARTUP_SETTLE_MS": "100",
+    "RECEIPT_BROKER_POLL_MS": "20",
+    "RECEIPT_HANDLER_MODULES": "tests.runtime.handlers",
+    "RUNWORKER_STOP_GRACE_S": "8",
+}
+PATCHED = {
+    "job_lease_ms": 4000,
+    "queued_redrive_interval_ms": 300,
+    "queued_redrive_min_age_ms": 600,
+    "queued_redrive_cooldown_ms": 600,
+    "queued_redrive_startup_delay_ms": 100,
+    "startup_settle_ms": 100,
+}
+
+
+class Stack:
+    """Started runworker processes of one test; stopped (or killed) at teardown."""
+
+    def __init__(self, tmp: Path, env: dict[str, str]) -> None:
+        self.tmp = tmp
+        self.env = env
+        self.marker = Path(env["RECEIPT_TEST_MARKER"])
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.counter = 0
+
+    def start(self, role: str, *, name: str | None = None, wait: bool = True,
+              **extra_env: str) -> subprocess.Popen[bytes]:
+        self.counter += 1
+        name = name or f"{role}-{self.counter}"
+        with open(self.tmp / f"{name}.log", "ab") as log:  # the child keeps its own copy
+            proc = subprocess.Popen(
+                [sys.executable, "manage.py", "runworker", "--role", role], cwd=ROOT,
+                env={**self.env, **extra_env}, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
+        self.procs[name] = proc
+        if wait:
+            wait_for(lambda: WorkerProcess.objects.filter(pid=proc.pid, stopped_at__isnull=True)
+                     .exists() or proc.poll() is not None, timeout=30,
+                     message=f"runworker {role} to register")
+            assert proc.poll() is None, self.log(name)
+        return proc
+
+    def log(self, name: str) -> str:
+        return (self.tmp / f"{name}.log").read_text(errors="replace")[-4000:]
+
+    def kill(self, name: str) -> None:
+        """SIGKILL the whole runworker tree (main, sentinel, workers)."""
+        proc = self.procs[name]
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for proc in self.procs.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # leftovers of the tree, if any
+
+    def marks(self, event: str | None = None, job_id: str | None = None) -> list[dict]:
+        if not self.marker.exists():
+            return []
+        lines = [json.loads(line) for line in self.marker.read_text().splitlines() if line]
+        return [m for m in lines if (event is None or m["event"] == event)
+                and (job_id is None or m.get("jobId") == job_id)]
+
+
+@pytest.fixture
+def stack(transactional_db, tmp_path, monkeypatch):
+    monkeypatch.setattr(settings, "RECEIPT", dataclasses.replace(settings.RECEIPT, **PATCHED))
+    env = subprocess_env(**RUNTIME_ENV, RECEIPT_TEST_MARKER=str(tmp_path / "marker.jsonl"),
+                         RECEIPT_DATA_DIR=str(settings.DATA_DIR))
+    running = Stack(tmp_path, env)
+    yield running
+    running.stop_all()

@@ -1,0 +1,91 @@
+"""Handlers for runtime tests, loaded in worker processes via RECEIPT_HANDLER_MODULES.
+
+Each records what ran (job, attempt, pid, group) in a marker file so tests count real
+executions instead of trusting the runtime's own bookkeeping.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+from jobs.handlers import register_handler
+from jobs.runtime.context import JobResult
+
+
+def _mark(job, ctx, event: str) -> None:
+    path = os.environ.get("RECEIPT_TEST_MARKER")
+    if not path:
+        return
+    line = json.dumps({"event": event, "jobId": job.job_id, "attempt": ctx.attempt,
+                       "pid": os.getpid(), "workerId": ctx.worker_id, "t": time.time()})
+    with open(path, "a") as handle:
+        handle.write(line + "\n")
+
+
+def _echo(job, ctx):
+    _mark(job, ctx, "start")
+    group = ctx.worker_id.split(":", 1)[0]
+    return JobResult.success({"echo": (job.payload or {}).get("message"), "group": group,
+                              "pid": os.getpid()})
+
+
+register_handler("test-echo")(_echo)
+register_handler("codex")(_echo)  # routing tests: these agents route to codex / control
+register_handler("factory-control")(_echo)
+
+
+@register_handler("test-sleep")
+def sleep_handler(job, ctx):
+    """Sleeps `sleepMs` in small steps, honouring abort; reports progress once."""
+    _mark(job, ctx, "start")
+    payload = job.payload or {}
+    total = payload.get("sleepMs", 1000) / 1000
+    if ctx.attempt > 1 and "laterSleepMs" in payload:
+        total = payload["laterSleepMs"] / 1000
+    ctx.progress({"phase": "sleeping"})
+    end = time.monotonic() + total
+    while time.monotonic() < end:
+        if ctx.aborted.wait(0.05):
+            _mark(job, ctx, "aborted")
+            return JobResult.failure("aborted")
+    _mark(job, ctx, "end")
+    return JobResult.success({"slept": total})
+
+
+@register_handler("test-stubborn")
+def stubborn(job, ctx):
+    """Ignores abort and deadlines entirely (execution-timeout tests)."""
+    _mark(job, ctx, "start")
+    payload = job.payload or {}
+    sleep_ms = payload.get("sleepMs", 10_000)
+    if ctx.attempt > 1 and "laterSleepMs" in payload:
+        sleep_ms = payload["laterSleepMs"]
+    time.sleep(sleep_ms / 1000)
+    return JobResult.success("finished late")
+
+
+@register_handler("test-fail")
+def fail(job, ctx):
+    _mark(job, ctx, "start")
+    return JobResult.failure("deliberate failure", no_retry=bool((job.payload or {}).get("noRetry")))
+
+
+@register_handler("test-raise")
+def explode(job, ctx):
+    _mark(job, ctx, "start")
+    raise RuntimeError("handler exploded")
+
+
+@register_handler("test-commands")
+def commands(job, ctx):
+    """Waits for a steer command and returns its payload."""
+    _mark(job, ctx, "start")
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not ctx.aborted.is_set():
+        pulled = ctx.pull_commands(["steer"])
+        if pulled:
+            return JobResult.success({"steered": pulled[0].payload})
+        time.sleep(0.1)
+    return JobResult.failure("no steer arrived")

@@ -1,0 +1,182 @@
+"""The delivery runtime with real runworker processes (D-2..D-10, L-1, L-2, C-3)."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobs import queue
+from jobs.models import DeliveryPromise
+from jobs.runtime import transport
+from receipts import store
+from tests.conftest import wait_for
+from tests.runtime.helpers import assert_settled_once, enqueue, receipt_types, wait_status
+
+pytestmark = [pytest.mark.runtime, pytest.mark.django_db(transaction=True)]
+
+
+def test_happy_path_runs_on_the_routed_role_with_every_receipt(stack):
+    stack.start("driver")
+    stack.start("chat")
+    job = enqueue("test-echo", message="hello")
+    done = wait_status(job.job_id, "completed")
+    assert done.result["echo"] == "hello" and done.result["group"] == "chat"
+    assert receipt_types(job.job_id) == ["job.enqueued", "job.leased", "job.heartbeat",
+                                         "job.completed"]
+    states = dict(DeliveryPromise.objects.filter(job_id=job.job_id).values_list("function", "state"))
+    assert states == {"driver": "resolved", "execute": "resolved"}
+    assert len(stack.marks("start", job.job_id)) == 1
+    assert_settled_once(job.job_id)
+
+
+def test_each_group_runs_only_on_its_own_cluster(stack):
+    stack.start("driver")
+    for role in ("chat", "control", "codex"):
+        stack.start(role)
+    jobs = {
+        "chat": enqueue("test-echo"),
+        "control": enqueue("factory-control", kind="factory.objective.control"),
+        "codex": enqueue("codex", kind="factory.task.run"),
+    }
+    for group, job in jobs.items():
+        done = wait_status(job.job_id, "completed")
+        assert done.result["group"] == group, (group, done.result)
+        assert done.worker_id.startswith(f"{group}:")
+
+
+def test_unknown_agent_fails_non_retryably_with_the_contract_message(stack):
+    stack.start("driver")
+    stack.start("chat")
+    job = enqueue("nobody-home", max_attempts=3)
+    failed = wait_status(job.job_id, "failed")
+    assert failed.last_error == "No handler for agent 'nobody-home'"
+    assert failed.attempt == 1 and failed.result == {"status": "failed"}
+
+
+def test_handler_exception_is_retried_then_fails(stack):
+    stack.start("driver")
+    stack.start("chat")
+    job = enqueue("test-raise", max_attempts=2)
+    failed = wait_status(job.job_id, "failed")
+    assert failed.attempt == 2 and "RuntimeError: handler exploded" in failed.last_error
+    assert len(stack.marks("start", job.job_id)) == 2
+    assert_settled_once(job.job_id)
+
+
+def test_worker_killed_mid_handler_is_recovered_on_the_next_attempt(stack):
+    stack.start("driver")
+    stack.start("chat", name="chat-doomed")
+    job = enqueue("test-sleep", sleepMs=60_000, laterSleepMs=10, max_attempts=2)
+    wait_for(lambda: stack.marks("start", job.job_id), message="first attempt to start")
+    stack.kill("chat-doomed")
+    stack.start("chat", name="chat-fresh")
+    done = wait_status(job.job_id, "completed", timeout=40)
+    assert done.attempt == 2
+    types = receipt_types(job.job_id)
+    assert "job.lease_expired" in types
+    assert [m["attempt"] for m in stack.marks("start", job.job_id)] == [1, 2]
+    assert_settled_once(job.job_id)
+
+
+def test_worker_killed_on_the_last_attempt_fails_with_lease_expired(stack):
+    stack.start("driver")
+    stack.start("chat", name="chat-doomed")
+    job = enqueue("test-sleep", sleepMs=60_000, max_attempts=1)
+    wait_for(lambda: stack.marks("start", job.job_id), message="attempt to start")
+    stack.kill("chat-doomed")
+    failed = wait_status(job.job_id, "failed", timeout=40)
+    assert failed.last_error == "lease expired"
+    assert_settled_once(job.job_id)
+
+
+def test_driver_killed_after_opening_the_execute_promise_still_completes_once(stack):
+    stack.start("driver", name="driver-doomed", RECEIPT_FAULTS="driver_after_execute_sent")
+    stack.start("chat")
+    job = enqueue("test-echo")
+    done = wait_status(job.job_id, "completed")
+    assert done.status == "completed"
+    assert stack.marks("fault")[0]["fault"] == "driver_after_execute_sent"
+    assert len(stack.marks("start", job.job_id)) == 1
+    assert_settled_once(job.job_id)
+
+
+def test_dropped_broker_task_is_recovered_by_the_queued_redrive(stack):
+    from django_q.models import OrmQ
+
+    stack.start("chat")
+    job = enqueue("test-echo")  # dispatched to the driver cluster, which is not running
+    wait_for(lambda: OrmQ.objects.filter(key="driver").exists(), message="driver task queued")
+    OrmQ.objects.filter(key="driver").delete()  # the broker lost it
+    # The driver promise is still pending: let its timeout pass (as time would).
+    DeliveryPromise.objects.filter(job_id=job.job_id).update(timeout_at=0)
+    stack.start("driver")
+    done = wait_status(job.job_id, "completed", timeout=30)
+    promise_ids = set(DeliveryPromise.objects.filter(job_id=job.job_id, function="driver")
+                      .values_list("id", flat=True))
+    assert any(":redrive:" in p for p in promise_ids), promise_ids
+    assert done.status == "completed" and len(stack.marks("start", job.job_id)) == 1
+
+
+def test_duplicate_execute_delivery_settles_once(stack):
+    stack.start("driver")
+    stack.start("chat")
+    job = enqueue("test-sleep", sleepMs=1500)
+    wait_for(lambda: stack.marks("start", job.job_id), message="attempt to start")
+    execute = DeliveryPromise.objects.get(job_id=job.job_id, function="execute")
+    transport.send("worker-chat", "jobs.runtime.tasks.execute", execute.id)  # while running
+    wait_status(job.job_id, "completed")
+    transport.send("worker-chat", "jobs.runtime.tasks.execute", execute.id)  # after settling
+    from django_q.models import OrmQ
+
+    wait_for(lambda: not OrmQ.objects.filter(key="worker-chat").exists(),
+             message="duplicates to be consumed")
+    assert len(stack.marks("start", job.job_id)) == 1
+    assert receipt_types(job.job_id).count("job.completed") == 1
+    assert_settled_once(job.job_id)
+
+
+def test_abort_stops_a_running_handler_within_one_heartbeat(stack):
+    stack.start("driver")
+    stack.start("chat")
+    job = enqueue("test-sleep", sleepMs=60_000)
+    wait_for(lambda: stack.marks("start", job.job_id), message="attempt to start")
+    queue.abort(job.job_id, reason="operator stop", by="ops")
+    canceled = wait_status(job.job_id, "canceled", timeout=10)
+    assert canceled.cancel_reason == "operator stop"
+    assert stack.marks("aborted", job.job_id)
+    abort_ts = next(r.ts for r in store.read(job.stream) if r.type == "queue.command")
+    cancel_ts = next(r.ts for r in store.read(job.stream) if r.type == "job.canceled")
+    assert cancel_ts - abort_ts <= 1333 + 1000  # one heartbeat cadence (4000/3) plus slack
+    assert_settled_once(job.job_id)
+
+
+def test_execution_timeout_fails_the_attempt_and_retries(stack):
+    stack.start("driver")
+    stack.start("chat")
+    job = enqueue("test-stubborn", sleepMs=30_000, laterSleepMs=10, max_attempts=2)
+    done = wait_status(job.job_id, "completed", timeout=40)
+    failed = [r for r in store.read(job.stream) if r.type == "job.failed"]
+    assert len(failed) == 1 and failed[0].body["willRetry"] is True
+    assert failed[0].body["error"].startswith("execution timeout after 5000 ms")
+    assert done.attempt == 2
+    assert_settled_once(job.job_id)
+
+
+def test_transient_storage_error_during_settlement_is_retried_and_settles_once(stack):
+    stack.start("driver")
+    stack.start("chat", RECEIPT_FAULTS="settle_transient")
+    job = enqueue("test-echo")
+    wait_status(job.job_id, "completed")
+    assert [m["fault"] for m in stack.marks("fault")] == ["settle_transient"]
+    assert receipt_types(job.job_id).count("job.completed") == 1
+    assert_settled_once(job.job_id)
+
+
+def test_steer_reaches_a_running_handler(stack):
+    stack.start("driver")
+    stack.start("chat")
+    job = enqueue("test-commands")
+    wait_for(lambda: stack.marks("start", job.job_id), message="attempt to start")
+    queue.steer(job.job_id, {"go": "left"}, by="ops")
+    done = wait_status(job.job_id, "completed")
+    assert done.result == {"steered": {"go": "left"}}
+    assert "queue.command.consumed" in receipt_types(job.job_id)
