@@ -1,0 +1,113 @@
+"""Why is this job not running, or not done? (D-12) A pure function of gathered facts.
+
+Every blocker is a code plus a sentence an operator can act on; facts are returned too,
+so the answer can be checked rather than trusted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobs.core.contracts import routed_group
+from jobs.core.reducer import JobState
+
+
+@dataclass(frozen=True)
+class PendingDelivery:
+    id: str
+    function: str  # driver | execute
+    created_at: int
+    timeout_at: int
+
+
+@dataclass(frozen=True)
+class Facts:
+    job: JobState
+    now_ms: int
+    has_handler: bool
+    live_processes: dict[str, int]  # cluster name -> live runworker processes
+    pending: tuple[PendingDelivery, ...] = ()
+    last_driver_start_ms: int | None = None
+    min_age_ms: int = 30_000
+    cooldown_ms: int = 15_000
+    session_peers: tuple[str, ...] = ()  # other active jobs on the same session key
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Blocker:
+    code: str
+    detail: str
+
+    def to_wire(self) -> dict[str, str]:
+        return {"code": self.code, "detail": self.detail}
+
+
+def _seconds(ms: int) -> str:
+    return f"{ms / 1000:.1f} s"
+
+
+def diagnose(facts: Facts) -> list[Blocker]:
+    job, now = facts.job, facts.now_ms
+    group = routed_group(job.agent_id, job.kind)
+    out: list[Blocker] = []
+    if job.is_terminal:
+        reason = job.last_error or job.cancel_reason or "completed"
+        out.append(Blocker("terminal", f"job is {job.status} ({reason}); it will not run again"))
+        return out
+    if not facts.has_handler:
+        out.append(Blocker("no_handler", f"no handler is registered for agent '{job.agent_id}': "
+                                         f"a worker will fail it with No handler for agent "
+                                         f"'{job.agent_id}'"))
+    if job.abort_requested:
+        out.append(Blocker("abort_requested",
+                           f"abort requested ({job.abort_reason or 'no reason'}); the worker "
+                           "stops it at its next heartbeat"))
+    worker_cluster = f"worker-{group}"
+    if facts.live_processes.get(worker_cluster, 0) == 0:
+        out.append(Blocker("no_live_process", f"no live runworker process serves group '{group}': "
+                                              f"start `manage.py runworker --role {group}`"))
+    if job.status == "queued" and facts.live_processes.get("driver", 0) == 0:
+        out.append(Blocker("no_live_driver", "no live driver process: start "
+                                             "`manage.py runworker --role driver`"))
+    if job.holds_lease:
+        until = job.lease_until or 0
+        if until <= now:
+            out.append(Blocker("lease_expired", f"lease of attempt {job.attempt} ({job.worker_id}) "
+                                                f"passed {_seconds(now - until)} ago; the lease "
+                                                "expiry loop will requeue or fail it"))
+        else:
+            out.append(Blocker("running", f"attempt {job.attempt} is held by {job.worker_id}; "
+                                          f"lease expires in {_seconds(until - now)}"))
+        return out
+    # queued
+    if job.attempt >= job.max_attempts:
+        out.append(Blocker("attempts_exhausted",
+                           f"{job.attempt} of {job.max_attempts} attempts used"))
+    for promise in facts.pending:
+        out.append(Blocker("delivery_pending",
+                           f"{promise.function} delivery {promise.id} pending for "
+                           f"{_seconds(now - promise.created_at)} (times out in "
+                           f"{_seconds(max(0, promise.timeout_at - now))})"))
+    if not facts.pending:
+        age = now - job.updated_at
+        waits = []
+        if age < facts.min_age_ms:
+            waits.append(f"min age {_seconds(facts.min_age_ms - age)}")
+        if facts.last_driver_start_ms is not None:
+            since = now - facts.last_driver_start_ms
+            if since < facts.cooldown_ms:
+                waits.append(f"cooldown {_seconds(facts.cooldown_ms - since)}")
+        if waits:
+            out.append(Blocker("redrive_pending",
+                               f"no delivery in flight; the queued redrive picks it up after "
+                               f"{' and '.join(waits)}"))
+        else:
+            out.append(Blocker("awaiting_redrive", "no delivery in flight; the next queued "
+                                                   "redrive pass will start one"))
+    if facts.session_peers:
+        out.append(Blocker("singleton_peers",
+                           f"other active jobs share session key '{job.session_key}': "
+                           f"{', '.join(facts.session_peers[:5])}"))
+    return out
