@@ -180,3 +180,50 @@ def test_steer_reaches_a_running_handler(stack):
     done = wait_status(job.job_id, "completed")
     assert done.result == {"steered": {"go": "left"}}
     assert "queue.command.consumed" in receipt_types(job.job_id)
+
+
+def test_sigterm_drains_the_running_attempt_before_exiting(stack):
+    stack.start("driver")
+    worker = stack.start("chat", name="chat-drain")
+    job = enqueue("test-sleep", sleepMs=1500)
+    wait_for(lambda: stack.marks("start", job.job_id), message="attempt to start")
+    worker.send_signal(15)
+    assert worker.wait(timeout=30) == 0
+    done = queue.get(job.job_id)
+    assert done.status == "completed", receipt_types(job.job_id)  # drained, not abandoned
+    from jobs.models import WorkerProcess
+
+    assert WorkerProcess.objects.get(pid=worker.pid).stopped_at is not None
+
+
+def test_unknown_process_role_runs_only_the_loops_and_says_so(stack):
+    import subprocess
+    import sys
+
+    from jobs.models import WorkerProcess
+    from tests.runtime.conftest import ROOT
+
+    proc = subprocess.Popen([sys.executable, "manage.py", "runworker"], cwd=ROOT,
+                            env={**stack.env, "RECEIPT_PROCESS_ROLE": "wokrer-chat"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            start_new_session=True)
+    stack.procs["all"] = proc
+    row = wait_for(lambda: WorkerProcess.objects.filter(pid=proc.pid).first(),
+                   message="the fallback process to register")
+    assert row.role == "all" and "wokrer-chat" in row.info["warning"]
+    job = enqueue("test-echo")
+    stack.start("driver")
+    wait_for(lambda: DeliveryPromise.objects.filter(job_id=job.job_id, function="execute").exists(),
+             message="the driver to dispatch")
+    assert queue.get(job.job_id).status == "queued"  # nobody serves chat: it stays queued
+
+
+def test_runworker_rejects_an_unknown_role(stack):
+    import subprocess
+    import sys
+
+    from tests.runtime.conftest import ROOT
+
+    result = subprocess.run([sys.executable, "manage.py", "runworker", "--role", "chatt"],
+                            cwd=ROOT, env=stack.env, capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0 and "unknown role 'chatt'" in result.stderr

@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand
 
 from receipt_site.supervision import Child, Supervisor
 
-WORKER_ROLES: tuple[str, ...] = ()  # filled in as the delivery runtime lands (see README)
+WORKER_ROLES = ("driver", "chat", "control", "codex")
 
 
 class Command(BaseCommand):
