@@ -413,8 +413,15 @@ def abort(job_id: str, *, reason: str | None = None, by: str | None = None) -> C
 
 
 def lease(job_id: str, *, worker_id: str, now_ms: int | None = None,
-          lease_ms: int | None = None) -> WriteResult:
-    """Take the next attempt of a queued job."""
+          lease_ms: int | None = None, start: bool = False,
+          expect_attempt: int | None = None) -> WriteResult:
+    """Take the next attempt of a queued job.
+
+    With `start`, the first heartbeat is written in the same append (leased -> running),
+    which is what a worker about to run the handler does: one transaction, not two.
+    With `expect_attempt`, the lease is taken only as that attempt number (a delivery
+    for attempt n never leases attempt n+1).
+    """
     now = wall_clock_ms() if now_ms is None else now_ms
     with transaction.atomic(), _locked(job_id) as (handle, job):
         if job is None:
@@ -424,10 +431,15 @@ def lease(job_id: str, *, worker_id: str, now_ms: int | None = None,
         if job.status != "queued":
             return WriteResult(Outcome.NOT_QUEUED, job)
         attempt = job.attempt + 1
+        if expect_attempt is not None and attempt != expect_attempt:
+            return WriteResult(Outcome.NOT_QUEUED, job)
         until = now + (lease_ms or job.lease_ms or _timing().job_lease_ms)
-        handle.append({"type": JOB_LEASED, "jobId": job_id, "workerId": worker_id,
-                       "attempt": attempt, "leaseUntil": until},
-                      now_ms=now, context=_context(job))
+        events = [{"type": JOB_LEASED, "jobId": job_id, "workerId": worker_id,
+                   "attempt": attempt, "leaseUntil": until}]
+        if start:
+            events.append({"type": JOB_HEARTBEAT, "jobId": job_id, "workerId": worker_id,
+                           "attempt": attempt, "leaseUntil": until})
+        handle.append(events, now_ms=now, context=_context(job))
         return WriteResult(Outcome.APPLIED, _state(handle))
 
 

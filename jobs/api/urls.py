@@ -1,3 +1,17 @@
-from django.urls import path  # noqa: F401
+"""Routes of the jobs API (SPEC 9). Live events (/jobs/<id>/events, /jobs/<id>/wait,
+/receipt/stream, /receipt/callback) live in jobs.live.urls."""
 
-urlpatterns: list = []  # filled by the HTTP API (SPEC 9)
+from django.urls import path
+
+from jobs.api import views
+
+urlpatterns = [
+    path("agents/<str:agent_id>/jobs", views.EnqueueView.as_view(), name="job-enqueue"),
+    path("jobs", views.JobListView.as_view(), name="job-list"),
+    path("jobs/<str:job_id>", views.JobDetailView.as_view(), name="job-detail"),
+    path("jobs/<str:job_id>/receipts", views.JobReceiptsView.as_view(), name="job-receipts"),
+    path("jobs/<str:job_id>/state", views.JobStateView.as_view(), name="job-state"),
+    path("jobs/<str:job_id>/steer", views.SteerView.as_view(), name="job-steer"),
+    path("jobs/<str:job_id>/follow-up", views.FollowUpView.as_view(), name="job-follow-up"),
+    path("jobs/<str:job_id>/abort", views.AbortView.as_view(), name="job-abort"),
+]

@@ -57,19 +57,17 @@ def start_driver(job: JobState, *, dispatch_key: str | None = None,
     with transaction.atomic():
         candidates = [key] + [f"{job.job_id}:recovery:{g}" for g in range(1, MAX_GENERATIONS + 1)]
         for promise_id in candidates:
+            # Insert first: the common case (a fresh key) costs one statement.
+            if promises.create(
+                    promise_id=promise_id, function="driver", job_id=job.job_id, attempt=None,
+                    target_group="driver", dispatch_key=key,
+                    timeout_ms=driver_timeout_ms(lease_ms), now_ms=now):
+                transport.send("driver", DRIVE_TASK, promise_id)
+                return StartResult(True, promise_id)
             existing = promises.get(promise_id, now_ms=now)
-            if existing is not None:
-                if existing.pending:
-                    return StartResult(False, promise_id, "active_delivery")
-                continue  # settled: advance the delivery generation
-            opened = promises.create(
-                promise_id=promise_id, function="driver", job_id=job.job_id, attempt=None,
-                target_group="driver", dispatch_key=key, timeout_ms=driver_timeout_ms(lease_ms),
-                now_ms=now)
-            if not opened:  # another process opened it a moment ago
+            if existing is None or existing.pending:
                 return StartResult(False, promise_id, "active_delivery")
-            transport.send("driver", DRIVE_TASK, promise_id)
-            return StartResult(True, promise_id)
+            # settled: advance the delivery generation
         raise DeliveryRecoveryExceeded(job.job_id)
 
 

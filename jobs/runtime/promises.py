@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import connection
 
 from jobs.models import DeliveryPromise
 
@@ -57,18 +57,24 @@ def get(promise_id: str, *, now_ms: int) -> PromiseView | None:
     return view(row, now_ms) if row else None
 
 
+_INSERT = (
+    "INSERT INTO jobs_delivery_promise (id, function, job_id, attempt, target_group, "
+    "dispatch_key, state, timeout_at, created_at) VALUES (%s, %s, %s, %s, %s, %s, 'pending', "
+    "%s, %s) ON CONFLICT (id) DO NOTHING RETURNING id"
+)
+
+
 def create(*, promise_id: str, function: str, job_id: str, attempt: int | None,
            target_group: str, dispatch_key: str, timeout_ms: int, now_ms: int) -> bool:
-    """Insert a pending promise; False when the id already exists (someone else won)."""
-    try:
-        with transaction.atomic():
-            DeliveryPromise.objects.create(
-                id=promise_id, function=function, job_id=job_id, attempt=attempt,
-                target_group=target_group, dispatch_key=dispatch_key, state="pending",
-                timeout_at=now_ms + timeout_ms, created_at=now_ms)
-        return True
-    except IntegrityError:
-        return False
+    """Insert a pending promise; False when the id already exists (someone else won).
+
+    ON CONFLICT instead of catching IntegrityError: no savepoint, and a lost race does not
+    poison the caller's transaction.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(_INSERT, [promise_id, function, job_id, attempt, target_group,
+                                 dispatch_key, now_ms + timeout_ms, now_ms])
+        return cursor.fetchone() is not None
 
 
 def settle(promise_id: str, state: str, *, now_ms: int, result: Any = None,

@@ -103,16 +103,16 @@ def _execute(promise: promises.PromiseView, worker_id: str) -> dict[str, Any]:
     if job.status == "queued":
         if job.attempt != attempt - 1:
             return _done("stale_attempt", job_id, attempt, promise_id=pid, state="rejected")
-        leased = queue.lease(job_id, worker_id=worker_id)
-        if not leased.applied:
-            status = "terminal_state" if leased.outcome is Outcome.TERMINAL else "lease_lost"
-            return _done(status, job_id, attempt, promise_id=pid, state="rejected")
-    # Start fence: proves this worker holds the attempt (a redelivered one may not).
-    beat = queue.heartbeat(job_id, fence=fence)
-    if not beat.applied:
-        status = "terminal_state" if beat.outcome is Outcome.TERMINAL else "lease_lost"
+        # Lease and first heartbeat in one append: the job is running under our fence.
+        started = queue.lease(job_id, worker_id=worker_id, start=True, expect_attempt=attempt)
+    else:
+        # Redelivered work: a start-fence heartbeat proves we still hold the attempt.
+        started = queue.heartbeat(job_id, fence=fence)
+    if not started.applied:
+        status = {Outcome.TERMINAL: "terminal_state",
+                  Outcome.NOT_QUEUED: "stale_attempt"}.get(started.outcome, "lease_lost")
         return _done(status, job_id, attempt, promise_id=pid, state="rejected")
-    job = beat.job
+    job = started.job
     assert job is not None
     if job.abort_requested:
         return _settle(promise, job, fence, "canceled", reason=job.abort_reason)

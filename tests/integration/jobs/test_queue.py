@@ -350,3 +350,17 @@ def test_replay_of_a_job_stream_reports_drift_of_a_damaged_row():
     assert report.drift[0].fields == ["status"]
     assert Job.objects.get(pk=job.job_id).status == "queued"
     assert_read_model_matches_receipts(job.job_id)
+
+
+def test_lease_with_start_is_running_in_one_append():
+    job = enqueue().job
+    started = queue.lease(job.job_id, worker_id="w1", now_ms=T0 + 5, start=True)
+    assert started.job.status == "running"
+    assert [r.type for r in store.read(job.stream)][-2:] == ["job.leased", "job.heartbeat"]
+    assert_read_model_matches_receipts(job.job_id)
+
+
+def test_lease_for_an_expected_attempt_refuses_another_number():
+    job = enqueue(max_attempts=3).job
+    assert queue.lease(job.job_id, worker_id="w", expect_attempt=2).outcome is Outcome.NOT_QUEUED
+    assert queue.lease(job.job_id, worker_id="w", expect_attempt=1).applied

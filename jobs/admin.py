@@ -1,0 +1,715 @@
+"""Operator admin for jobs (U-1, U-2, U-3, U-6, U-7): the changelist, the job page, its
+actions and the dashboard.
+
+Reads come from the read model, the receipt store and the runtime selectors; every write
+goes through the service that owns it: `queue` (abort, steer, follow-up: receipts with
+`by = <admin username>`), `dispatch.start_driver` (redrive) and `store.replay` (rebuild).
+Nothing here writes a job row or a receipt itself.
+
+The changelist stays on an index at a million jobs: fixed filter choices (never a
+DISTINCT scan), exact-match search, newest-first on `job_newest`, and the streams
+browser's paginator, which never counts a whole table.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import Q, QuerySet
+from django.db.models.fields.json import KT
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseBadRequest,
+    HttpResponseRedirect,
+    JsonResponse,
+)
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+
+from jobs import dashboard, handlers, queue
+from jobs.core.contracts import KINDS, WORKER_GROUPS, contract_for, contract_group
+from jobs.core.reducer import JobState
+from jobs.core.vocabulary import LANES, STATUSES, job_stream
+from jobs.diagnosis import diagnosis
+from jobs.errors import JobsError
+from jobs.models import Job
+from jobs.presenters import job_json
+from jobs.runtime import dispatch, promises
+from receipt_site.logs import log_event
+from receipts import store
+from receipts.admin import (
+    NONE_HTML,
+    PAGE_SIZE,
+    CheapCountPaginator,
+    can_replay,
+    can_verify,
+    chain_marks,
+    pretty_json,
+    receipt_lines,
+    replay_panel,
+    utc,
+)
+from receipts.clock import now_ms as wall_clock_ms
+
+logger = logging.getLogger(__name__)
+
+BULK_LIMIT = 500  # jobs one bulk action may touch; "select all" past it is refused
+MAX_REASON = 2000
+JOB_ACTIONS = ("abort", "steer", "follow_up", "redrive", "replay", "verify")
+WRITE_ACTIONS = ("abort", "steer", "follow_up", "redrive")  # jobs.change_job (U-7)
+# Search terms `<prefix>:<value>`: one exact column each. A bare term matches id,
+# session key or objective id exactly (three indexed equality lookups, OR-ed).
+SEARCH_PREFIXES = {
+    "id": "id",
+    "session": "session_key",
+    "objective": "objective_id",
+    "org": "organization_id",
+    "organization": "organization_id",
+    "agent": "agent_id",
+}
+
+
+def admin_key(job_id: str, now_ms: int) -> str:
+    """The dispatch key of an operator's "redrive now": a fresh delivery every click."""
+    return f"{job_id}:redrive:admin:{now_ms}"
+
+
+def status_badge(status: str) -> str:
+    return format_html('<span class="rcpt-status rcpt-status-{}">{}</span>', status, status)
+
+
+def group_cell(routed: str, contract: str | None) -> str:
+    """The routed group, flagged when the kind's contract names another group (K-5)."""
+    if contract is None or contract == routed:
+        return format_html("{}", routed)
+    return format_html(
+        '{} <span class="rcpt-mismatch" title="contract group {} differs from routed group {} '
+        '(K-5: routing is agent id first)">⚠ contract {}</span>',
+        routed, contract, routed, contract,
+    )
+
+
+def parse_search(term: str) -> Q | None:
+    """`org:acme` -> one exact column; a bare term -> id, session key or objective id."""
+    term = term.strip()
+    if not term:
+        return None
+    prefix, sep, value = term.partition(":")
+    if sep and prefix.lower() in SEARCH_PREFIXES and value.strip():
+        return Q(**{SEARCH_PREFIXES[prefix.lower()]: value.strip()})
+    return Q(pk=term) | Q(session_key=term) | Q(objective_id=term)
+
+
+# ---- filters: fixed choices from the vocabulary and the contracts -------------------------
+
+
+class FixedChoicesFilter(admin.SimpleListFilter):
+    """One exact column against a list known in code: no query builds the choices."""
+
+    column: str
+
+    def values(self) -> tuple[str, ...]:
+        raise NotImplementedError
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(value, value) for value in self.values()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        value = self.value()
+        return queryset.filter(**{self.column: value}) if value else queryset
+
+
+class StatusFilter(FixedChoicesFilter):
+    title, parameter_name, column = "status", "status", "status"
+
+    def values(self) -> tuple[str, ...]:
+        return STATUSES
+
+
+class LaneFilter(FixedChoicesFilter):
+    title, parameter_name, column = "lane", "lane", "lane"
+
+    def values(self) -> tuple[str, ...]:
+        return LANES
+
+
+class AgentFilter(FixedChoicesFilter):
+    """Agent ids with a handler (K-4, P-6); any other id through the search `agent:<id>`."""
+
+    title, parameter_name, column = "agent", "agent", "agent_id"
+
+    def values(self) -> tuple[str, ...]:
+        return tuple(handlers.registered_agent_ids())
+
+
+class KindFilter(FixedChoicesFilter):
+    title, parameter_name, column = "kind", "kind", "kind"
+
+    def values(self) -> tuple[str, ...]:
+        return KINDS
+
+
+class RoutedGroupFilter(FixedChoicesFilter):
+    title, parameter_name, column = "routed group", "group", "worker_group"
+
+    def values(self) -> tuple[str, ...]:
+        return WORKER_GROUPS
+
+
+class OrganizationFilter(admin.SimpleListFilter):
+    """A text box: organization ids are open-ended, so there is no list to offer."""
+
+    title, parameter_name = "organization", "org"
+    template = "admin/jobs/job/input_filter.html"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return []
+
+    def has_output(self) -> bool:
+        return True
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        value = (self.value() or "").strip()
+        return queryset.filter(organization_id=value) if value else queryset
+
+    def choices(self, changelist: Any) -> Any:
+        keep = [(name, value) for name, values in changelist.filter_params.items()
+                if name != self.parameter_name for value in values]
+        yield {
+            "value": self.value() or "",
+            "parameter_name": self.parameter_name,
+            "keep": keep,
+            "clear_url": changelist.get_query_string(remove=[self.parameter_name]),
+        }
+
+
+# ---- the job page's panels -----------------------------------------------------------------
+
+
+def _int_param(raw: str | None, default: int) -> int:
+    try:
+        return int(raw) if raw not in (None, "") else default
+    except ValueError:
+        return default
+
+
+def state_at_panel(job_id: str, at: int, count: int) -> dict[str, Any]:
+    """The job after its first `at` receipts (S-7), as the API's job JSON."""
+    try:
+        state: JobState | None = store.state_at(job_stream(job_id), at)
+    except Exception as error:  # a reducer refusing a corrupt chain must not hide the page
+        return {"at": at, "count": count, "error": f"{type(error).__name__}: {error}"}
+    if state is None:
+        return {"at": at, "count": count, "json": pretty_json(None), "status": None}
+    return {"at": at, "count": count, "json": pretty_json(job_json(state)),
+            "status": state.status}
+
+
+def promise_rows(job_id: str, *, now_ms: int) -> list[dict[str, Any]]:
+    rows = []
+    for p in promises.for_job(job_id, now_ms=now_ms):
+        rows.append({
+            "id": p.id, "function": p.function, "attempt": p.attempt, "group": p.target_group,
+            "state": p.state, "worker": p.worker_id, "dispatch_key": p.dispatch_key,
+            "created": utc(p.created_at), "settled": utc(p.settled_at),
+            "timeout": utc(p.timeout_at),
+            "result": None if p.result is None else pretty_json(p.result),
+        })
+    return rows
+
+
+def command_rows(job: JobState) -> list[dict[str, Any]]:
+    return [{"id": c.id, "command": c.command, "lane": c.lane, "by": c.by,
+             "created": utc(c.created_at), "consumed": utc(c.consumed_at) if c.consumed_at else None,
+             "payload": pretty_json(c.payload), "pending": c.pending}
+            for c in reversed(job.commands)]
+
+
+def parse_payload(text: str) -> tuple[Any, str | None]:
+    """The steer/follow-up textarea as JSON, or an error sentence (Q-3)."""
+    if not text.strip():
+        return None, "Enter a JSON payload, e.g. {\"message\": \"...\"}."
+    try:
+        return json.loads(text), None
+    except json.JSONDecodeError as error:
+        return None, f"The payload is not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})."
+
+
+# ---- the dashboard's tables (U-6) ------------------------------------------------------------
+# One spec per table renders the first paint here and tells static/receipt/dashboard.js how
+# to redraw it from each /dashboard.json poll: `source` is a dotted path in the snapshot,
+# each column a key of its rows and a format both sides implement.
+
+
+@dataclass(frozen=True)
+class Column:
+    key: str
+    label: str
+    format: str = "text"  # text | num | status | utc | ago | ms | live | job | len
+
+
+@dataclass(frozen=True)
+class Table:
+    id: str
+    title: str
+    source: str
+    columns: tuple[Column, ...]
+    empty: str
+    help: str = ""
+
+
+DASHBOARD_TABLES = (
+    Table("by-status", "Active jobs by status", "depth.byStatus",
+          (Column("status", "status", "status"), Column("count", "jobs", "num")),
+          "No active jobs."),
+    Table("depth", "Queue depth: status, lane and routed group", "depth.cells",
+          (Column("status", "status", "status"), Column("lane", "lane"),
+           Column("group", "routed group"), Column("count", "jobs", "num")),
+          "No active jobs.", "Active statuses only (queued, leased, running)."),
+    Table("oldest", "Oldest queued job per lane", "depth.oldestQueued",
+          (Column("lane", "lane"), Column("jobId", "job", "job"),
+           Column("createdAt", "enqueued (UTC)", "utc"), Column("ageMs", "age", "ms")),
+          "Nothing queued."),
+    Table("throughput", "Throughput (settled jobs)", "recent.throughput",
+          (Column("window", "last"), Column("completed", "completed", "num"),
+           Column("failed", "failed", "num"), Column("canceled", "canceled", "num"),
+           Column("total", "total", "num"), Column("perMinute", "per minute")),
+          "—", "Counted by the time of each job's last receipt (updated_at)."),
+    Table("recent", "Settled in the last 60 minutes: status, lane and routed group",
+          "recent.cells",
+          (Column("status", "status", "status"), Column("lane", "lane"),
+           Column("group", "routed group"), Column("count5m", "last 5 min", "num"),
+           Column("count", "last 60 min", "num")),
+          "No job settled in the last hour."),
+    Table("clusters", "Running jobs per cluster", "runningByCluster",
+          (Column("cluster", "cluster"), Column("leased", "leased", "num"),
+           Column("running", "running", "num"), Column("total", "total", "num")),
+          "—"),
+    Table("roles", "Worker processes per role", "processes.byRole",
+          (Column("role", "role"), Column("live", "live", "num"), Column("gone", "gone", "num"),
+           Column("concurrency", "live concurrency", "num")),
+          "No runworker process seen in the last 5 minutes.",
+          "A process unseen for 3 beats (15 s) is gone (D-11)."),
+    Table("processes", "Processes", "processes.rows",
+          (Column("id", "process"), Column("live", "state", "live"), Column("group", "group"),
+           Column("concurrency", "concurrency", "num"),
+           Column("currentAttempts", "attempts held", "len"),
+           Column("startedAt", "started (UTC)", "utc"), Column("lastSeen", "last seen", "ago")),
+          "No runworker process seen in the last 5 minutes."),
+    Table("loops", "Recovery loops (L-6)", "loops",
+          (Column("loop", "loop"), Column("process", "process"),
+           Column("lastStartedAt", "last run (UTC)", "utc"),
+           Column("durationMs", "duration", "ms"), Column("acted", "acted", "num"),
+           Column("runs", "runs", "num"), Column("lastError", "last error"),
+           Column("lastErrorAt", "error at (UTC)", "utc")),
+          "No loop has run yet."),
+)
+
+
+def human_ms(ms: int | float | None) -> str:
+    """A duration for people: 850 ms, 12.0 s, 3m 05s, 2h 10m, 3d 4h (dashboard.js agrees)."""
+    if ms is None:
+        return "—"
+    ms = max(0, int(ms))
+    if ms < 1000:
+        return f"{ms} ms"
+    seconds = ms // 1000
+    if seconds < 60:
+        return f"{ms / 1000:.1f} s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m {seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h {minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours}h"
+
+
+def format_cell(value: Any, fmt: str, *, now_ms: int) -> str:
+    if fmt == "len":
+        return str(len(value or []))
+    if value is None or value == "":
+        return NONE_HTML
+    if fmt == "num":
+        return f"{value:,}" if isinstance(value, int) else str(value)
+    if fmt == "status":
+        return status_badge(value)
+    if fmt == "utc":
+        return format_html('<span title="{}">{}</span>', value, utc(value))
+    if fmt == "ms":
+        return human_ms(value)
+    if fmt == "ago":
+        return format_html('<span title="{}">{} ago</span>', utc(value), human_ms(now_ms - value))
+    if fmt == "live":
+        return format_html('<span class="rcpt-status rcpt-status-{}">{}</span>',
+                           "running" if value else "failed", "live" if value else "gone")
+    if fmt == "job":
+        url = reverse("admin:jobs_job_change", args=(quote(value),))
+        return format_html('<a href="{}"><code>{}</code></a>', url, value)
+    return str(value)
+
+
+def render_table(table: Table, data: dict[str, Any]) -> dict[str, Any]:
+    rows: Any = data
+    for part in table.source.split("."):
+        rows = rows.get(part, []) if isinstance(rows, dict) else []
+    cells = [[format_cell(row.get(c.key), c.format, now_ms=data["now"]) for c in table.columns]
+             for row in rows]
+    return {"spec": table, "rows": cells}
+
+
+# ---- the model admin -------------------------------------------------------------------------
+
+
+@admin.register(Job)
+class JobAdmin(admin.ModelAdmin):
+    list_display = ("id", "status_col", "agent_id", "kind", "lane", "group_col", "attempts_col",
+                    "organization_id", "created_col", "updated_col")
+    list_display_links = ("id",)
+    list_filter = (StatusFilter, LaneFilter, AgentFilter, KindFilter, RoutedGroupFilter,
+                   OrganizationFilter)
+    search_fields = ("id",)  # shows the box; get_search_results makes every term exact
+    search_help_text = (
+        "Exact job id, session key or objective id. Or one column: id:<job id>, "
+        "session:<key>, objective:<id>, org:<organization id>, agent:<agent id>."
+    )
+    ordering = ("-created_at", "-id")
+    sortable_by = ()  # any other order would sort the whole table
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER  # facet counts are one COUNT per choice
+    paginator = CheapCountPaginator
+    list_per_page = 100
+    list_max_show_all = 100
+    actions = ("abort_selected", "redrive_selected")
+    job_template = "admin/jobs/job/job_page.html"
+    dashboard_template = "admin/jobs/job/dashboard.html"
+    abort_confirmation_template = "admin/jobs/job/abort_selected.html"
+
+    class Media:
+        css = {"all": ("receipt/admin.css", "receipt/jobs.css")}
+
+    # ---- permissions (U-7) -------------------------------------------------------------------
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return (request.user.is_active and request.user.is_staff
+                and super().has_view_permission(request, obj))
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # jobs are enqueued through the API or the queue service
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # receipts are never deleted; a job row is their projection
+
+    def can_act(self, request: HttpRequest) -> bool:
+        """abort, steer, follow-up and redrive: `jobs.change_job`."""
+        return request.user.is_active and request.user.is_staff and super().has_change_permission(request)
+
+    # ---- changelist (U-1) ----------------------------------------------------------------------
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
+        # The fold can carry a 1 MiB payload; a page needs only maxAttempts from it.
+        return super().get_queryset(request).defer("state").annotate(
+            max_attempts=KT("state__maxAttempts"))
+
+    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Job],
+                           search_term: str) -> tuple[QuerySet[Job], bool]:
+        condition = parse_search(search_term)
+        return (queryset if condition is None else queryset.filter(condition)), False
+
+    @admin.display(description="status")
+    def status_col(self, obj: Job) -> str:
+        return status_badge(obj.status)
+
+    @admin.display(description="routed group")
+    def group_col(self, obj: Job) -> str:
+        return group_cell(obj.worker_group, contract_group(obj.kind))
+
+    @admin.display(description="attempt")
+    def attempts_col(self, obj: Job) -> str:
+        return f"{obj.attempt}/{getattr(obj, 'max_attempts', None) or '?'}"
+
+    @admin.display(description="created (UTC)")
+    def created_col(self, obj: Job) -> str:
+        return format_html('<span class="rcpt-ts" title="{}">{}</span>', obj.created_at,
+                           utc(obj.created_at))
+
+    @admin.display(description="updated (UTC)")
+    def updated_col(self, obj: Job) -> str:
+        return format_html('<span class="rcpt-ts" title="{}">{}</span>', obj.updated_at,
+                           utc(obj.updated_at))
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+                        ) -> HttpResponse:
+        extra = {"dashboard_url": reverse("admin:jobs_job_dashboard"), **(extra_context or {})}
+        return super().changelist_view(request, extra)
+
+    # ---- bulk actions (U-3) ----------------------------------------------------------------------
+
+    def _bulk_ids(self, request: HttpRequest, queryset: QuerySet[Job]) -> list[str] | None:
+        ids = list(queryset.order_by("-created_at", "-id").values_list("id", flat=True)
+                   [: BULK_LIMIT + 1])
+        if len(ids) > BULK_LIMIT:
+            self.message_user(request, f"More than {BULK_LIMIT} jobs selected; narrow the "
+                                       f"filter and act on at most {BULK_LIMIT} at a time. "
+                                       "Nothing was changed.", messages.ERROR)
+            return None
+        return ids
+
+    @admin.action(description="Abort selected jobs…", permissions=["change"])
+    def abort_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        ids = self._bulk_ids(request, queryset)
+        if ids is None:
+            return None
+        if request.POST.get("post") != "yes":
+            context = {
+                **self.admin_site.each_context(request),
+                "title": "Abort jobs",
+                "opts": self.opts,
+                "jobs": list(queryset.filter(pk__in=ids).order_by("-created_at", "-id")
+                             .values("id", "status", "agent_id", "kind")),
+                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                "reason_limit": MAX_REASON,
+            }
+            request.current_app = self.admin_site.name
+            return TemplateResponse(request, self.abort_confirmation_template, context)
+        reason = request.POST.get("reason", "").strip()[:MAX_REASON] or None
+        by = request.user.get_username()
+        canceled = commanded = 0
+        skipped: list[str] = []
+        for job_id in ids:
+            try:
+                result = queue.abort(job_id, reason=reason, by=by)
+            except JobsError as error:
+                skipped.append(f"{job_id} ({error})")
+                continue
+            if result.canceled:
+                canceled += 1
+            else:
+                commanded += 1
+        log_event(logger, "admin.jobs_aborted", f"{by} aborted {canceled + commanded} jobs",
+                  by=by, canceled=canceled, commanded=commanded, skipped=len(skipped))
+        self.message_user(request, f"Aborted: {canceled} queued job(s) canceled, abort command "
+                                   f"sent to {commanded} leased/running job(s).", messages.SUCCESS)
+        if skipped:
+            self.message_user(request, f"Skipped {len(skipped)}: " + "; ".join(skipped[:20]),
+                              messages.WARNING)
+        return None
+
+    @admin.action(description="Redrive selected queued jobs now", permissions=["change"])
+    def redrive_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        ids = self._bulk_ids(request, queryset)
+        if ids is None:
+            return
+        by = request.user.get_username()
+        started, skipped, failed = [], [], []
+        for job_id in ids:
+            job = queue.get(job_id)
+            if job is None or job.status != "queued":
+                skipped.append(f"{job_id} ({job.status if job else 'missing'})")
+                continue
+            try:
+                dispatch.start_driver(job, dispatch_key=admin_key(job_id, wall_clock_ms()))
+            except JobsError as error:
+                failed.append(f"{job_id} ({error})")
+                continue
+            started.append(job_id)
+        log_event(logger, "admin.jobs_redriven", f"{by} redrove {len(started)} jobs", by=by,
+                  jobIds=started[:50], skipped=len(skipped), failed=len(failed))
+        self.message_user(request, f"Redrive started for {len(started)} queued job(s).",
+                          messages.SUCCESS)
+        if skipped:
+            self.message_user(request, f"Skipped {len(skipped)} job(s) that are not queued: "
+                                       + "; ".join(skipped[:20]), messages.WARNING)
+        if failed:
+            self.message_user(request, "Redrive failed for " + "; ".join(failed[:20]),
+                              messages.ERROR)
+
+    # ---- URLs: the dashboard beside the changelist (U-6) ----------------------------------------
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        own = [
+            path("dashboard/", wrap(self.dashboard_view), name="jobs_job_dashboard"),
+            path("dashboard.json", wrap(self.dashboard_json_view), name="jobs_job_dashboard_json"),
+        ]
+        return own + super().get_urls()
+
+    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        data = dashboard.snapshot()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Jobs dashboard",
+            "opts": self.opts,
+            "data": data,
+            "tables": [render_table(table, data) for table in DASHBOARD_TABLES],
+            "json_url": reverse("admin:jobs_job_dashboard_json"),
+            "changelist_url": reverse("admin:jobs_job_changelist"),
+            "statuses": STATUSES,
+            "utc_now": utc(data["now"]),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, self.dashboard_template, context)
+
+    def dashboard_json_view(self, request: HttpRequest) -> JsonResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        return JsonResponse(dashboard.snapshot(include_config=False))
+
+    # ---- the job page (U-2) and its actions (U-3) ---------------------------------------------
+
+    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
+                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        job_id = unquote(object_id)
+        if queue.get(job_id) is None:
+            raise Http404(f"job {job_id} not found")
+        panels: dict[str, Any] = {}
+        if request.method == "POST":
+            answer = self._act(request, job_id, panels)
+            if answer is not None:
+                return answer
+        return self._render(request, job_id, panels, extra_context)
+
+    def _act(self, request: HttpRequest, job_id: str, panels: dict[str, Any]) -> HttpResponse | None:
+        """Run one posted action. A redirect after a write; panels for replay/verify/errors."""
+        action = request.POST.get("action")
+        if action not in JOB_ACTIONS:
+            return HttpResponseBadRequest("unknown job action")
+        by = request.user.get_username()
+        stream = job_stream(job_id)
+        if action in WRITE_ACTIONS and not self.can_act(request):
+            raise PermissionDenied
+        if action == "verify":
+            if not can_verify(request):
+                raise PermissionDenied
+            panels["verification"] = store.verify(stream)
+            log_event(logger, "admin.job_verified", f"{by} verified {stream}", stream=stream,
+                      by=by, ok=panels["verification"].ok)
+            return None
+        if action == "replay":
+            if not can_replay(request):
+                raise PermissionDenied
+            dry_run = request.POST.get("dry_run") == "1"
+            panels["replay"] = replay_panel(stream, dry_run=dry_run)
+            log_event(logger, "admin.job_replayed", f"{by} replayed {stream}", stream=stream,
+                      by=by, dry_run=dry_run, drift=len(panels["replay"].get("drift", [])),
+                      refused="refused" in panels["replay"])
+            return None
+        try:
+            if action == "abort":
+                reason = request.POST.get("reason", "").strip()[:MAX_REASON] or None
+                result = queue.abort(job_id, reason=reason, by=by)
+                text = ("Job canceled (it was queued)." if result.canceled else
+                        "Abort command sent; the worker stops at its next heartbeat.")
+            elif action in ("steer", "follow_up"):
+                raw = request.POST.get("payload", "")
+                payload, problem = parse_payload(raw)
+                if problem is not None:
+                    panels["command_error"] = {"action": action, "message": problem, "text": raw}
+                    return None
+                result = queue.command(job_id, action, payload, by=by)
+                text = f"{action.replace('_', '-')} command {result.command['id']} sent."
+            else:  # redrive
+                text = self._redrive(job_id, by)
+        except JobsError as error:
+            panels["command_error"] = {"action": action, "message": str(error),
+                                       "text": request.POST.get("payload", "")}
+            return None
+        messages.success(request, text)
+        return HttpResponseRedirect(request.get_full_path())
+
+    def _redrive(self, job_id: str, by: str) -> str:
+        job = queue.require(job_id)
+        if job.status != "queued":
+            raise JobsError(f"job {job_id} is {job.status}; only a queued job can be redriven "
+                            "(an expired lease is requeued by the lease expiry loop)")
+        now = wall_clock_ms()
+        pending = promises.pending_for_job(job_id, now_ms=now)
+        result = dispatch.start_driver(job, dispatch_key=admin_key(job_id, now), now_ms=now)
+        log_event(logger, "admin.job_redriven", f"{by} redrove {job_id}", jobId=job_id, by=by,
+                  created=result.created, promiseId=result.promise_id)
+        if not result.created:
+            return f"No new delivery: {result.reason} ({result.promise_id})."
+        note = (f" {len(pending)} earlier delivery(ies) still pending: "
+                + ", ".join(p.id for p in pending[:3]) + ".") if pending else ""
+        return f"Driver delivery {result.promise_id} started.{note}"
+
+    def _render(self, request: HttpRequest, job_id: str, panels: dict[str, Any],
+                extra_context: dict[str, Any] | None) -> HttpResponse:
+        now = wall_clock_ms()
+        job = queue.get(job_id)
+        if job is None:  # a replay may have removed the row (no receipts)
+            raise Http404(f"job {job_id} not found")
+        stream = job_stream(job_id)
+        info = store.stream_info(stream)
+        count = info.count if info else 0
+        wire = job_json(job)
+        contract = contract_for(job.kind)
+        diagnosed = diagnosis(job_id, now_ms=now)
+        default_after = max(0, count - PAGE_SIZE)
+        after = max(0, min(_int_param(request.GET.get("after"), default_after), count))
+        page = store.read(stream, after=after, limit=PAGE_SIZE)
+        marks, walked_from = chain_marks(stream, page, after=after)
+        verification = panels.get("verification")
+        last_shown = page[-1].stream_seq if page else after
+        at_raw = request.GET.get("at")
+        state_at = (state_at_panel(job_id, max(0, min(_int_param(at_raw, count), count)), count)
+                    if at_raw not in (None, "") else None)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Job {job_id}",
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "job": job,
+            "wire": wire,
+            "fold_json": pretty_json(wire),
+            "status_badge": status_badge(job.status),
+            "contract": contract.to_wire() if contract else None,
+            "diagnosis": diagnosed,
+            "diagnosis_facts": pretty_json(diagnosed["facts"]),
+            "stream": info,
+            "stream_url": reverse("admin:receipts_stream_change", args=(quote(stream),)),
+            "receipt_count": count,
+            "created_utc": utc(job.created_at),
+            "updated_utc": utc(job.updated_at),
+            "lease_utc": utc(job.lease_until) if job.lease_until else None,
+            "lines": receipt_lines(page, marks, verification),
+            "walked_from": walked_from,
+            "after": after,
+            "first_shown": after + 1 if page else after,
+            "last_shown": last_shown,
+            "older_after": max(0, after - PAGE_SIZE) if after > 0 else None,
+            "newer_after": last_shown if last_shown < count else None,
+            "latest_after": default_after,
+            "state_at": state_at,
+            "promises": promise_rows(job_id, now_ms=now),
+            "commands": command_rows(job),
+            "pending_commands": len(job.pending_commands),
+            "callbacks": dashboard.callbacks_block(),
+            "verification": verification,
+            "replay": panels.get("replay"),
+            "command_error": panels.get("command_error"),
+            "can_act": self.can_act(request),
+            "can_verify": can_verify(request),
+            "can_replay": can_replay(request),
+            "events_url": reverse("job-events", args=(job_id,)),
+            "changelist_url": reverse("admin:jobs_job_changelist"),
+            "dashboard_url": reverse("admin:jobs_job_dashboard"),
+            "none_html": NONE_HTML,
+            **(extra_context or {}),
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, self.job_template, context)

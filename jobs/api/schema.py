@@ -1,0 +1,90 @@
+"""OpenAPI helpers for the jobs API (A-11): error responses, parameters, the docs page.
+
+Views describe themselves with `extend_schema`; this module keeps the repeated parts
+(the error shape per status, the list filters as query parameters, path parameters)
+in one place so the schema and the code cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import django_filters
+from django.conf import settings
+from django.contrib.auth.views import redirect_to_login
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from rest_framework import exceptions
+from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+
+from jobs.api.serializers import ErrorSerializer
+
+_ERROR_TEXT = {
+    400: "Bad input (malformed_json, body_not_object, invalid_lane, unknown_kind ...); "
+         "nothing was written.",
+    401: "No or bad credentials (not_authenticated, invalid_token).",
+    403: "Missing scope (missing_scope), organization mismatch (organization_forbidden) "
+         "or a failed CSRF check (csrf_failed).",
+    404: "No such job, or a job of another organization (job_not_found).",
+    405: "Method not allowed (method_not_allowed).",
+    409: "Conflict: the job is terminal (job_terminal), or an id or session key belongs "
+         "to another organization (job_id_taken, session_key_conflict).",
+    413: "The body or payload is larger than RECEIPT_MAX_PAYLOAD_BYTES (payload_too_large).",
+}
+
+
+def errors(*statuses: int) -> dict[int, OpenApiResponse]:
+    """Error responses for `statuses`, plus the 401/403 every endpoint may answer."""
+    codes = sorted({401, 403, *statuses})
+    return {code: OpenApiResponse(ErrorSerializer, description=_ERROR_TEXT[code])
+            for code in codes}
+
+
+def path_parameter(name: str, description: str, pattern: str | None = None) -> OpenApiParameter:
+    return OpenApiParameter(name, OpenApiTypes.STR, OpenApiParameter.PATH,
+                            description=description, pattern=pattern)
+
+
+JOB_ID = path_parameter("job_id", "the job id", r"^[A-Za-z0-9._:-]{1,128}$")
+AGENT_ID = path_parameter("agent_id", "the agent that runs the job (factory, codex, ...)",
+                          r"^[^\s/]{1,128}$")
+
+
+def int_parameter(name: str, description: str) -> OpenApiParameter:
+    return OpenApiParameter(name, OpenApiTypes.INT, OpenApiParameter.QUERY,
+                            description=description)
+
+
+def filter_parameters(filterset: type[django_filters.FilterSet]) -> list[OpenApiParameter]:
+    """Query parameters from a FilterSet's declared filters (choice filters become enums)."""
+    out = []
+    for name, declared in filterset.base_filters.items():
+        choices = declared.extra.get("choices")
+        enum = [value for value, _label in choices] if choices else None
+        out.append(OpenApiParameter(name, OpenApiTypes.STR, OpenApiParameter.QUERY,
+                                    enum=enum, description=f"only jobs whose {name} equals this"))
+    return out
+
+
+class JsonErrorsMixin:
+    """Errors of a view whose success is YAML or HTML still render as the JSON error shape."""
+
+    def handle_exception(self, exc: Exception) -> Response:
+        response = super().handle_exception(exc)  # type: ignore[misc]
+        self.request.accepted_renderer = JSONRenderer()  # type: ignore[attr-defined]
+        self.request.accepted_media_type = "application/json"  # type: ignore[attr-defined]
+        return response  # type: ignore[no-any-return]
+
+
+class ApiSchemaView(JsonErrorsMixin, SpectacularAPIView):
+    """The OpenAPI 3 schema (A-11): YAML by default, `?format=json` for JSON."""
+
+
+class ApiDocsView(JsonErrorsMixin, SpectacularSwaggerView):
+    """Swagger UI with local assets (A-11); a browser without a session goes to the login."""
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, exceptions.NotAuthenticated) and "HTTP_AUTHORIZATION" not in (
+                self.request.META):
+            return redirect_to_login(self.request.get_full_path(), settings.LOGIN_URL)  # type: ignore[return-value]
+        return super().handle_exception(exc)

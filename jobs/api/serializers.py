@@ -1,0 +1,240 @@
+"""Wire shapes of the jobs API (SPEC 9) and the list filters (A-3).
+
+The serializers here describe bodies for the OpenAPI schema (A-11); responses are built
+by `jobs.presenters.job_json` and the views, not by serializing models, so there is one
+job JSON for the API, the admin and the CLI. `JobFilter` declares and validates the
+A-3 query filters; the keyset page itself is `jobs.selectors.page`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters
+from rest_framework import serializers
+
+from jobs.core.contracts import KINDS, WORKER_GROUPS
+from jobs.core.vocabulary import LANES, SINGLETON_MODES, STATUSES
+from jobs.errors import InvalidRequest
+from jobs.queue import MAX_AGENT_ID, MAX_SESSION_KEY
+
+# ---- errors ---------------------------------------------------------------------------
+
+
+class ErrorSerializer(serializers.Serializer):
+    """Every error: `{"ok": false, "error": "<code>", "detail": "<sentence>"}`."""
+
+    ok = serializers.BooleanField(help_text="always false")
+    error = serializers.CharField(help_text="stable machine-readable code, e.g. job_not_found")
+    detail = serializers.CharField(help_text="what happened, with the ids in it")
+
+
+# ---- job JSON (A-2) ------------------------------------------------------------------------
+
+
+class CommandSerializer(serializers.Serializer):
+    id = serializers.CharField(allow_null=True,
+                               help_text="null for an abort that canceled a queued job outright")
+    command = serializers.ChoiceField(choices=["steer", "follow_up", "abort"])
+    lane = serializers.CharField(allow_null=True)
+    payload = serializers.JSONField()
+    by = serializers.CharField(allow_null=True)
+    createdAt = serializers.IntegerField(help_text="ms since epoch")
+    consumedAt = serializers.IntegerField(allow_null=True, help_text="ms since epoch")
+
+
+class JobSerializer(serializers.Serializer):
+    """The job fold as clients see it (A-2)."""
+
+    id = serializers.CharField()
+    agentId = serializers.CharField()
+    lane = serializers.ChoiceField(choices=LANES)
+    kind = serializers.CharField(allow_null=True)
+    status = serializers.ChoiceField(choices=STATUSES)
+    attempt = serializers.IntegerField()
+    maxAttempts = serializers.IntegerField()
+    sessionKey = serializers.CharField(allow_null=True)
+    singletonMode = serializers.ChoiceField(choices=SINGLETON_MODES)
+    payload = serializers.JSONField()
+    workerId = serializers.CharField(allow_null=True)
+    leaseUntil = serializers.IntegerField(allow_null=True, help_text="ms since epoch")
+    leaseMs = serializers.IntegerField(allow_null=True)
+    abortRequested = serializers.BooleanField()
+    abortReason = serializers.CharField(allow_null=True)
+    commands = CommandSerializer(many=True)
+    result = serializers.JSONField()
+    lastError = serializers.CharField(allow_null=True)
+    createdAt = serializers.IntegerField(help_text="ms since epoch")
+    updatedAt = serializers.IntegerField(help_text="ms since epoch of the last receipt")
+    stream = serializers.CharField(help_text="jobs/<id>")
+    receiptCount = serializers.IntegerField()
+    head = serializers.CharField(help_text="hash of the last receipt")
+    settledBy = serializers.CharField(allow_null=True)
+    cancelReason = serializers.CharField(allow_null=True)
+    organizationId = serializers.CharField(allow_null=True)
+    objectiveId = serializers.CharField(allow_null=True)
+    taskId = serializers.CharField(allow_null=True)
+    contractGroup = serializers.ChoiceField(choices=WORKER_GROUPS, allow_null=True,
+                                            help_text="the worker group the kind's contract names")
+    routedGroup = serializers.ChoiceField(choices=WORKER_GROUPS,
+                                          help_text="where the job actually runs (K-5)")
+    groupMismatch = serializers.BooleanField()
+
+
+# ---- enqueue (A-1) ----------------------------------------------------------------------------
+
+
+class AuthContextSerializer(serializers.Serializer):
+    userId = serializers.CharField()
+    organizationId = serializers.CharField()
+    workspaceId = serializers.CharField(required=False, allow_null=True)
+    receiptConnectGatewayUrl = serializers.CharField(required=False, allow_null=True)
+    sessionId = serializers.CharField(required=False, allow_null=True)
+    source = serializers.CharField(required=False, allow_null=True)
+
+
+class PayloadSerializer(serializers.Serializer):
+    """A job payload: `kind` plus anything the handler reads (extra keys are kept)."""
+
+    kind = serializers.ChoiceField(choices=KINDS)
+    authContext = AuthContextSerializer(
+        required=False, help_text="required for every kind but factory.objective.watchdog (K-2)")
+
+
+class SingletonSerializer(serializers.Serializer):
+    key = serializers.CharField(required=False, max_length=MAX_SESSION_KEY,
+                                help_text="same as sessionKey")
+    mode = serializers.ChoiceField(choices=SINGLETON_MODES, required=False,
+                                   help_text="same as singletonMode")
+
+
+class EnqueueRequestSerializer(serializers.Serializer):
+    """`{payload, ...options}`; without `payload`, the body minus the options is the payload."""
+
+    jobId = serializers.RegexField(r"^[A-Za-z0-9._:-]{1,128}$", required=False,
+                                   help_text="idempotency: an existing id returns that job (J-6)")
+    lane = serializers.ChoiceField(choices=LANES, required=False, help_text="default collect")
+    maxAttempts = serializers.IntegerField(required=False, help_text="default 2, clamped to 1..8")
+    sessionKey = serializers.CharField(required=False, max_length=MAX_SESSION_KEY)
+    singletonMode = serializers.ChoiceField(choices=SINGLETON_MODES, required=False,
+                                            help_text="default allow; cancel/steer need a sessionKey")
+    singleton = SingletonSerializer(required=False,
+                                    help_text="alternative spelling; top-level options win")
+    payload = PayloadSerializer(required=False)
+
+
+class AsyncSerializer(serializers.Serializer):
+    class EventsSerializer(serializers.Serializer):
+        job = serializers.CharField(help_text="/jobs/<id>/events (SSE)")
+        receipt = serializers.CharField(help_text="/receipt/stream (SSE)")
+
+    jobId = serializers.CharField()
+    stream = serializers.CharField(help_text="jobs/<id>")
+    status = serializers.ChoiceField(choices=STATUSES)
+    events = EventsSerializer()
+
+
+class EnqueueResponseSerializer(serializers.Serializer):
+    ok = serializers.BooleanField()
+    job = JobSerializer()
+    created = serializers.BooleanField(
+        help_text="false when jobId already existed or a singleton steer reused a job")
+    warnings = serializers.ListField(child=serializers.CharField(), required=False,
+                                     help_text="present only when non-empty")
+
+    def get_fields(self) -> dict[str, Any]:
+        fields = super().get_fields()
+        fields["async"] = AsyncSerializer()  # `async` is a Python keyword
+        return fields
+
+
+# ---- reads (A-3, A-4) ------------------------------------------------------------------------
+
+
+class JobPageSerializer(serializers.Serializer):
+    jobs = JobSerializer(many=True)
+    nextCursor = serializers.CharField(allow_null=True,
+                                       help_text="pass as ?cursor= for the next page; null at the end")
+
+
+class ReceiptSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    ts = serializers.IntegerField(help_text="ms since epoch")
+    stream = serializers.CharField()
+    prev = serializers.CharField(allow_null=True)
+    body = serializers.DictField(help_text="always has a string `type`")
+    hash = serializers.CharField(help_text="sha256 of canonical {id, ts, stream, prev, body, context?}")
+    context = serializers.DictField(required=False)
+    hints = serializers.DictField(required=False, help_text="not hashed")
+    seq = serializers.IntegerField(required=False, help_text="global sequence")
+    streamSeq = serializers.IntegerField(required=False, help_text="1..n within the stream")
+
+
+class ReceiptPageSerializer(serializers.Serializer):
+    receipts = ReceiptSerializer(many=True)
+    head = serializers.CharField(allow_null=True, help_text="hash of the stream's last receipt")
+    receiptCount = serializers.IntegerField()
+
+
+class JobAtSerializer(serializers.Serializer):
+    jobId = serializers.CharField()
+    at = serializers.IntegerField(help_text="receipts folded")
+    receiptCount = serializers.IntegerField(help_text="receipts on the stream now")
+    job = JobSerializer(allow_null=True, help_text="null before the first receipt (at=0)")
+
+
+# ---- commands (A-5) --------------------------------------------------------------------------
+
+
+class CommandRequestSerializer(serializers.Serializer):
+    """`{payload, by?}`; without `payload` the whole body is the payload."""
+
+    payload = serializers.JSONField(required=False)
+    by = serializers.CharField(required=False, max_length=80,
+                               help_text="display hint, recorded as '<principal> (<by>)'")
+
+
+class AbortRequestSerializer(serializers.Serializer):
+    reason = serializers.CharField(required=False, max_length=2000,
+                                   help_text="default 'abort requested'")
+    by = serializers.CharField(required=False, max_length=80,
+                               help_text="display hint, recorded as '<principal> (<by>)'")
+
+
+class CommandResponseSerializer(serializers.Serializer):
+    ok = serializers.BooleanField()
+    command = CommandSerializer()
+
+
+class AbortResponseSerializer(CommandResponseSerializer):
+    canceled = serializers.BooleanField(help_text="true when a queued job was canceled outright")
+    job = JobSerializer()
+
+
+# ---- list filters (A-3) ------------------------------------------------------------------------
+
+
+def _choices(values: tuple[str, ...]) -> list[tuple[str, str]]:
+    return [(v, v) for v in values]
+
+
+class JobFilter(django_filters.FilterSet):
+    """The A-3 filters (plus organizationId and routedGroup), validated before any query."""
+
+    status = django_filters.ChoiceFilter(choices=_choices(STATUSES))
+    agentId = django_filters.CharFilter(max_length=MAX_AGENT_ID)
+    lane = django_filters.ChoiceFilter(choices=_choices(LANES))
+    kind = django_filters.ChoiceFilter(choices=_choices(KINDS))
+    sessionKey = django_filters.CharFilter(max_length=MAX_SESSION_KEY)
+    objectiveId = django_filters.CharFilter(max_length=128)
+    organizationId = django_filters.CharFilter(max_length=128)
+    routedGroup = django_filters.ChoiceFilter(choices=_choices(WORKER_GROUPS))
+
+    def selector_filters(self) -> dict[str, str]:
+        """The cleaned filters for `selectors.page`; InvalidRequest names a bad one."""
+        if not self.is_valid():
+            name, messages = next(iter(self.form.errors.items()))
+            given = self.data.get(name)
+            raise InvalidRequest("invalid_filter", f"{name}={given!r}: {' '.join(messages)}")
+        return {name: value for name, value in self.form.cleaned_data.items() if value}
+

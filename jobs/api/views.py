@@ -1,0 +1,447 @@
+"""The jobs HTTP API (SPEC 9: A-1 to A-5): thin views over the queue service and selectors.
+
+Each view authenticates (access.authentication), checks its scope and the caller's
+organization (access.permissions), parses the raw body itself so malformed JSON and
+non-object bodies get their own codes, calls one service or selector, and renders with
+`jobs.presenters.job_json`. Views never write receipts themselves, and every refusal
+happens before the service writes anything. Errors are rendered by
+`receipt_site.api_errors`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.http.request import RawPostDataException
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import exceptions
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from access.permissions import principal_of, require_organization, visible_job_or_404
+from access.principals import Principal
+from jobs import queue, selectors
+from jobs.api import schema
+from jobs.api.serializers import (
+    AbortRequestSerializer,
+    AbortResponseSerializer,
+    CommandRequestSerializer,
+    CommandResponseSerializer,
+    EnqueueRequestSerializer,
+    EnqueueResponseSerializer,
+    JobAtSerializer,
+    JobFilter,
+    JobPageSerializer,
+    JobSerializer,
+    ReceiptPageSerializer,
+)
+from jobs.core.vocabulary import ACTIVE_STATUSES, job_stream, validate_job_id
+from jobs.errors import InvalidRequest, JobsError
+from jobs.models import Job
+from jobs.presenters import job_json
+from receipts import store
+
+# A-1: option keys of an enqueue body; without `payload` the rest of the body is the payload.
+OPTION_KEYS = ("jobId", "lane", "maxAttempts", "sessionKey", "singletonMode", "singleton")
+EVENTS_RECEIPT = "/receipt/stream"
+MAX_BY_HINT = 80
+DEFAULT_RECEIPT_LIMIT = 100
+MAX_RECEIPT_LIMIT = 1000
+MAX_POSITION = 2**53  # receipt positions; keeps SQLite and PostgreSQL integers in range
+
+
+class JobIdTaken(JobsError):
+    code, status = "job_id_taken", 409
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"jobId {job_id} is already taken by another organization's job")
+
+
+class SessionKeyConflict(JobsError):
+    code, status = "session_key_conflict", 409
+
+    def __init__(self, session_key: str) -> None:
+        super().__init__(f"sessionKey {session_key!r} has active jobs of another organization; "
+                         f"a singleton enqueue cannot touch them")
+
+
+# ---- request parsing ------------------------------------------------------------------------
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def read_json_object(request: Request) -> dict[str, Any]:
+    """The body as a JSON object; an empty body is `{}`.
+
+    Raises InvalidRequest `malformed_json`, `body_not_object` or `invalid_payload` (text
+    no database can store: NUL characters, lone surrogates, or nesting past the limit).
+    """
+    try:
+        raw: bytes = request.body
+    except RawPostDataException:  # a form body already consumed (multipart)
+        raise exceptions.UnsupportedMediaType("multipart/form-data") from None
+    if not raw.strip():
+        return {}
+    try:
+        value = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+    except UnicodeDecodeError:
+        raise InvalidRequest("malformed_json", "body is not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise InvalidRequest("malformed_json", f"body is not valid JSON: {error.msg} at line "
+                                               f"{error.lineno} column {error.colno}") from None
+    except RecursionError:
+        raise InvalidRequest("invalid_payload", "body nests too deeply") from None
+    except ValueError as error:  # NaN/Infinity, integers longer than Python parses
+        raise InvalidRequest("malformed_json", f"body is not valid JSON: {error}") from None
+    if not isinstance(value, dict):
+        raise InvalidRequest("body_not_object",
+                             f"body must be a JSON object, got {type(value).__name__}")
+    _check_storable(value)
+    return value
+
+
+def _check_storable(value: Any) -> None:
+    """Q-3: refuse text either database would choke on, naming the path (iterative walk)."""
+    limit = settings.RECEIPT.max_json_depth + 2  # body > payload > the payload's own levels
+    pending: deque[tuple[Any, str, int]] = deque([(value, "$", 0)])
+    while pending:
+        item, path, depth = pending.pop()
+        if depth > limit:
+            raise InvalidRequest("invalid_payload", f"nesting deeper than {limit} levels at {path}")
+        if isinstance(item, str):
+            _check_text(item, path)
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                _check_text(key, f"{path} (key)")
+                pending.append((child, f"{path}.{key}", depth + 1))
+        elif isinstance(item, list):
+            pending.extend((child, f"{path}[{i}]", depth + 1) for i, child in enumerate(item))
+
+
+def _check_text(text: str, path: str) -> None:
+    if "\x00" in text:
+        raise InvalidRequest("invalid_payload", f"NUL character in a string at {path}")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidRequest("invalid_payload", f"lone surrogate in a string at {path}") from None
+
+
+def _int_param(request: Request, name: str, default: int) -> int:
+    raw = request.query_params.get(name)
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidRequest(f"invalid_{name}", f"{name} must be an integer; got {raw!r}") from None
+    if not 0 <= value <= MAX_POSITION:
+        raise InvalidRequest(f"invalid_{name}", f"{name} must be between 0 and {MAX_POSITION}")
+    return value
+
+
+def actor(principal: Principal, hint: Any) -> str:
+    """The receipt's `by`: always the principal; a client's `by` is only a display hint."""
+    if hint is None or hint == principal.name:
+        return principal.name
+    if (not isinstance(hint, str) or not hint.strip() or len(hint) > MAX_BY_HINT
+            or any(ord(c) < 32 or ord(c) == 127 for c in hint)):
+        raise InvalidRequest("invalid_by", f"by must be a display name of 1..{MAX_BY_HINT} "
+                                           f"printable characters")
+    room = queue.MAX_BY - len(principal.name) - 3  # the receipt's `by` is bounded (J-11)
+    if room < 1:
+        return principal.name
+    return f"{principal.name} ({hint.strip()[:room]})"
+
+
+def _check_agent_id(agent_id: str) -> None:
+    # build_request refuses whitespace and '/'; control characters never make a valid id
+    # (and PostgreSQL cannot store NUL), so refuse them here with the same code.
+    if any(ord(c) < 32 or ord(c) == 127 for c in agent_id):
+        raise InvalidRequest("invalid_agent_id", "agentId must not contain control characters")
+
+
+# ---- A-1 enqueue ----------------------------------------------------------------------------
+
+
+def enqueue_request(agent_id: str, body: dict[str, Any], *, by: str
+                    ) -> tuple[queue.EnqueueRequest, list[str]]:
+    """Body (either style) -> a validated EnqueueRequest and warnings about ignored keys."""
+    _check_agent_id(agent_id)
+    singleton = body.get("singleton")
+    if singleton is None:
+        singleton = {}
+    if not isinstance(singleton, dict):
+        raise InvalidRequest("invalid_singleton", "singleton must be an object {key?, mode?}")
+    warnings = []
+    if "payload" in body:
+        payload = body["payload"]
+        ignored = sorted(set(body) - {*OPTION_KEYS, "payload"})
+        if ignored:
+            warnings.append(f"ignored top-level keys beside payload: {', '.join(ignored)}")
+    else:
+        payload = {key: value for key, value in body.items() if key not in OPTION_KEYS}
+
+    def option(name: str, singleton_name: str | None = None) -> Any:
+        value = body.get(name)
+        if value is None and singleton_name is not None:
+            value = singleton.get(singleton_name)  # explicit top-level options win
+        return value
+
+    request = queue.build_request(
+        agent_id, payload, job_id=option("jobId"), lane=option("lane"),
+        max_attempts=option("maxAttempts"), session_key=option("sessionKey", "key"),
+        singleton_mode=option("singletonMode", "mode"), by=by)
+    return request, warnings
+
+
+def _organization_of(payload: dict[str, Any]) -> str | None:
+    auth = payload.get("authContext")
+    return auth.get("organizationId") if isinstance(auth, dict) else None
+
+
+def enqueue_as(principal: Principal, request: queue.EnqueueRequest) -> queue.EnqueueResult:
+    """Enqueue for `principal`; an organization-bound one never touches another's jobs (Q-2).
+
+    J-6 would hand back an existing job for a known jobId and J-7/J-8 act on every job of
+    a session key, whatever its organization; for a bound principal both are checked in
+    the enqueue's transaction and refused (rolled back) instead.
+    """
+    organization = principal.organization_id
+    require_organization(principal, _organization_of(request.payload))
+    if organization is None:
+        return queue.enqueue_many([request])[0]
+    with transaction.atomic():
+        if request.session_key and request.singleton_mode != "allow":
+            # Same lock enqueue takes (reentrant): no singleton enqueue slips in between.
+            queue._lock_session(request.session_key)
+            foreign = (Job.objects.filter(session_key=request.session_key,
+                                          status__in=ACTIVE_STATUSES)
+                       .exclude(organization_id=organization).exists())
+            if foreign:
+                raise SessionKeyConflict(request.session_key)
+        result = queue.enqueue_many([request])[0]
+        if not principal.may_see(result.job.organization_id):  # rolls back the enqueue
+            if request.job_id is not None:
+                raise JobIdTaken(request.job_id)
+            raise SessionKeyConflict(request.session_key or "")
+    return result
+
+
+def enqueue_json(result: queue.EnqueueResult, warnings: list[str]) -> dict[str, Any]:
+    job = result.job
+    body: dict[str, Any] = {"ok": True, "job": job_json(job), "created": result.created}
+    all_warnings = [*result.warnings, *warnings]
+    if all_warnings:
+        body["warnings"] = all_warnings
+    body["async"] = {
+        "jobId": job.job_id, "stream": job_stream(job.job_id), "status": job.status,
+        "events": {"job": f"/jobs/{job.job_id}/events", "receipt": EVENTS_RECEIPT},
+    }
+    return body
+
+
+class ApiView(APIView):
+    """Base of the jobs API views: the scope each one needs (access.permissions.HasScope)."""
+
+    required_scope: str | None = None
+
+
+_ENQUEUE_EXAMPLE_WRAPPED = OpenApiExample("payload wrapped with options", request_only=True, value={
+    "lane": "chat", "maxAttempts": 3, "singleton": {"key": "chat:42", "mode": "steer"},
+    "payload": {"kind": "factory.run", "authContext": {"userId": "u-1", "organizationId": "org-1"},
+                "prompt": "summarise the ticket"}})
+_ENQUEUE_EXAMPLE_FLAT = OpenApiExample("flat body is the payload", request_only=True, value={
+    "kind": "factory.run", "authContext": {"userId": "u-1", "organizationId": "org-1"},
+    "prompt": "summarise the ticket", "sessionKey": "chat:42"})
+
+
+class EnqueueView(ApiView):
+    required_scope = "jobs:write"
+
+    @extend_schema(
+        operation_id="enqueue_job", tags=["jobs"], summary="Enqueue a job (A-1)",
+        parameters=[schema.AGENT_ID],
+        request=EnqueueRequestSerializer,
+        examples=[_ENQUEUE_EXAMPLE_WRAPPED, _ENQUEUE_EXAMPLE_FLAT],
+        responses={202: EnqueueResponseSerializer, **schema.errors(400, 409, 413)},
+    )
+    def post(self, request: Request, agent_id: str) -> Response:
+        principal = principal_of(request)
+        body = read_json_object(request)
+        enqueue, warnings = enqueue_request(agent_id, body, by=principal.name)
+        result = enqueue_as(principal, enqueue)
+        return Response(enqueue_json(result, warnings), status=202)
+
+
+# ---- A-2, A-3 reads ---------------------------------------------------------------------------
+
+
+class JobListView(ApiView):
+    required_scope = "jobs:read"
+
+    @extend_schema(
+        operation_id="list_jobs", tags=["jobs"], summary="List jobs, newest first (A-3)",
+        parameters=[
+            *schema.filter_parameters(JobFilter),
+            OpenApiParameter("limit", OpenApiTypes.INT, OpenApiParameter.QUERY,
+                             description="page size, clamped to 1..500 (default 50)"),
+            OpenApiParameter("cursor", OpenApiTypes.STR, OpenApiParameter.QUERY,
+                             description="nextCursor of the previous page"),
+        ],
+        responses={200: JobPageSerializer, **schema.errors(400)},
+    )
+    def get(self, request: Request) -> Response:
+        principal = principal_of(request)
+        filters = JobFilter(request.query_params, queryset=Job.objects.none()).selector_filters()
+        cursor = request.query_params.get("cursor") or None
+        if cursor is not None:
+            _check_cursor(cursor)
+        page = selectors.page(filters, limit=request.query_params.get("limit"), cursor=cursor,
+                              organization_id=principal.organization_id)
+        return Response({"jobs": [job_json(job) for job in page.jobs],
+                         "nextCursor": page.next_cursor})
+
+
+def _check_cursor(cursor: str) -> None:
+    created_at, job_id = selectors.decode_cursor(cursor)
+    try:
+        validate_job_id(job_id)
+    except ValueError:
+        raise InvalidRequest("invalid_cursor", "cursor is not one this API returned") from None
+    if not 0 <= created_at < 2**63:
+        raise InvalidRequest("invalid_cursor", "cursor is not one this API returned")
+
+
+class JobDetailView(ApiView):
+    required_scope = "jobs:read"
+
+    @extend_schema(operation_id="get_job", tags=["jobs"], summary="One job (A-2)",
+                   parameters=[schema.JOB_ID],
+                   responses={200: JobSerializer, **schema.errors(404)})
+    def get(self, request: Request, job_id: str) -> Response:
+        job = visible_job_or_404(principal_of(request), job_id)
+        return Response(job_json(job))
+
+
+class JobReceiptsView(ApiView):
+    required_scope = "jobs:read"
+
+    @extend_schema(
+        operation_id="list_job_receipts", tags=["jobs"], summary="A job's receipts (A-4)",
+        parameters=[
+            schema.JOB_ID,
+            OpenApiParameter("after", OpenApiTypes.INT, OpenApiParameter.QUERY,
+                             description="only receipts with streamSeq > after (default 0)"),
+            OpenApiParameter("limit", OpenApiTypes.INT, OpenApiParameter.QUERY,
+                             description="clamped to 1..1000 (default 100)"),
+        ],
+        responses={200: ReceiptPageSerializer, **schema.errors(400, 404)},
+    )
+    def get(self, request: Request, job_id: str) -> Response:
+        visible_job_or_404(principal_of(request), job_id)
+        after = _int_param(request, "after", 0)
+        limit = max(1, min(MAX_RECEIPT_LIMIT, _int_param(request, "limit", DEFAULT_RECEIPT_LIMIT)))
+        stream = job_stream(job_id)
+        info = store.stream_info(stream)
+        receipts = store.read(stream, after=after, limit=limit)
+        return Response({"receipts": [receipt.to_wire() for receipt in receipts],
+                         "head": info.head if info else None,
+                         "receiptCount": info.count if info else 0})
+
+
+class JobStateView(ApiView):
+    required_scope = "jobs:read"
+
+    @extend_schema(
+        operation_id="get_job_state_at", tags=["jobs"],
+        summary="The job's fold after the first n receipts (A-4, time travel)",
+        parameters=[
+            schema.JOB_ID,
+            OpenApiParameter("at", OpenApiTypes.INT, OpenApiParameter.QUERY,
+                             description="receipts to fold, clamped to 0..receiptCount "
+                                         "(default: all)"),
+        ],
+        responses={200: JobAtSerializer, **schema.errors(400, 404)},
+    )
+    def get(self, request: Request, job_id: str) -> Response:
+        visible_job_or_404(principal_of(request), job_id)
+        stream = job_stream(job_id)
+        info = store.stream_info(stream)
+        count = info.count if info else 0
+        at = min(count, _int_param(request, "at", count))
+        state = store.state_at(stream, at)
+        return Response({"jobId": job_id, "at": at, "receiptCount": count,
+                         "job": job_json(state) if state is not None else None})
+
+
+# ---- A-5 commands ------------------------------------------------------------------------------
+
+
+class _CommandView(ApiView):
+    required_scope = "jobs:control"
+    command = "steer"
+
+    def post(self, request: Request, job_id: str) -> Response:
+        principal = principal_of(request)
+        visible_job_or_404(principal, job_id)
+        body = read_json_object(request)
+        if "payload" in body:
+            payload, hint = body["payload"], body.get("by")
+        else:
+            payload, hint = body, None  # the whole body is the payload
+        result = queue.command(job_id, self.command, payload, by=actor(principal, hint))
+        return Response({"ok": True, "command": result.command}, status=202)
+
+
+_COMMAND_SCHEMA = {
+    "tags": ["commands"], "parameters": [schema.JOB_ID], "request": CommandRequestSerializer,
+    "responses": {202: CommandResponseSerializer, **schema.errors(400, 404, 409, 413)},
+}
+
+
+class SteerView(_CommandView):
+    command = "steer"
+
+    @extend_schema(operation_id="steer_job", summary="Steer an active job (A-5)",
+                   **_COMMAND_SCHEMA)
+    def post(self, request: Request, job_id: str) -> Response:
+        return super().post(request, job_id)
+
+
+class FollowUpView(_CommandView):
+    command = "follow_up"
+
+    @extend_schema(operation_id="follow_up_job", summary="Queue a follow-up on an active job (A-5)",
+                   **_COMMAND_SCHEMA)
+    def post(self, request: Request, job_id: str) -> Response:
+        return super().post(request, job_id)
+
+
+class AbortView(ApiView):
+    required_scope = "jobs:control"
+
+    @extend_schema(
+        operation_id="abort_job", tags=["commands"], summary="Abort a job (A-5, J-10)",
+        parameters=[schema.JOB_ID], request=AbortRequestSerializer,
+        responses={202: OpenApiResponse(AbortResponseSerializer,
+                                        description="queued: canceled outright (canceled=true); "
+                                                    "leased/running: abort command sent"),
+                   **schema.errors(400, 404, 409)},
+    )
+    def post(self, request: Request, job_id: str) -> Response:
+        principal = principal_of(request)
+        visible_job_or_404(principal, job_id)
+        body = read_json_object(request)
+        reason = body.get("reason")
+        result = queue.abort(job_id, reason=reason, by=actor(principal, body.get("by")))
+        return Response({"ok": True, "command": result.command, "canceled": result.canceled,
+                         "job": job_json(result.job)}, status=202)

@@ -1,0 +1,188 @@
+"""Selectors for the operator dashboard (U-6): one JSON snapshot of the queue and runtime.
+
+Every query stays on an index at any table size: no full-table COUNT anywhere.
+
+- Queue depth is one GROUP BY over the active statuses only (`job_status_newest`);
+  the active set is the queue, small next to the history.
+- Terminal jobs are counted only inside the last hour, by `updated_at` range under
+  each terminal status (`job_status_updated`). `updated_at` is the ts of a job's last
+  receipt, which for a settled job is its settlement (later receipts are rare and inert).
+- The oldest queued job per lane comes from the depth query (MIN(created_at)); its id
+  is one equality lookup on (status, created_at) per lane.
+
+The snapshot is plain JSON (camelCase, ms since epoch) so the admin's live refresh and
+any `/healthz`-like consumer can share it. This module reads; it never writes.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from django.conf import settings
+from django.db.models import Count, Min, Q
+
+from jobs.core.contracts import WORKER_GROUPS
+from jobs.core.vocabulary import ACTIVE_STATUSES, LANES, STATUSES, TERMINAL_STATUSES
+from jobs.models import Job
+from jobs.runtime import callbacks, loops, processes
+from receipts.clock import now_ms as wall_clock_ms
+
+RECENT_MS = 60 * 60_000  # terminal counts and throughput: the last 60 minutes
+SHORT_MS = 5 * 60_000  # ...and the last 5 minutes
+ACTIVE_ORDER = tuple(s for s in STATUSES if s in ACTIVE_STATUSES)
+TERMINAL_ORDER = tuple(s for s in STATUSES if s in TERMINAL_STATUSES)
+
+
+def queue_depth(*, now_ms: int) -> dict[str, Any]:
+    """Active jobs by status x lane x routed group, totals, and the oldest queued per lane."""
+    rows = (
+        Job.objects.filter(status__in=ACTIVE_ORDER)
+        .order_by()
+        .values("status", "lane", "worker_group")
+        .annotate(count=Count("id"), oldest=Min("created_at"))
+    )
+    cells = []
+    totals = dict.fromkeys(ACTIVE_ORDER, 0)
+    oldest: dict[str, int] = {}
+    for row in rows:
+        cells.append({"status": row["status"], "lane": row["lane"], "group": row["worker_group"],
+                      "count": row["count"]})
+        totals[row["status"]] = totals.get(row["status"], 0) + row["count"]
+        if row["status"] == "queued":
+            lane = row["lane"]
+            oldest[lane] = min(oldest.get(lane, row["oldest"]), row["oldest"])
+    cells.sort(key=lambda c: (_rank(ACTIVE_ORDER, c["status"]), _rank(LANES, c["lane"]),
+                              _rank(WORKER_GROUPS, c["group"])))
+    return {"cells": cells,
+            "byStatus": [{"status": status, "count": n} for status, n in totals.items()],
+            "total": sum(totals.values()),
+            "oldestQueued": _oldest_queued(oldest, now_ms=now_ms)}
+
+
+def _oldest_queued(oldest: dict[str, int], *, now_ms: int) -> list[dict[str, Any]]:
+    out = []
+    for lane in sorted(oldest, key=lambda name: _rank(LANES, name)):
+        created = oldest[lane]
+        job_id = (Job.objects.filter(status="queued", created_at=created, lane=lane)
+                  .order_by("id").values_list("id", flat=True).first())
+        out.append({"lane": lane, "jobId": job_id, "createdAt": created,
+                    "ageMs": max(0, now_ms - created)})
+    return out
+
+
+def recent_terminal(*, now_ms: int) -> dict[str, Any]:
+    """Jobs that settled in the last hour (and last 5 minutes) by status x lane x group."""
+    since_long, since_short = now_ms - RECENT_MS, now_ms - SHORT_MS
+    rows = (
+        Job.objects.filter(status__in=TERMINAL_ORDER, updated_at__gte=since_long)
+        .order_by()
+        .values("status", "lane", "worker_group")
+        .annotate(count=Count("id"), recent=Count("id", filter=Q(updated_at__gte=since_short)))
+    )
+    cells = []
+    last_hour = dict.fromkeys(TERMINAL_ORDER, 0)
+    last_5 = dict.fromkeys(TERMINAL_ORDER, 0)
+    for row in rows:
+        cells.append({"status": row["status"], "lane": row["lane"], "group": row["worker_group"],
+                      "count": row["count"], "count5m": row["recent"]})
+        last_hour[row["status"]] += row["count"]
+        last_5[row["status"]] += row["recent"]
+    cells.sort(key=lambda c: (_rank(TERMINAL_ORDER, c["status"]), _rank(LANES, c["lane"]),
+                              _rank(WORKER_GROUPS, c["group"])))
+    return {
+        "windowMs": RECENT_MS,
+        "since": since_long,
+        "cells": cells,
+        "throughput": [
+            {"window": "5m", "windowMs": SHORT_MS, **last_5, "total": sum(last_5.values()),
+             "perMinute": round(sum(last_5.values()) / 5, 2)},
+            {"window": "60m", "windowMs": RECENT_MS, **last_hour,
+             "total": sum(last_hour.values()), "perMinute": round(sum(last_hour.values()) / 60, 2)},
+        ],
+    }
+
+
+def running_by_cluster(depth: dict[str, Any]) -> list[dict[str, Any]]:
+    """Leased and running jobs per worker cluster (`worker-<routed group>`), from the depth."""
+    by_group = {group: {"leased": 0, "running": 0} for group in WORKER_GROUPS}
+    for cell in depth["cells"]:
+        if cell["status"] in ("leased", "running"):
+            by_group.setdefault(cell["group"], {"leased": 0, "running": 0})
+            by_group[cell["group"]][cell["status"]] += cell["count"]
+    return [{"cluster": f"worker-{group}", "group": group, **counts,
+             "total": counts["leased"] + counts["running"]} for group, counts in by_group.items()]
+
+
+def processes_block(*, now_ms: int) -> dict[str, Any]:
+    """D-11: processes seen recently, and live/gone counts per role."""
+    rows = processes.summary(now_ms=now_ms)
+    roles: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        entry = roles.setdefault(row["role"], {"role": row["role"], "live": 0, "gone": 0,
+                                               "concurrency": 0})
+        if row["live"]:
+            entry["live"] += 1
+            entry["concurrency"] += row["concurrency"] or 0
+        else:
+            entry["gone"] += 1
+    return {"byRole": sorted(roles.values(), key=lambda r: r["role"]), "rows": rows}
+
+
+def mask_url(url: str | None) -> str | None:
+    """A callback URL reduced to scheme, host and port: paths and queries often hold tokens."""
+    if not url:
+        return None
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    masked_path = "/••••" if parts.path not in ("", "/") or parts.query else parts.path
+    return urlunsplit((parts.scheme, host, masked_path, "", ""))
+
+
+def callbacks_block() -> dict[str, Any]:
+    """D-8 configuration and the failure counter of *this* process only.
+
+    Callbacks are posted by driver and worker processes, each counting its own failures
+    in memory; those counts are not recorded anywhere this process can read.
+    """
+    config = settings.RECEIPT
+    return {
+        "url": mask_url(config.callback_url),
+        "source": ("RECEIPT_RESONATE_CALLBACK_URL" if config.resonate_callback_url
+                   else "RECEIPT_EVENT_CALLBACK_URL" if config.event_callback_url else None),
+        "tokenSet": bool(config.callback_token),
+        "events": list(callbacks.EVENTS),
+        "failuresThisProcess": callbacks.failure_count(),
+        "process": os.getpid(),
+        "scope": "per process",
+    }
+
+
+def config_rows() -> list[dict[str, str]]:
+    """SPEC 13: every setting with its value, secrets masked (Config.shown)."""
+    return [{"name": name, "value": value} for name, value in settings.RECEIPT.shown()]
+
+
+def snapshot(*, now_ms: int | None = None, include_config: bool = True) -> dict[str, Any]:
+    """Everything the dashboard shows, as JSON."""
+    now = wall_clock_ms() if now_ms is None else now_ms
+    depth = queue_depth(now_ms=now)
+    out: dict[str, Any] = {
+        "now": now,
+        "depth": depth,
+        "recent": recent_terminal(now_ms=now),
+        "runningByCluster": running_by_cluster(depth),
+        "processes": processes_block(now_ms=now),
+        "loops": loops.summary(),
+        "callbacks": callbacks_block(),
+    }
+    if include_config:
+        out["config"] = config_rows()
+    return out
+
+
+def _rank(order: tuple[str, ...], value: str) -> tuple[int, str]:
+    return (order.index(value), "") if value in order else (len(order), value or "")

@@ -1,0 +1,56 @@
+"""Who may follow what: the live views' guard (A-10, Q-1, Q-2).
+
+The same rules and error codes as the DRF API, for plain async views: a missing
+credential is 401 `not_authenticated`, a bad one 401 `invalid_token`, a missing scope 403
+`missing_scope`, and a job of another organization 404 `job_not_found`, like a missing one.
+"""
+
+from __future__ import annotations
+
+from django.http import HttpRequest, JsonResponse
+
+from access.permissions import visible_job_or_404
+from access.principals import BadCredentials, Principal, principal_for_request
+from jobs.core.reducer import JobState
+from jobs.errors import JobNotFound
+from jobs.live import db
+from receipt_site.api_errors import error_response
+
+READ_SCOPE = "jobs:read"
+CHALLENGE = {"WWW-Authenticate": 'Bearer realm="receipt"'}
+
+
+class Refused(Exception):
+    """A request the guard answers itself; `response` is the JSON error to send."""
+
+    def __init__(self, response: JsonResponse) -> None:
+        super().__init__(response.status_code)
+        self.response = response
+
+
+def refuse(code: str, detail: str, status: int, headers: dict[str, str] | None = None) -> Refused:
+    return Refused(error_response(code, detail, status, headers))
+
+
+async def principal(request: HttpRequest, scope: str) -> Principal:
+    try:
+        found = await db.run(principal_for_request, request)
+    except BadCredentials as error:
+        raise refuse("invalid_token", str(error), 401, CHALLENGE) from None
+    if found is None:
+        raise refuse("not_authenticated",
+                     "credentials are required: send Authorization: Bearer <token>", 401,
+                     CHALLENGE)
+    if not found.has_scope(scope):
+        raise refuse("missing_scope", f"this credential lacks the {scope} scope", 403)
+    return found
+
+
+async def visible_job(request: HttpRequest, job_id: str) -> tuple[Principal, JobState]:
+    """The caller and the job it may read, or Refused."""
+    who = await principal(request, READ_SCOPE)
+    try:
+        job = await db.run(visible_job_or_404, who, job_id)
+    except JobNotFound as error:
+        raise refuse(error.code, str(error), error.status) from None
+    return who, job
