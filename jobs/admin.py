@@ -16,10 +16,12 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
+from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
 from django.db.models import Q, QuerySet
 from django.db.models.fields.json import KT
@@ -84,7 +86,7 @@ def admin_key(job_id: str, now_ms: int) -> str:
 
 
 def status_badge(status: str) -> str:
-    return format_html('<span class="rcpt-status rcpt-status-{}">{}</span>', status, status)
+    return format_html('<span class="rcpt-job-badge rcpt-job-badge-{}">{}</span>', status, status)
 
 
 def group_cell(routed: str, contract: str | None) -> str:
@@ -94,7 +96,10 @@ def group_cell(routed: str, contract: str | None) -> str:
     return format_html(
         '{} <span class="rcpt-mismatch" title="contract group {} differs from routed group {} '
         '(K-5: routing is agent id first)">⚠ contract {}</span>',
-        routed, contract, routed, contract,
+        routed,
+        contract,
+        routed,
+        contract,
     )
 
 
@@ -182,8 +187,12 @@ class OrganizationFilter(admin.SimpleListFilter):
         return queryset.filter(organization_id=value) if value else queryset
 
     def choices(self, changelist: Any) -> Any:
-        keep = [(name, value) for name, values in changelist.filter_params.items()
-                if name != self.parameter_name for value in values]
+        keep = [
+            (name, value)
+            for name, values in changelist.filter_params.items()
+            if name != self.parameter_name
+            for value in values
+        ]
         yield {
             "value": self.value() or "",
             "parameter_name": self.parameter_name,
@@ -210,38 +219,57 @@ def state_at_panel(job_id: str, at: int, count: int) -> dict[str, Any]:
         return {"at": at, "count": count, "error": f"{type(error).__name__}: {error}"}
     if state is None:
         return {"at": at, "count": count, "json": pretty_json(None), "status": None}
-    return {"at": at, "count": count, "json": pretty_json(job_json(state)),
-            "status": state.status}
+    return {"at": at, "count": count, "json": pretty_json(job_json(state)), "status": state.status}
 
 
 def promise_rows(job_id: str, *, now_ms: int) -> list[dict[str, Any]]:
     rows = []
     for p in promises.for_job(job_id, now_ms=now_ms):
-        rows.append({
-            "id": p.id, "function": p.function, "attempt": p.attempt, "group": p.target_group,
-            "state": p.state, "worker": p.worker_id, "dispatch_key": p.dispatch_key,
-            "created": utc(p.created_at), "settled": utc(p.settled_at),
-            "timeout": utc(p.timeout_at),
-            "result": None if p.result is None else pretty_json(p.result),
-        })
+        rows.append(
+            {
+                "id": p.id,
+                "function": p.function,
+                "attempt": p.attempt,
+                "group": p.target_group,
+                "state": p.state,
+                "worker": p.worker_id,
+                "dispatch_key": p.dispatch_key,
+                "created": utc(p.created_at),
+                "settled": utc(p.settled_at),
+                "timeout": utc(p.timeout_at),
+                "result": None if p.result is None else pretty_json(p.result),
+            }
+        )
     return rows
 
 
 def command_rows(job: JobState) -> list[dict[str, Any]]:
-    return [{"id": c.id, "command": c.command, "lane": c.lane, "by": c.by,
-             "created": utc(c.created_at), "consumed": utc(c.consumed_at) if c.consumed_at else None,
-             "payload": pretty_json(c.payload), "pending": c.pending}
-            for c in reversed(job.commands)]
+    return [
+        {
+            "id": c.id,
+            "command": c.command,
+            "lane": c.lane,
+            "by": c.by,
+            "created": utc(c.created_at),
+            "consumed": utc(c.consumed_at) if c.consumed_at else None,
+            "payload": pretty_json(c.payload),
+            "pending": c.pending,
+        }
+        for c in reversed(job.commands)
+    ]
 
 
 def parse_payload(text: str) -> tuple[Any, str | None]:
     """The steer/follow-up textarea as JSON, or an error sentence (Q-3)."""
     if not text.strip():
-        return None, "Enter a JSON payload, e.g. {\"message\": \"...\"}."
+        return None, 'Enter a JSON payload, e.g. {"message": "..."}.'
     try:
         return json.loads(text), None
     except json.JSONDecodeError as error:
-        return None, f"The payload is not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})."
+        return (
+            None,
+            f"The payload is not valid JSON: {error.msg} (line {error.lineno}, column {error.colno}).",
+        )
 
 
 # ---- the dashboard's tables (U-6) ------------------------------------------------------------
@@ -268,50 +296,122 @@ class Table:
 
 
 DASHBOARD_TABLES = (
-    Table("by-status", "Active jobs by status", "depth.byStatus",
-          (Column("status", "status", "status"), Column("count", "jobs", "num")),
-          "No active jobs."),
-    Table("depth", "Queue depth: status, lane and routed group", "depth.cells",
-          (Column("status", "status", "status"), Column("lane", "lane"),
-           Column("group", "routed group"), Column("count", "jobs", "num")),
-          "No active jobs.", "Active statuses only (queued, leased, running)."),
-    Table("oldest", "Oldest queued job per lane", "depth.oldestQueued",
-          (Column("lane", "lane"), Column("jobId", "job", "job"),
-           Column("createdAt", "enqueued (UTC)", "utc"), Column("ageMs", "age", "ms")),
-          "Nothing queued."),
-    Table("throughput", "Throughput (settled jobs)", "recent.throughput",
-          (Column("window", "last"), Column("completed", "completed", "num"),
-           Column("failed", "failed", "num"), Column("canceled", "canceled", "num"),
-           Column("total", "total", "num"), Column("perMinute", "per minute")),
-          "—", "Counted by the time of each job's last receipt (updated_at)."),
-    Table("recent", "Settled in the last 60 minutes: status, lane and routed group",
-          "recent.cells",
-          (Column("status", "status", "status"), Column("lane", "lane"),
-           Column("group", "routed group"), Column("count5m", "last 5 min", "num"),
-           Column("count", "last 60 min", "num")),
-          "No job settled in the last hour."),
-    Table("clusters", "Running jobs per cluster", "runningByCluster",
-          (Column("cluster", "cluster"), Column("leased", "leased", "num"),
-           Column("running", "running", "num"), Column("total", "total", "num")),
-          "—"),
-    Table("roles", "Worker processes per role", "processes.byRole",
-          (Column("role", "role"), Column("live", "live", "num"), Column("gone", "gone", "num"),
-           Column("concurrency", "live concurrency", "num")),
-          "No runworker process seen in the last 5 minutes.",
-          "A process unseen for 3 beats (15 s) is gone (D-11)."),
-    Table("processes", "Processes", "processes.rows",
-          (Column("id", "process"), Column("live", "state", "live"), Column("group", "group"),
-           Column("concurrency", "concurrency", "num"),
-           Column("currentAttempts", "attempts held", "len"),
-           Column("startedAt", "started (UTC)", "utc"), Column("lastSeen", "last seen", "ago")),
-          "No runworker process seen in the last 5 minutes."),
-    Table("loops", "Recovery loops (L-6)", "loops",
-          (Column("loop", "loop"), Column("process", "process"),
-           Column("lastStartedAt", "last run (UTC)", "utc"),
-           Column("durationMs", "duration", "ms"), Column("acted", "acted", "num"),
-           Column("runs", "runs", "num"), Column("lastError", "last error"),
-           Column("lastErrorAt", "error at (UTC)", "utc")),
-          "No loop has run yet."),
+    Table(
+        "by-status",
+        "Active jobs by status",
+        "depth.byStatus",
+        (Column("status", "status", "status"), Column("count", "jobs", "num")),
+        "No active jobs.",
+    ),
+    Table(
+        "depth",
+        "Queue depth: status, lane and routed group",
+        "depth.cells",
+        (
+            Column("status", "status", "status"),
+            Column("lane", "lane"),
+            Column("group", "routed group"),
+            Column("count", "jobs", "num"),
+        ),
+        "No active jobs.",
+        "Active statuses only (queued, leased, running).",
+    ),
+    Table(
+        "oldest",
+        "Oldest queued job per lane",
+        "depth.oldestQueued",
+        (
+            Column("lane", "lane"),
+            Column("jobId", "job", "job"),
+            Column("createdAt", "enqueued (UTC)", "utc"),
+            Column("ageMs", "age", "ms"),
+        ),
+        "Nothing queued.",
+    ),
+    Table(
+        "throughput",
+        "Throughput (settled jobs)",
+        "recent.throughput",
+        (
+            Column("window", "last"),
+            Column("completed", "completed", "num"),
+            Column("failed", "failed", "num"),
+            Column("canceled", "canceled", "num"),
+            Column("total", "total", "num"),
+            Column("perMinute", "per minute"),
+        ),
+        "—",
+        "Counted by the time of each job's last receipt (updated_at).",
+    ),
+    Table(
+        "recent",
+        "Settled in the last 60 minutes: status, lane and routed group",
+        "recent.cells",
+        (
+            Column("status", "status", "status"),
+            Column("lane", "lane"),
+            Column("group", "routed group"),
+            Column("count5m", "last 5 min", "num"),
+            Column("count", "last 60 min", "num"),
+        ),
+        "No job settled in the last hour.",
+    ),
+    Table(
+        "clusters",
+        "Running jobs per cluster",
+        "runningByCluster",
+        (
+            Column("cluster", "cluster"),
+            Column("leased", "leased", "num"),
+            Column("running", "running", "num"),
+            Column("total", "total", "num"),
+        ),
+        "—",
+    ),
+    Table(
+        "roles",
+        "Worker processes per role",
+        "processes.byRole",
+        (
+            Column("role", "role"),
+            Column("live", "live", "num"),
+            Column("gone", "gone", "num"),
+            Column("concurrency", "live concurrency", "num"),
+        ),
+        "No runworker process seen in the last 5 minutes.",
+        "A process unseen for 3 beats (15 s) is gone (D-11).",
+    ),
+    Table(
+        "processes",
+        "Processes",
+        "processes.rows",
+        (
+            Column("id", "process"),
+            Column("live", "state", "live"),
+            Column("group", "group"),
+            Column("concurrency", "concurrency", "num"),
+            Column("currentAttempts", "attempts held", "len"),
+            Column("startedAt", "started (UTC)", "utc"),
+            Column("lastSeen", "last seen", "ago"),
+        ),
+        "No runworker process seen in the last 5 minutes.",
+    ),
+    Table(
+        "loops",
+        "Recovery loops (L-6)",
+        "loops",
+        (
+            Column("loop", "loop"),
+            Column("process", "process"),
+            Column("lastStartedAt", "last run (UTC)", "utc"),
+            Column("durationMs", "duration", "ms"),
+            Column("acted", "acted", "num"),
+            Column("runs", "runs", "num"),
+            Column("lastError", "last error"),
+            Column("lastErrorAt", "error at (UTC)", "utc"),
+        ),
+        "No loop has run yet.",
+    ),
 )
 
 
@@ -351,8 +451,8 @@ def format_cell(value: Any, fmt: str, *, now_ms: int) -> str:
     if fmt == "ago":
         return format_html('<span title="{}">{} ago</span>', utc(value), human_ms(now_ms - value))
     if fmt == "live":
-        return format_html('<span class="rcpt-status rcpt-status-{}">{}</span>',
-                           "running" if value else "failed", "live" if value else "gone")
+        word = "live" if value else "gone"
+        return format_html('<span class="rcpt-job-badge rcpt-job-badge-{}">{}</span>', word, word)
     if fmt == "job":
         url = reverse("admin:jobs_job_change", args=(quote(value),))
         return format_html('<a href="{}"><code>{}</code></a>', url, value)
@@ -363,9 +463,28 @@ def render_table(table: Table, data: dict[str, Any]) -> dict[str, Any]:
     rows: Any = data
     for part in table.source.split("."):
         rows = rows.get(part, []) if isinstance(rows, dict) else []
-    cells = [[format_cell(row.get(c.key), c.format, now_ms=data["now"]) for c in table.columns]
-             for row in rows]
+    cells = [
+        [format_cell(row.get(c.key), c.format, now_ms=data["now"]) for c in table.columns]
+        for row in rows
+    ]
     return {"spec": table, "rows": cells}
+
+
+class JobPaginator(CheapCountPaginator):
+    """At most `max_pages` pages: a deeper page is an OFFSET that walks (or, on PostgreSQL,
+    sorts) every row before it. Older jobs are reached by filtering, not by paging."""
+
+    max_pages = 100
+
+    @cached_property
+    def num_pages(self) -> int:
+        return min(super().num_pages, self.max_pages)
+
+
+class JobChangeList(ChangeList):
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        self.result_list = self.result_list.annotate(max_attempts=KT("state__maxAttempts"))
 
 
 # ---- the model admin -------------------------------------------------------------------------
@@ -373,11 +492,27 @@ def render_table(table: Table, data: dict[str, Any]) -> dict[str, Any]:
 
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
-    list_display = ("id", "status_col", "agent_id", "kind", "lane", "group_col", "attempts_col",
-                    "organization_id", "created_col", "updated_col")
+    list_display = (
+        "id",
+        "status_col",
+        "agent_id",
+        "kind",
+        "lane",
+        "group_col",
+        "attempts_col",
+        "organization_id",
+        "created_col",
+        "updated_col",
+    )
     list_display_links = ("id",)
-    list_filter = (StatusFilter, LaneFilter, AgentFilter, KindFilter, RoutedGroupFilter,
-                   OrganizationFilter)
+    list_filter = (
+        StatusFilter,
+        LaneFilter,
+        AgentFilter,
+        KindFilter,
+        RoutedGroupFilter,
+        OrganizationFilter,
+    )
     search_fields = ("id",)  # shows the box; get_search_results makes every term exact
     search_help_text = (
         "Exact job id, session key or objective id. Or one column: id:<job id>, "
@@ -387,7 +522,7 @@ class JobAdmin(admin.ModelAdmin):
     sortable_by = ()  # any other order would sort the whole table
     show_full_result_count = False
     show_facets = admin.ShowFacets.NEVER  # facet counts are one COUNT per choice
-    paginator = CheapCountPaginator
+    paginator = JobPaginator
     list_per_page = 100
     list_max_show_all = 100
     actions = ("abort_selected", "redrive_selected")
@@ -401,8 +536,11 @@ class JobAdmin(admin.ModelAdmin):
     # ---- permissions (U-7) -------------------------------------------------------------------
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return (request.user.is_active and request.user.is_staff
-                and super().has_view_permission(request, obj))
+        return (
+            request.user.is_active
+            and request.user.is_staff
+            and super().has_view_permission(request, obj)
+        )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # jobs are enqueued through the API or the queue service
@@ -412,17 +550,23 @@ class JobAdmin(admin.ModelAdmin):
 
     def can_act(self, request: HttpRequest) -> bool:
         """abort, steer, follow-up and redrive: `jobs.change_job`."""
-        return request.user.is_active and request.user.is_staff and super().has_change_permission(request)
+        return (
+            request.user.is_active and request.user.is_staff and self.has_change_permission(request)
+        )
 
     # ---- changelist (U-1) ----------------------------------------------------------------------
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
-        # The fold can carry a 1 MiB payload; a page needs only maxAttempts from it.
-        return super().get_queryset(request).defer("state").annotate(
-            max_attempts=KT("state__maxAttempts"))
+        # The fold can carry a 1 MiB payload; a page needs only maxAttempts from it, which
+        # JobChangeList adds to the page's query (not to the paginator's capped count).
+        return super().get_queryset(request).defer("state")
 
-    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Job],
-                           search_term: str) -> tuple[QuerySet[Job], bool]:
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return JobChangeList
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
+    ) -> tuple[QuerySet[Job], bool]:
         condition = parse_search(search_term)
         return (queryset if condition is None else queryset.filter(condition)), False
 
@@ -440,28 +584,36 @@ class JobAdmin(admin.ModelAdmin):
 
     @admin.display(description="created (UTC)")
     def created_col(self, obj: Job) -> str:
-        return format_html('<span class="rcpt-ts" title="{}">{}</span>', obj.created_at,
-                           utc(obj.created_at))
+        return format_html(
+            '<span class="rcpt-ts" title="{}">{}</span>', obj.created_at, utc(obj.created_at)
+        )
 
     @admin.display(description="updated (UTC)")
     def updated_col(self, obj: Job) -> str:
-        return format_html('<span class="rcpt-ts" title="{}">{}</span>', obj.updated_at,
-                           utc(obj.updated_at))
+        return format_html(
+            '<span class="rcpt-ts" title="{}">{}</span>', obj.updated_at, utc(obj.updated_at)
+        )
 
-    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None
-                        ) -> HttpResponse:
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         extra = {"dashboard_url": reverse("admin:jobs_job_dashboard"), **(extra_context or {})}
         return super().changelist_view(request, extra)
 
     # ---- bulk actions (U-3) ----------------------------------------------------------------------
 
     def _bulk_ids(self, request: HttpRequest, queryset: QuerySet[Job]) -> list[str] | None:
-        ids = list(queryset.order_by("-created_at", "-id").values_list("id", flat=True)
-                   [: BULK_LIMIT + 1])
+        ids = list(
+            queryset.order_by("-created_at", "-id").values_list("id", flat=True)[: BULK_LIMIT + 1]
+        )
         if len(ids) > BULK_LIMIT:
-            self.message_user(request, f"More than {BULK_LIMIT} jobs selected; narrow the "
-                                       f"filter and act on at most {BULK_LIMIT} at a time. "
-                                       "Nothing was changed.", messages.ERROR)
+            self.message_user(
+                request,
+                f"More than {BULK_LIMIT} jobs selected; narrow the "
+                f"filter and act on at most {BULK_LIMIT} at a time. "
+                "Nothing was changed.",
+                messages.ERROR,
+            )
             return None
         return ids
 
@@ -475,8 +627,11 @@ class JobAdmin(admin.ModelAdmin):
                 **self.admin_site.each_context(request),
                 "title": "Abort jobs",
                 "opts": self.opts,
-                "jobs": list(queryset.filter(pk__in=ids).order_by("-created_at", "-id")
-                             .values("id", "status", "agent_id", "kind")),
+                "jobs": list(
+                    queryset.filter(pk__in=ids)
+                    .order_by("-created_at", "-id")
+                    .values("id", "status", "agent_id", "kind")
+                ),
                 "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
                 "reason_limit": MAX_REASON,
             }
@@ -496,13 +651,25 @@ class JobAdmin(admin.ModelAdmin):
                 canceled += 1
             else:
                 commanded += 1
-        log_event(logger, "admin.jobs_aborted", f"{by} aborted {canceled + commanded} jobs",
-                  by=by, canceled=canceled, commanded=commanded, skipped=len(skipped))
-        self.message_user(request, f"Aborted: {canceled} queued job(s) canceled, abort command "
-                                   f"sent to {commanded} leased/running job(s).", messages.SUCCESS)
+        log_event(
+            logger,
+            "admin.jobs_aborted",
+            f"{by} aborted {canceled + commanded} jobs",
+            by=by,
+            canceled=canceled,
+            commanded=commanded,
+            skipped=len(skipped),
+        )
+        self.message_user(
+            request,
+            f"Aborted: {canceled} queued job(s) canceled, abort command "
+            f"sent to {commanded} leased/running job(s).",
+            messages.SUCCESS,
+        )
         if skipped:
-            self.message_user(request, f"Skipped {len(skipped)}: " + "; ".join(skipped[:20]),
-                              messages.WARNING)
+            self.message_user(
+                request, f"Skipped {len(skipped)}: " + "; ".join(skipped[:20]), messages.WARNING
+            )
         return None
 
     @admin.action(description="Redrive selected queued jobs now", permissions=["change"])
@@ -523,16 +690,28 @@ class JobAdmin(admin.ModelAdmin):
                 failed.append(f"{job_id} ({error})")
                 continue
             started.append(job_id)
-        log_event(logger, "admin.jobs_redriven", f"{by} redrove {len(started)} jobs", by=by,
-                  jobIds=started[:50], skipped=len(skipped), failed=len(failed))
-        self.message_user(request, f"Redrive started for {len(started)} queued job(s).",
-                          messages.SUCCESS)
+        log_event(
+            logger,
+            "admin.jobs_redriven",
+            f"{by} redrove {len(started)} jobs",
+            by=by,
+            jobIds=started[:50],
+            skipped=len(skipped),
+            failed=len(failed),
+        )
+        self.message_user(
+            request, f"Redrive started for {len(started)} queued job(s).", messages.SUCCESS
+        )
         if skipped:
-            self.message_user(request, f"Skipped {len(skipped)} job(s) that are not queued: "
-                                       + "; ".join(skipped[:20]), messages.WARNING)
+            self.message_user(
+                request,
+                f"Skipped {len(skipped)} job(s) that are not queued: " + "; ".join(skipped[:20]),
+                messages.WARNING,
+            )
         if failed:
-            self.message_user(request, "Redrive failed for " + "; ".join(failed[:20]),
-                              messages.ERROR)
+            self.message_user(
+                request, "Redrive failed for " + "; ".join(failed[:20]), messages.ERROR
+            )
 
     # ---- URLs: the dashboard beside the changelist (U-6) ----------------------------------------
 
@@ -565,12 +744,17 @@ class JobAdmin(admin.ModelAdmin):
     def dashboard_json_view(self, request: HttpRequest) -> JsonResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        return JsonResponse(dashboard.snapshot(include_config=False))
+        return JsonResponse(dashboard.shared_snapshot())
 
     # ---- the job page (U-2) and its actions (U-3) ---------------------------------------------
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
         job_id = unquote(object_id)
@@ -583,7 +767,9 @@ class JobAdmin(admin.ModelAdmin):
                 return answer
         return self._render(request, job_id, panels, extra_context)
 
-    def _act(self, request: HttpRequest, job_id: str, panels: dict[str, Any]) -> HttpResponse | None:
+    def _act(
+        self, request: HttpRequest, job_id: str, panels: dict[str, Any]
+    ) -> HttpResponse | None:
         """Run one posted action. A redirect after a write; panels for replay/verify/errors."""
         action = request.POST.get("action")
         if action not in JOB_ACTIONS:
@@ -596,24 +782,40 @@ class JobAdmin(admin.ModelAdmin):
             if not can_verify(request):
                 raise PermissionDenied
             panels["verification"] = store.verify(stream)
-            log_event(logger, "admin.job_verified", f"{by} verified {stream}", stream=stream,
-                      by=by, ok=panels["verification"].ok)
+            log_event(
+                logger,
+                "admin.job_verified",
+                f"{by} verified {stream}",
+                stream=stream,
+                by=by,
+                ok=panels["verification"].ok,
+            )
             return None
         if action == "replay":
             if not can_replay(request):
                 raise PermissionDenied
             dry_run = request.POST.get("dry_run") == "1"
             panels["replay"] = replay_panel(stream, dry_run=dry_run)
-            log_event(logger, "admin.job_replayed", f"{by} replayed {stream}", stream=stream,
-                      by=by, dry_run=dry_run, drift=len(panels["replay"].get("drift", [])),
-                      refused="refused" in panels["replay"])
+            log_event(
+                logger,
+                "admin.job_replayed",
+                f"{by} replayed {stream}",
+                stream=stream,
+                by=by,
+                dry_run=dry_run,
+                drift=len(panels["replay"].get("drift", [])),
+                refused="refused" in panels["replay"],
+            )
             return None
         try:
             if action == "abort":
                 reason = request.POST.get("reason", "").strip()[:MAX_REASON] or None
                 result = queue.abort(job_id, reason=reason, by=by)
-                text = ("Job canceled (it was queued)." if result.canceled else
-                        "Abort command sent; the worker stops at its next heartbeat.")
+                text = (
+                    "Job canceled (it was queued)."
+                    if result.canceled
+                    else "Abort command sent; the worker stops at its next heartbeat."
+                )
             elif action in ("steer", "follow_up"):
                 raw = request.POST.get("payload", "")
                 payload, problem = parse_payload(raw)
@@ -625,8 +827,11 @@ class JobAdmin(admin.ModelAdmin):
             else:  # redrive
                 text = self._redrive(job_id, by)
         except JobsError as error:
-            panels["command_error"] = {"action": action, "message": str(error),
-                                       "text": request.POST.get("payload", "")}
+            panels["command_error"] = {
+                "action": action,
+                "message": str(error),
+                "text": request.POST.get("payload", ""),
+            }
             return None
         messages.success(request, text)
         return HttpResponseRedirect(request.get_full_path())
@@ -634,21 +839,37 @@ class JobAdmin(admin.ModelAdmin):
     def _redrive(self, job_id: str, by: str) -> str:
         job = queue.require(job_id)
         if job.status != "queued":
-            raise JobsError(f"job {job_id} is {job.status}; only a queued job can be redriven "
-                            "(an expired lease is requeued by the lease expiry loop)")
+            raise JobsError(
+                f"job {job_id} is {job.status}; only a queued job can be redriven "
+                "(an expired lease is requeued by the lease expiry loop)"
+            )
         now = wall_clock_ms()
         pending = promises.pending_for_job(job_id, now_ms=now)
         result = dispatch.start_driver(job, dispatch_key=admin_key(job_id, now), now_ms=now)
-        log_event(logger, "admin.job_redriven", f"{by} redrove {job_id}", jobId=job_id, by=by,
-                  created=result.created, promiseId=result.promise_id)
+        log_event(
+            logger,
+            "admin.job_redriven",
+            f"{by} redrove {job_id}",
+            jobId=job_id,
+            by=by,
+            started=result.created,
+            promiseId=result.promise_id,
+        )
         if not result.created:
             return f"No new delivery: {result.reason} ({result.promise_id})."
-        note = (f" {len(pending)} earlier delivery(ies) still pending: "
-                + ", ".join(p.id for p in pending[:3]) + ".") if pending else ""
-        return f"Driver delivery {result.promise_id} started.{note}"
+        text = f"Driver delivery {result.promise_id} started."
+        if pending:
+            earlier = ", ".join(p.id for p in pending[:3])
+            text += f" {len(pending)} earlier delivery(ies) still pending: {earlier}."
+        return text
 
-    def _render(self, request: HttpRequest, job_id: str, panels: dict[str, Any],
-                extra_context: dict[str, Any] | None) -> HttpResponse:
+    def _render(
+        self,
+        request: HttpRequest,
+        job_id: str,
+        panels: dict[str, Any],
+        extra_context: dict[str, Any] | None,
+    ) -> HttpResponse:
         now = wall_clock_ms()
         job = queue.get(job_id)
         if job is None:  # a replay may have removed the row (no receipts)
@@ -666,8 +887,11 @@ class JobAdmin(admin.ModelAdmin):
         verification = panels.get("verification")
         last_shown = page[-1].stream_seq if page else after
         at_raw = request.GET.get("at")
-        state_at = (state_at_panel(job_id, max(0, min(_int_param(at_raw, count), count)), count)
-                    if at_raw not in (None, "") else None)
+        state_at = (
+            state_at_panel(job_id, max(0, min(_int_param(at_raw, count), count)), count)
+            if at_raw not in (None, "")
+            else None
+        )
         context = {
             **self.admin_site.each_context(request),
             "title": f"Job {job_id}",

@@ -17,6 +17,8 @@ any `/healthz`-like consumer can share it. This module reads; it never writes.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
@@ -47,28 +49,46 @@ def queue_depth(*, now_ms: int) -> dict[str, Any]:
     totals = dict.fromkeys(ACTIVE_ORDER, 0)
     oldest: dict[str, int] = {}
     for row in rows:
-        cells.append({"status": row["status"], "lane": row["lane"], "group": row["worker_group"],
-                      "count": row["count"]})
+        cells.append(
+            {
+                "status": row["status"],
+                "lane": row["lane"],
+                "group": row["worker_group"],
+                "count": row["count"],
+            }
+        )
         totals[row["status"]] = totals.get(row["status"], 0) + row["count"]
         if row["status"] == "queued":
             lane = row["lane"]
             oldest[lane] = min(oldest.get(lane, row["oldest"]), row["oldest"])
-    cells.sort(key=lambda c: (_rank(ACTIVE_ORDER, c["status"]), _rank(LANES, c["lane"]),
-                              _rank(WORKER_GROUPS, c["group"])))
-    return {"cells": cells,
-            "byStatus": [{"status": status, "count": n} for status, n in totals.items()],
-            "total": sum(totals.values()),
-            "oldestQueued": _oldest_queued(oldest, now_ms=now_ms)}
+    cells.sort(
+        key=lambda c: (
+            _rank(ACTIVE_ORDER, c["status"]),
+            _rank(LANES, c["lane"]),
+            _rank(WORKER_GROUPS, c["group"]),
+        )
+    )
+    return {
+        "cells": cells,
+        "byStatus": [{"status": status, "count": n} for status, n in totals.items()],
+        "total": sum(totals.values()),
+        "oldestQueued": _oldest_queued(oldest, now_ms=now_ms),
+    }
 
 
 def _oldest_queued(oldest: dict[str, int], *, now_ms: int) -> list[dict[str, Any]]:
     out = []
     for lane in sorted(oldest, key=lambda name: _rank(LANES, name)):
         created = oldest[lane]
-        job_id = (Job.objects.filter(status="queued", created_at=created, lane=lane)
-                  .order_by("id").values_list("id", flat=True).first())
-        out.append({"lane": lane, "jobId": job_id, "createdAt": created,
-                    "ageMs": max(0, now_ms - created)})
+        job_id = (
+            Job.objects.filter(status="queued", created_at=created, lane=lane)
+            .order_by("id")
+            .values_list("id", flat=True)
+            .first()
+        )
+        out.append(
+            {"lane": lane, "jobId": job_id, "createdAt": created, "ageMs": max(0, now_ms - created)}
+        )
     return out
 
 
@@ -85,21 +105,43 @@ def recent_terminal(*, now_ms: int) -> dict[str, Any]:
     last_hour = dict.fromkeys(TERMINAL_ORDER, 0)
     last_5 = dict.fromkeys(TERMINAL_ORDER, 0)
     for row in rows:
-        cells.append({"status": row["status"], "lane": row["lane"], "group": row["worker_group"],
-                      "count": row["count"], "count5m": row["recent"]})
+        cells.append(
+            {
+                "status": row["status"],
+                "lane": row["lane"],
+                "group": row["worker_group"],
+                "count": row["count"],
+                "count5m": row["recent"],
+            }
+        )
         last_hour[row["status"]] += row["count"]
         last_5[row["status"]] += row["recent"]
-    cells.sort(key=lambda c: (_rank(TERMINAL_ORDER, c["status"]), _rank(LANES, c["lane"]),
-                              _rank(WORKER_GROUPS, c["group"])))
+    cells.sort(
+        key=lambda c: (
+            _rank(TERMINAL_ORDER, c["status"]),
+            _rank(LANES, c["lane"]),
+            _rank(WORKER_GROUPS, c["group"]),
+        )
+    )
     return {
         "windowMs": RECENT_MS,
         "since": since_long,
         "cells": cells,
         "throughput": [
-            {"window": "5m", "windowMs": SHORT_MS, **last_5, "total": sum(last_5.values()),
-             "perMinute": round(sum(last_5.values()) / 5, 2)},
-            {"window": "60m", "windowMs": RECENT_MS, **last_hour,
-             "total": sum(last_hour.values()), "perMinute": round(sum(last_hour.values()) / 60, 2)},
+            {
+                "window": "5m",
+                "windowMs": SHORT_MS,
+                **last_5,
+                "total": sum(last_5.values()),
+                "perMinute": round(sum(last_5.values()) / 5, 2),
+            },
+            {
+                "window": "60m",
+                "windowMs": RECENT_MS,
+                **last_hour,
+                "total": sum(last_hour.values()),
+                "perMinute": round(sum(last_hour.values()) / 60, 2),
+            },
         ],
     }
 
@@ -111,8 +153,15 @@ def running_by_cluster(depth: dict[str, Any]) -> list[dict[str, Any]]:
         if cell["status"] in ("leased", "running"):
             by_group.setdefault(cell["group"], {"leased": 0, "running": 0})
             by_group[cell["group"]][cell["status"]] += cell["count"]
-    return [{"cluster": f"worker-{group}", "group": group, **counts,
-             "total": counts["leased"] + counts["running"]} for group, counts in by_group.items()]
+    return [
+        {
+            "cluster": f"worker-{group}",
+            "group": group,
+            **counts,
+            "total": counts["leased"] + counts["running"],
+        }
+        for group, counts in by_group.items()
+    ]
 
 
 def processes_block(*, now_ms: int) -> dict[str, Any]:
@@ -120,8 +169,9 @@ def processes_block(*, now_ms: int) -> dict[str, Any]:
     rows = processes.summary(now_ms=now_ms)
     roles: dict[str, dict[str, Any]] = {}
     for row in rows:
-        entry = roles.setdefault(row["role"], {"role": row["role"], "live": 0, "gone": 0,
-                                               "concurrency": 0})
+        entry = roles.setdefault(
+            row["role"], {"role": row["role"], "live": 0, "gone": 0, "concurrency": 0}
+        )
         if row["live"]:
             entry["live"] += 1
             entry["concurrency"] += row["concurrency"] or 0
@@ -151,8 +201,13 @@ def callbacks_block() -> dict[str, Any]:
     config = settings.RECEIPT
     return {
         "url": mask_url(config.callback_url),
-        "source": ("RECEIPT_RESONATE_CALLBACK_URL" if config.resonate_callback_url
-                   else "RECEIPT_EVENT_CALLBACK_URL" if config.event_callback_url else None),
+        "source": (
+            "RECEIPT_RESONATE_CALLBACK_URL"
+            if config.resonate_callback_url
+            else "RECEIPT_EVENT_CALLBACK_URL"
+            if config.event_callback_url
+            else None
+        ),
         "tokenSet": bool(config.callback_token),
         "events": list(callbacks.EVENTS),
         "failuresThisProcess": callbacks.failure_count(),
@@ -161,9 +216,21 @@ def callbacks_block() -> dict[str, Any]:
     }
 
 
+CALLBACK_URL_NAMES = ("RECEIPT_RESONATE_CALLBACK_URL", "RECEIPT_EVENT_CALLBACK_URL")
+
+
 def config_rows() -> list[dict[str, str]]:
-    """SPEC 13: every setting with its value, secrets masked (Config.shown)."""
-    return [{"name": name, "value": value} for name, value in settings.RECEIPT.shown()]
+    """SPEC 13: every setting with its value, secrets masked (Config.shown).
+
+    `shown()` strips passwords from URLs but prints callback URLs whole; their paths and
+    queries are masked here too, since webhook URLs routinely embed their token.
+    """
+    rows = []
+    for name, value in settings.RECEIPT.shown():
+        if name in CALLBACK_URL_NAMES and value != "—":
+            value = mask_url(value) or value
+        rows.append({"name": name, "value": value})
+    return rows
 
 
 def snapshot(*, now_ms: int | None = None, include_config: bool = True) -> dict[str, Any]:
@@ -182,6 +249,29 @@ def snapshot(*, now_ms: int | None = None, include_config: bool = True) -> dict[
     if include_config:
         out["config"] = config_rows()
     return out
+
+
+# Every open dashboard polls every 3 s; one snapshot per process serves them all for
+# SHARED_SECONDS, so ten operators cost the database what one does.
+SHARED_SECONDS = 2.0
+_shared_lock = threading.Lock()
+_shared: dict[str, Any] = {}  # {"at": monotonic seconds, "snapshot": {...}}
+
+
+def shared_snapshot() -> dict[str, Any]:
+    """`snapshot()` without the configuration, at most SHARED_SECONDS old."""
+    with _shared_lock:
+        cached = _shared.get("snapshot")
+        if cached is not None and time.monotonic() - _shared["at"] < SHARED_SECONDS:
+            return cached
+        fresh = snapshot(include_config=False)
+        _shared.update(at=time.monotonic(), snapshot=fresh)
+        return fresh
+
+
+def reset_shared() -> None:
+    with _shared_lock:
+        _shared.clear()
 
 
 def _rank(order: tuple[str, ...], value: str) -> tuple[int, str]:

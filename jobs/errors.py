@@ -29,7 +29,7 @@ class JobNotFound(JobsError):
 class JobTerminal(JobsError):
     code, status = "job_terminal", 409
 
-    def __init__(self, job_id: str, status: str) -> None:
-        super().__init__(f"job is {status}; continue through its objective")
+    def __init__(self, job_id: str, status: str, *, message: str | None = None) -> None:
+        super().__init__(message or f"job is {status}; continue through its objective")
         self.job_id = job_id
         self.job_status = status

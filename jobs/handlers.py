@@ -1,9 +1,11 @@
 """Handler registry (D-7, P-6): agent id -> `handler(job, ctx) -> JobResult`.
 
-The four built-in agent ids (K-4) are always registered. Until the Factory lands their
-handlers fail jobs non-retryably with a message saying so. Integrators add agent ids
-with `@register_handler("agent-id")` in a module listed in RECEIPT_HANDLER_MODULES
-(imported when the app starts, in every process).
+The four built-in agent ids (K-4) are always registered: the objectives app (Factory)
+registers their handlers in its AppConfig.ready(), and `load` never overwrites a
+registered handler; without that app they fall back to a handler that fails jobs
+non-retryably saying so. Integrators add agent ids with `@register_handler("agent-id")`
+in a module listed in RECEIPT_HANDLER_MODULES (imported when the app starts, in every
+process).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ def load() -> None:
         return
     from django.conf import settings
 
-    for agent_id in BUILTIN_AGENT_IDS:
+    for agent_id in BUILTIN_AGENT_IDS:  # setdefault: Factory's own handlers stay
         _HANDLERS.setdefault(agent_id, _factory_pending)
     for module in settings.RECEIPT.handler_modules:
         importlib.import_module(module)

@@ -33,6 +33,7 @@ class Job(models.Model):
             models.Index(fields=["organization_id", "-created_at", "-id"], name="job_org_newest"),
             models.Index(fields=["objective_id", "-created_at", "-id"], name="job_objective_newest"),
             models.Index(fields=["worker_group", "-created_at", "-id"], name="job_group_newest"),
+            models.Index(fields=["lane", "-created_at", "-id"], name="job_lane_newest"),
             # recovery loops (L-1, L-2) and singleton scans (J-7..J-9)
             models.Index(fields=["status", "updated_at"], name="job_status_updated"),
             models.Index(fields=["status", "lease_until"], name="job_status_lease"),
@@ -116,3 +117,22 @@ class LoopRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.loop}@{self.process_id}"
+
+
+class Counter(models.Model):
+    """Monotonic counters per process (X-2), flushed every few seconds from memory, so a
+    hot path never writes one: /metrics sums them over processes."""
+
+    name = models.CharField(max_length=100)
+    labels = models.CharField(max_length=300, default="")  # canonical `k="v",…` text
+    process_id = models.CharField(max_length=200)
+    value = models.FloatField(default=0)
+    updated_at = models.BigIntegerField(default=0)
+
+    class Meta:
+        db_table = "jobs_counter"
+        constraints = [models.UniqueConstraint(fields=["name", "labels", "process_id"],
+                                               name="counter_uniq")]
+
+    def __str__(self) -> str:
+        return f"{self.name}{{{self.labels}}}@{self.process_id}"

@@ -4,12 +4,14 @@ Every operation locks the job's stream, reads the job's state from the read mode
 to the fold of its receipts, S-5), decides, and appends. Worker-side writes take the
 attempt fence and return a typed outcome instead of raising when it is lost.
 Enqueue never dispatches inside its transaction (D-2): listeners registered with
-`on_commit_listeners` run after commit.
+`on_commit_listeners` run after commit. `mutation_listeners` hear about every write
+after its commit (the durable ledger W-3 and objective reconciliation O-8 follow it).
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -51,6 +53,7 @@ from jobs.core.vocabulary import (
 from jobs.errors import InvalidRequest, JobNotFound, JobTerminal
 from jobs.models import Job
 from jobs.projector import CACHE_KEY, load_state
+from receipt_site.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.core.canonical import CanonicalJSONError, check_json
 from receipts.core.chain import base36
@@ -64,6 +67,12 @@ MAX_BY = 200
 
 # Listeners run after an enqueue commits (D-2: the dispatch pass wakes here).
 on_commit_listeners: list[Callable[[list[JobState]], None]] = []
+# Listeners run after any job write commits, once per write: (type of the write's last
+# receipt, the job after the write, that receipt's body). A write may append several
+# receipts (a lease with its first heartbeat): listeners should read the job, not count
+# receipt types. Best-effort: a listener's exception is logged, never reaches the writer.
+mutation_listeners: list[Callable[[str, JobState, dict[str, Any]], None]] = []
+logger = logging.getLogger("receipt.queue")
 
 
 class Outcome(StrEnum):
@@ -205,6 +214,20 @@ def _locked(job_id: str) -> Iterator[tuple[StreamHandle, JobState | None]]:
         state = load_state(job_id) if handle.existed else None
         handle.cache[CACHE_KEY] = state
         yield handle, state
+    if handle.appended and mutation_listeners:
+        after, body = handle.cache.get(CACHE_KEY), handle.appended[-1].body
+        if after is not None:
+            transaction.on_commit(lambda: _notify(body["type"], after, body))
+
+
+def _notify(kind: str, job: JobState, body: dict[str, Any]) -> None:
+    for listener in list(mutation_listeners):
+        try:
+            listener(kind, job, body)
+        except Exception as error:  # never fails the write that already committed
+            log_event(logger, "queue.mutation_listener_failed",
+                      f"listener {getattr(listener, '__name__', listener)} failed on {kind} "
+                      f"of {job.job_id}: {error}", level=logging.WARNING, jobId=job.job_id)
 
 
 def _state(handle: StreamHandle) -> JobState:
@@ -376,6 +399,9 @@ def command(job_id: str, command_type: str, payload: Any = None, *, by: str | No
         if job is None:
             raise JobNotFound(job_id)
         if job.is_terminal:
+            if command_type == "abort":
+                raise JobTerminal(job_id, job.status,
+                                  message=f"job {job_id} is already {job.status}; nothing to abort")
             raise JobTerminal(job_id, job.status)
         if command_type == "abort":
             why = reason or ABORT_REQUESTED_REASON

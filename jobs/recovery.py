@@ -17,6 +17,7 @@ from jobs import queue
 from jobs.core.reducer import job_from_wire
 from jobs.core.vocabulary import LEASED_STATUSES
 from jobs.models import DeliveryPromise, Job
+from jobs.runtime import counters
 from jobs.runtime.dispatch import redrive_key, start_driver
 from receipt_site.logs import log_event
 
@@ -60,6 +61,7 @@ def redrive_queued(*, now_ms: int, limit: int = BATCH, min_age_ms: int | None = 
             continue
         if started.created:
             report.acted += 1
+            counters.incr("receipt_redrives_total")
             log_event(logger, "delivery.queued_redrive", f"redrove {job.job_id}",
                       jobId=job.job_id, promiseId=started.promise_id)
     return report
@@ -78,6 +80,7 @@ def expire_leases(*, now_ms: int, limit: int = BATCH) -> Report:
             if not expired.applied:
                 continue
             report.acted += 1
+            counters.incr("receipt_lease_expiries_total")
             log_event(logger, "delivery.lease_expired", f"lease of {job_id} expired",
                       jobId=job_id, status=expired.job.status if expired.job else None)
             if expired.job is not None and expired.job.status == "queued":

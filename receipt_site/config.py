@@ -59,6 +59,7 @@ class Config:
     factory_run_handler: str | None
     factory_planner_command: str | None
     factory_agent_command: str | None
+    factory_monitor_interval_ms: int
     max_payload_bytes: int
     max_json_depth: int
     secret_key: str | None
@@ -79,8 +80,10 @@ class Config:
                 text = "—"
             elif spec.env in SECRET_NAMES:
                 text = "•••• (set)"
-            elif spec.env == "DATABASE_URL" or spec.env == "RECEIPT_BROKER":
+            elif spec.env in ("DATABASE_URL", "RECEIPT_BROKER"):
                 text = redact_url(str(value))
+            elif spec.env in ("RECEIPT_RESONATE_CALLBACK_URL", "RECEIPT_EVENT_CALLBACK_URL"):
+                text = origin_only(str(value))  # webhook URLs often carry tokens
             elif isinstance(value, tuple):
                 text = ",".join(value)
             else:
@@ -99,6 +102,15 @@ def redact_url(url: str) -> str:
         host = f"{host}:{parts.port}"
     netloc = f"{parts.username}:***@{host}" if parts.username else host
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def origin_only(url: str) -> str:
+    """scheme://host[:port]/… — path, query and credentials left out."""
+    parts = urlsplit(url)
+    if not parts.scheme or not parts.hostname:
+        return "•••• (set)"
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{parts.hostname}{port}/…"
 
 
 @dataclass(frozen=True)
@@ -157,6 +169,8 @@ _SPECS = (
     _Spec("RECEIPT_FACTORY_RUN_HANDLER", "factory_run_handler", "optstr"),
     _Spec("RECEIPT_FACTORY_PLANNER_COMMAND", "factory_planner_command", "optstr"),
     _Spec("RECEIPT_FACTORY_AGENT_COMMAND", "factory_agent_command", "optstr"),
+    _Spec("RECEIPT_FACTORY_MONITOR_INTERVAL_MS", "factory_monitor_interval_ms", "int", 10_000,
+          100, _MS),
     _Spec("RECEIPT_MAX_PAYLOAD_BYTES", "max_payload_bytes", "int", 1_048_576, 1024, 64 * 1_048_576),
     _Spec("RECEIPT_MAX_JSON_DEPTH", "max_json_depth", "int", 32, 2, 256),
     _Spec("SECRET_KEY", "secret_key", "optstr"),

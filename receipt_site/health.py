@@ -1,17 +1,60 @@
-"""Open health endpoints (A-8): `/healthz` always answers 200, `/readyz` 503 without a DB."""
+"""Open health endpoints (A-8): `/healthz` always answers 200, `/readyz` 503 without a DB.
+
+The queue block is one GROUP BY over the jobs read model, cached per process for
+QUEUE_CACHE_SECONDS so a polling load balancer never turns health into a query storm.
+`loops` and `clusters` are filled by the runtime (recovery loops, worker clusters); their
+keys stay put so clients can rely on them.
+"""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import Count
 from django.http import HttpRequest, JsonResponse
 
+from jobs.core.vocabulary import STATUSES
+from jobs.models import Job
 from receipt_site.config import redact_url
+from receipts.clock import now_ms
 
 _STARTED = time.monotonic()
+QUEUE_CACHE_SECONDS = 2.0
+_queue_lock = threading.Lock()
+_queue_cache: dict[str, Any] = {}  # {"at": monotonic seconds, "block": {...}}
+
+
+def _count_queue() -> dict[str, Any]:
+    counts = dict.fromkeys(STATUSES, 0)
+    rows = Job.objects.order_by().values_list("status").annotate(n=Count("id"))
+    for status, n in rows:
+        counts[status] = counts.get(status, 0) + n
+    return {"total": sum(counts.values()), **counts, "updatedAt": now_ms()}
+
+
+def queue_counts() -> dict[str, Any]:
+    """Jobs by status (A-8), at most QUEUE_CACHE_SECONDS old; never raises."""
+    with _queue_lock:
+        cached = _queue_cache.get("block")
+        if cached is not None and time.monotonic() - _queue_cache["at"] < QUEUE_CACHE_SECONDS:
+            return cached
+        try:
+            block = _count_queue()
+        except Exception as error:  # health answers whatever the database does
+            stale = dict(cached) if cached else {"total": None, **dict.fromkeys(STATUSES),
+                                                 "updatedAt": None}
+            return {**stale, "error": type(error).__name__}
+        _queue_cache.update(at=time.monotonic(), block=block)
+        return block
+
+
+def reset_queue_cache() -> None:
+    with _queue_lock:
+        _queue_cache.clear()
 
 
 def _database() -> dict[str, Any]:
@@ -37,7 +80,10 @@ def healthz(request: HttpRequest) -> JsonResponse:
         "degraded": not database["ok"],
         "uptimeSec": int(time.monotonic() - _STARTED),
         "processRole": settings.RECEIPT.process_role or "api",
+        "queue": queue_counts(),
         "database": database,
+        "loops": [],  # recovery loops' last runs (runtime)
+        "clusters": [],  # worker clusters of this deployment (runtime)
     })
 
 

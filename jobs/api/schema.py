@@ -50,11 +50,6 @@ AGENT_ID = path_parameter("agent_id", "the agent that runs the job (factory, cod
                           r"^[^\s/]{1,128}$")
 
 
-def int_parameter(name: str, description: str) -> OpenApiParameter:
-    return OpenApiParameter(name, OpenApiTypes.INT, OpenApiParameter.QUERY,
-                            description=description)
-
-
 def filter_parameters(filterset: type[django_filters.FilterSet]) -> list[OpenApiParameter]:
     """Query parameters from a FilterSet's declared filters (choice filters become enums)."""
     out = []
@@ -70,10 +65,10 @@ class JsonErrorsMixin:
     """Errors of a view whose success is YAML or HTML still render as the JSON error shape."""
 
     def handle_exception(self, exc: Exception) -> Response:
-        response = super().handle_exception(exc)  # type: ignore[misc]
-        self.request.accepted_renderer = JSONRenderer()  # type: ignore[attr-defined]
-        self.request.accepted_media_type = "application/json"  # type: ignore[attr-defined]
-        return response  # type: ignore[no-any-return]
+        response = super().handle_exception(exc)
+        self.request.accepted_renderer = JSONRenderer()
+        self.request.accepted_media_type = "application/json"
+        return response
 
 
 class ApiSchemaView(JsonErrorsMixin, SpectacularAPIView):
@@ -86,5 +81,5 @@ class ApiDocsView(JsonErrorsMixin, SpectacularSwaggerView):
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, exceptions.NotAuthenticated) and "HTTP_AUTHORIZATION" not in (
                 self.request.META):
-            return redirect_to_login(self.request.get_full_path(), settings.LOGIN_URL)  # type: ignore[return-value]
+            return redirect_to_login(self.request.get_full_path(), settings.LOGIN_URL)
         return super().handle_exception(exc)

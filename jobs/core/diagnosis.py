@@ -45,7 +45,18 @@ class Blocker:
 
 
 def _seconds(ms: int) -> str:
-    return f"{ms / 1000:.1f} s"
+    """A duration an operator reads at a glance: 1.5 s, 4 min 10 s, 3 h 2 min, 2 d 5 h."""
+    seconds = ms / 1000
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    minutes, rest = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes} min {rest} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 48:
+        return f"{hours} h {minutes} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h"
 
 
 def diagnose(facts: Facts) -> list[Blocker]:

@@ -20,10 +20,16 @@ from asgiref.sync import ThreadSensitiveContext
 from django.core.handlers.asgi import ASGIHandler as DjangoASGIHandler
 from django.http import HttpRequest, HttpResponseBase
 
+from jobs.live import db
+
 LIVE_PATHS = re.compile(r"/jobs/[^/]+/(?:events|wait)$|/receipt/stream$")
 
 
 class ASGIHandler(DjangoASGIHandler):
+    def __init__(self) -> None:
+        super().__init__()
+        db.use_pool()  # a long-lived process: share bounded threads and connections
+
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http" and LIVE_PATHS.search(scope.get("path", "")):
             await self.handle(scope, receive, send)

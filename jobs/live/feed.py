@@ -3,10 +3,13 @@
 One advancer task turns wake-ups (PostgreSQL NOTIFY through `listener`, a timer on
 SQLite, an A-7 callback) into a moving stable horizon (`horizon`) and reads, once for
 the whole process, the positions of the receipts that became final. They go into a ring
-of recent entries; every waiting client is woken by a generation counter and picks its
-own entries from the ring, so an idle client costs a cursor and no database connection,
-and an append costs one query per process, not one per client. Clients that fell behind
-the ring read the database instead (`follower`).
+of recent entries. Waiting clients are woken through events: a client of one stream
+(job events, wait) waits on that stream's event, set only when the stream has news, so
+an append to one job wakes that job's clients and not the thousand others; clients of a
+prefix wait on the shared event. A woken client picks its own entries from the ring, so
+an idle client costs a cursor and no database connection, and an append costs one query
+per process, not one per client. Clients that fell behind the ring read the database
+instead (`follower`).
 
 Must not: start at import (the test client and WSGI never pay for it), touch a client's
 request context, or deliver a sequence above the stable horizon.
@@ -56,12 +59,14 @@ class Feed:
         self.ring_size = ring_size
         self.horizon = 0  # every seq <= horizon is final (jobs.live.horizon)
         self.floor = 0  # the ring holds every entry with floor < seq <= horizon
-        self.generation = 0  # bumped on every change clients may care about
         self.invalidation_count = 0
         self._entries: list[Entry] = []
         self._invalidations: deque[Invalidation] = deque(maxlen=INVALIDATIONS_KEPT)
         self._tracker = horizon.Horizon()
-        self._changed = asyncio.Event()
+        self._changed = asyncio.Event()  # any news (clients of a prefix)
+        # news on one stream; weak: a client that went away leaves nothing behind
+        self._by_stream: weakref.WeakValueDictionary[str, asyncio.Event] = (
+            weakref.WeakValueDictionary())
         self._nudged = asyncio.Event()
         self._ready = asyncio.Event()
         self._resync = False
@@ -124,14 +129,22 @@ class Feed:
     def invalidations_after(self, number: int) -> list[Invalidation]:
         return [i for i in self._invalidations if i.number > number]
 
-    async def wait(self, generation: int, timeout: float) -> bool:
-        """Until the generation moves past `generation` (True) or `timeout` passes (False)."""
-        if self.generation != generation:
-            return True
-        changed = self._changed
+    def signal(self, stream: str | None) -> asyncio.Event:
+        """The event set on the next news for `stream` (None: any news). Take it *before*
+        reading the ring, then wait on it: nothing published in between can be missed."""
+        if stream is None:
+            return self._changed
+        event = self._by_stream.get(stream)
+        if event is None:
+            event = self._by_stream[stream] = asyncio.Event()
+        return event
+
+    @staticmethod
+    async def wait(signal: asyncio.Event, timeout: float) -> bool:
+        """Until `signal` is set (True) or `timeout` passes (False)."""
         try:
             async with asyncio.timeout(max(0.0, timeout)):
-                await changed.wait()
+                await signal.wait()
         except TimeoutError:
             return False
         return True
@@ -145,7 +158,7 @@ class Feed:
         """A-7: tell clients of `stream` to re-check, and re-probe in case it was a write."""
         self.invalidation_count += 1
         self._invalidations.append(Invalidation(self.invalidation_count, stream, event_type, org))
-        self._broadcast()
+        self._wake([stream])
         self.nudge()
 
     def _invalidated_elsewhere(self, payload: str) -> None:
@@ -161,10 +174,17 @@ class Feed:
         self._resync = True
         self.nudge()
 
-    def _broadcast(self) -> None:
-        self.generation += 1
+    def _wake(self, streams: list[str] | None) -> None:
+        """Wake clients of `streams` and of any prefix; None wakes every client."""
         self._changed.set()
         self._changed = asyncio.Event()
+        if streams is None:
+            events = list(self._by_stream.values())
+            self._by_stream.clear()
+        else:
+            events = [e for s in set(streams) if (e := self._by_stream.pop(s, None)) is not None]
+        for event in events:
+            event.set()
 
     # ---- the advancer --------------------------------------------------------------------------
 
@@ -211,10 +231,11 @@ class Feed:
             self._extend(entries, stable)
         elif self._resync:
             self._resync = False
-            self._broadcast()
+            self._wake(None)
 
     def _extend(self, entries: list[Entry], stable: int) -> None:
-        if len(entries) >= self.ring_size:  # a burst larger than the ring: keep its tail
+        truncated = len(entries) >= self.ring_size
+        if truncated:  # a burst larger than the ring: keep its tail
             self._entries = entries
             self.floor = entries[0].seq - 1
         else:
@@ -224,8 +245,9 @@ class Feed:
                 self.floor = self._entries[drop - 1].seq
                 del self._entries[:drop]
         self.horizon = stable
+        # Everyone after a truncation or a reconnect: their cursors may now be behind.
+        self._wake(None if truncated or self._resync else [e.stream for e in entries])
         self._resync = False
-        self._broadcast()
 
 
 _feeds: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Feed] = weakref.WeakKeyDictionary()

@@ -8,6 +8,8 @@ any id it was sent (E-2 `Last-Event-ID`) gets exactly what came after it.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,14 +43,16 @@ class Follower:
     cursor: int
     filter: Filter
     seen_invalidation: int = 0
-    generation: int = field(init=False, default=-1)
+    polled_at: float = field(init=False, default_factory=time.monotonic)  # see snapshots
+    _signal: asyncio.Event | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.seen_invalidation = self.feed.invalidation_count
 
     async def poll(self) -> tuple[list[Entry], list[Invalidation]]:
-        """What is new now; remembers the generation so `wait` cannot miss a change."""
-        self.generation = self.feed.generation
+        """What is new now; `wait` then returns on the next news after this call began."""
+        self._signal = self.feed.signal(self.filter.stream)
+        self.polled_at = time.monotonic()
         found: list[Entry] = []
         while len(found) < PAGE:
             ring = self.feed.entries_after(self.cursor)
@@ -68,4 +72,6 @@ class Follower:
 
     async def wait(self, timeout: float) -> bool:
         """Until the feed changes after the last `poll` (True) or `timeout` passes (False)."""
-        return await self.feed.wait(self.generation, timeout)
+        if self._signal is None:
+            return True  # never polled: poll first
+        return await self.feed.wait(self._signal, timeout)

@@ -2,11 +2,11 @@
 
 from django.urls import path
 
-from jobs.live import views
+from jobs.live import callback, streams, wait
 
 urlpatterns = [
-    path("jobs/<str:job_id>/events", views.job_events, name="job-events"),
-    path("jobs/<str:job_id>/wait", views.wait_job, name="job-wait"),
-    path("receipt/stream", views.receipt_stream, name="receipt-stream"),
-    path("receipt/callback", views.receipt_callback, name="receipt-callback"),
+    path("jobs/<str:job_id>/events", streams.job_events, name="job-events"),
+    path("jobs/<str:job_id>/wait", wait.wait_job, name="job-wait"),
+    path("receipt/stream", streams.receipt_stream, name="receipt-stream"),
+    path("receipt/callback", callback.receipt_callback, name="receipt-callback"),
 ]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import urllib.error
 import urllib.request
 from typing import Any
@@ -13,17 +12,19 @@ from typing import Any
 from django.conf import settings
 
 from jobs.core.reducer import JobState
+from jobs.runtime import counters
 from receipt_site.logs import log_event
 
 logger = logging.getLogger("receipt.callbacks")
 TIMEOUT_S = 5.0
 EVENTS = ("dispatched", "completed", "failed", "canceled")
-_failures = 0
-_lock = threading.Lock()
+FAILURES = "receipt_callback_failures_total"
 
 
 def failure_count() -> int:
-    return _failures
+    """Failures seen by this process (all processes: the receipt_callback_failures_total
+    series of /metrics)."""
+    return int(sum(counters.value(FAILURES, event=e) for e in EVENTS))
 
 
 def body_for(event: str, job: JobState, *, at_ms: int) -> dict[str, Any]:
@@ -33,7 +34,6 @@ def body_for(event: str, job: JobState, *, at_ms: int) -> dict[str, Any]:
 
 def post(event: str, job: JobState, *, at_ms: int) -> bool:
     """POST the callback if a URL is configured; True when it was delivered (2xx)."""
-    global _failures
     config = settings.RECEIPT
     url = config.callback_url
     if not url:
@@ -48,8 +48,7 @@ def post(event: str, job: JobState, *, at_ms: int) -> bool:
             response.read(1024)
         return True
     except (urllib.error.URLError, OSError, ValueError) as error:
-        with _lock:
-            _failures += 1
+        counters.incr(FAILURES, event=event)
         log_event(logger, "callback.failed", f"{event} callback for {job.job_id} failed: {error}",
                   level=logging.WARNING, jobId=job.job_id, callbackEvent=event)
         return False

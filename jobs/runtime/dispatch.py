@@ -19,7 +19,7 @@ from jobs.core.contracts import routed_group
 from jobs.core.reducer import JobState
 from jobs.core.timing import TimingSettings, driver_timeout_ms
 from jobs.errors import JobsError
-from jobs.runtime import promises, transport
+from jobs.runtime import counters, promises, transport
 from receipt_site.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 
@@ -76,9 +76,11 @@ def dispatch_created(jobs: list[JobState]) -> None:
 
     A failure here loses nothing: the job is queued and the redrive loop (L-1) finds it.
     """
+    counters.incr("receipt_jobs_enqueued_total", len(jobs))
     for job in jobs:
         try:
             start_driver(job)
         except Exception as error:  # logged per job; recovery owns the rest
             log_event(logger, "delivery.dispatch_error", f"dispatch of {job.job_id} failed: {error}",
                       level=logging.WARNING, jobId=job.job_id, group=routed_group(job.agent_id, job.kind))
+    counters.flush()

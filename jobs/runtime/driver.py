@@ -15,7 +15,7 @@ from jobs import queue
 from jobs.core.contracts import routed_group
 from jobs.core.reducer import Fence, JobState
 from jobs.core.timing import TimingSettings
-from jobs.runtime import callbacks, faults, promises, transport
+from jobs.runtime import callbacks, counters, faults, promises, transport
 from jobs.runtime.roles import cluster_for_group
 from receipt_site.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
@@ -31,6 +31,13 @@ def execute_promise_id(job_id: str, attempt: int, driver_promise_id: str) -> str
 
 
 def drive(promise_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
+    result = _drive(promise_id, now_ms=now_ms)
+    counters.incr("receipt_driver_outcomes_total", status=result["status"])
+    counters.flush()
+    return result
+
+
+def _drive(promise_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
     now = wall_clock_ms() if now_ms is None else now_ms
     promise = promises.get(promise_id, now_ms=now)
     if promise is None or promise.function != "driver":

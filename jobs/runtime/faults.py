@@ -37,3 +37,10 @@ def fail_once(name: str, error: BaseException) -> None:
         _ONCE_FIRED.add(name)
         _record(name)
         raise error
+
+
+def pause(name: str, seconds: float) -> None:
+    """Stall here for `seconds` if `name` is armed, so a test can kill the process mid-step."""
+    if _armed(name):
+        _record(name)
+        time.sleep(seconds)

@@ -16,6 +16,7 @@ from django.db import close_old_connections
 
 from jobs.models import LoopRun
 from jobs.recovery import Report
+from jobs.runtime import counters
 from receipt_site.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 
@@ -29,6 +30,11 @@ class Loop:
     startup_delay_ms: int
     run: Callable[[int], Report]  # now_ms -> report
     once: bool = False  # L-5: startup passes run one time
+
+
+# Apps add role-specific loops here: provider(config, cluster) -> loops (e.g. Factory's
+# control outbox redrive, L-3, on worker-control). See runworker.maintenance_loops.
+providers: list[Callable[[Any, str], list[Loop]]] = []
 
 
 def record(loop: str, process_id: str, *, started_ms: int, finished_ms: int, report: Report | None,
@@ -55,9 +61,13 @@ def run_once(loop: Loop, process_id: str) -> Report | None:
         error = f"{type(exc).__name__}: {exc}"
         log_event(logger, f"loop.{loop.name}_error", f"{loop.name} pass failed: {exc}",
                   level=logging.ERROR, loop=loop.name, exc_info=True)
+    finished = wall_clock_ms()
+    counters.incr("receipt_loop_seconds_total", (finished - started) / 1000, loop=loop.name)
+    counters.incr("receipt_loop_runs_total", loop=loop.name)
     try:
-        record(loop.name, process_id, started_ms=started, finished_ms=wall_clock_ms(),
+        record(loop.name, process_id, started_ms=started, finished_ms=finished,
                report=report, error=error)
+        counters.flush()
     except Exception as exc:
         log_event(logger, "loop.record_failed", f"could not record {loop.name}: {exc}",
                   level=logging.WARNING, loop=loop.name)

@@ -27,7 +27,7 @@ from jobs import handlers, queue
 from jobs.core.reducer import Command, Fence, FenceOutcome, JobState
 from jobs.core.timing import TimingSettings, execution_timeout_ms, heartbeat_interval_ms
 from jobs.queue import Outcome
-from jobs.runtime import callbacks, faults, promises
+from jobs.runtime import callbacks, counters, faults, promises
 from jobs.runtime.context import HandlerContext, JobResult
 from jobs.runtime.storage_retry import with_storage_retry
 from receipt_site.logs import log_event
@@ -77,6 +77,7 @@ def execute(promise_id: str) -> dict[str, Any]:
     finally:
         with _running_lock:
             _running.discard(key)
+        counters.flush()  # at most every few seconds
 
 
 def _done(status: str, job_id: str, attempt: int, *, promise_id: str | None,
@@ -84,6 +85,7 @@ def _done(status: str, job_id: str, attempt: int, *, promise_id: str | None,
     if promise_id is not None:
         promises.settle(promise_id, state, now_ms=wall_clock_ms(),
                         result={"status": status, **extra}, worker_id=worker_id)
+    counters.incr("receipt_attempt_outcomes_total", status=status)
     return {"status": status, "jobId": job_id, "attempt": attempt, **extra}
 
 

@@ -66,3 +66,8 @@ def test_database_url_parsing(tmp_path):
     assert "journal_mode=WAL" in lite["OPTIONS"]["init_command"]
     absolute = database_from_url("sqlite:////var/tmp/x.db", data_dir=tmp_path)
     assert absolute["NAME"] == "/var/tmp/x.db"
+
+
+def test_callback_urls_show_only_their_origin():
+    shown = dict(load({"RECEIPT_EVENT_CALLBACK_URL": "https://hooks.example:8443/x?token=s3"}).shown())
+    assert shown["RECEIPT_EVENT_CALLBACK_URL"] == "https://hooks.example:8443/…"

@@ -49,7 +49,9 @@ def resolve_role(cli_role: str | None, env_role: str | None) -> tuple[str, str |
     raise CommandError("--role is required (driver, chat, control or codex)")
 
 
-def maintenance_loops(config: Any) -> list[loops.Loop]:
+def maintenance_loops(config: Any, role: str = ALL) -> list[loops.Loop]:
+    """The recovery loops every role runs, plus those apps provide for `role` (a cluster
+    name such as `worker-control`, or `all`)."""
     return [
         loops.Loop("queued_redrive", config.queued_redrive_interval_ms,
                    config.queued_redrive_startup_delay_ms,
@@ -61,6 +63,7 @@ def maintenance_loops(config: Any) -> list[loops.Loop]:
                    lambda now: recovery.sweep_promises(now_ms=now)),
         loops.Loop("startup_resume", 0, config.startup_settle_ms,
                    lambda now: recovery.redrive_queued(now_ms=now), once=True),
+        *[loop for provide in loops.providers for loop in provide(config, role)],
     ]
 
 
@@ -121,7 +124,7 @@ class Command(BaseCommand):
             log_event(logger, "runtime.worker_connected", f"{role_name} cluster started",
                       role=role_name, sentinelPid=cluster_obj.sentinel.pid)
         stop = threading.Event()
-        threads = loops.start(maintenance_loops(config), pid, stop)
+        threads = loops.start(maintenance_loops(config, cluster), pid, stop)
         beat = threading.Thread(target=self._beat, args=(pid, group, cluster_obj, stop),
                                 name="registry-beat", daemon=True)
         beat.start()

@@ -210,12 +210,17 @@ def test_abort_on_a_running_job_appends_the_command_for_the_worker():
     assert done.applied and done.job.status == "canceled"
 
 
-@pytest.mark.parametrize("command", ["steer", "follow_up", "abort"])
-def test_commands_on_a_terminal_job_are_refused(command):
+@pytest.mark.parametrize(
+    ("command", "message"),
+    [("steer", "job is completed; continue through its objective"),
+     ("follow_up", "job is completed; continue through its objective"),
+     ("abort", "is already completed; nothing to abort")],
+)
+def test_commands_on_a_terminal_job_are_refused(command, message):
     job = enqueue().job
     fence = leased(job.job_id)
     queue.complete(job.job_id, {"ok": 1}, fence=fence)
-    with pytest.raises(JobTerminal, match="job is completed; continue through its objective"):
+    with pytest.raises(JobTerminal, match=message):
         queue.command(job.job_id, command, {"x": 1})
 
 

@@ -65,3 +65,10 @@ def test_abort_exhaustion_and_session_peers():
     assert "abort_requested" in codes(job=job(abort_requested=True, abort_reason="x"))
     assert "attempts_exhausted" in codes(job=job(attempt=2))
     assert "singleton_peers" in codes(job=job(session_key="s"), session_peers=("j0",))
+
+
+def test_long_waits_read_in_human_units():
+    from jobs.core.diagnosis import _seconds
+
+    assert [_seconds(ms) for ms in (1500, 250_000, 3 * 3_600_000 + 120_000, 5 * 86_400_000)] == [
+        "1.5 s", "4 min 10 s", "3 h 2 min", "5 d 0 h"]

@@ -1,0 +1,53 @@
+"""Checks every live view shares: method, server kind, Last-Event-ID, a feed that is up."""
+
+from __future__ import annotations
+
+import re
+
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpRequest
+
+from jobs.live import feed
+from jobs.live.access import refuse
+from jobs.live.config import CONFIG
+
+_SEQ = re.compile(r"\d{1,19}")
+
+
+def keepalive_s() -> float:
+    return CONFIG.keepalive_ms / 1000
+
+
+def allow(request: HttpRequest, method: str) -> None:
+    if request.method != method:
+        raise refuse("method_not_allowed", f"{request.method} is not allowed here; use {method}",
+                     405, {"Allow": method})
+
+
+def asgi_only(request: HttpRequest) -> None:
+    # Under WSGI Django would buffer an endless stream into memory before sending it.
+    if not isinstance(request, ASGIRequest):
+        raise refuse("asgi_required", "live event streams need the ASGI server "
+                     "(python -m uvicorn receipt_site.asgi:application)", 501)
+
+
+def last_event_id(request: HttpRequest) -> int | None:
+    """E-2: the `Last-Event-ID` header, or `?lastEventId=` for EventSource polyfills."""
+    raw = request.headers.get("Last-Event-ID") or request.GET.get("lastEventId") or ""
+    raw = raw.strip()
+    if not raw:
+        return None
+    if not _SEQ.fullmatch(raw):
+        raise refuse("invalid_last_event_id",
+                     f"Last-Event-ID must be a global sequence number, got {raw[:40]!r}", 400)
+    return int(raw)
+
+
+async def running_feed() -> feed.Feed:
+    """The running feed, caught up with everything committed before this request."""
+    try:
+        live = await feed.running()
+        await live.catch_up()
+        return live
+    except feed.FeedUnavailable as error:
+        raise refuse("live_unavailable", str(error), 503, {"Retry-After": "2"}) from None

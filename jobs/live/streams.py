@@ -1,0 +1,115 @@
+"""E-1 `GET /jobs/<id>/events` and E-2 `GET /receipt/stream`: the SSE views.
+
+Thin: check and guard, then let a `Follower` on the shared feed say what is new and turn
+it into frames (docs/live-events.md has the formats and the resume rules).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+
+from django.http import HttpRequest, HttpResponse
+from django.views.decorators.csrf import csrf_exempt
+
+from jobs.live import access, checks, feed, reads, snapshots, sse
+from jobs.live.access import Refused, refuse
+from jobs.live.follower import Filter, Follower
+from jobs.presenters import job_json
+
+# ---- E-1 GET /jobs/<id>/events --------------------------------------------------------------
+
+
+@csrf_exempt  # GET only: any other method gets the JSON 405, not an HTML CSRF page
+async def job_events(request: HttpRequest, job_id: str) -> HttpResponse:
+    try:
+        checks.allow(request, "GET")
+        checks.asgi_only(request)
+        resume = checks.last_event_id(request)
+        _, job = await access.visible_job(request, job_id)
+        live = await checks.running_feed()
+    except Refused as refused:
+        return refused.response
+    follower = Follower(live, cursor=live.horizon if resume is None else resume,
+                        filter=Filter(stream=job.stream))
+    missed = await follower.poll() if resume is not None else ([], [])
+    if resume is not None and job.is_terminal and not missed[0]:
+        # Nothing after the client's last id and nothing can follow: 204 is the one answer
+        # that makes EventSource stop reconnecting (the stream ended at the terminal state).
+        return HttpResponse(status=204)
+    return sse.response(_job_frames(follower, job_id, missed))
+
+
+async def _job_frames(follower: Follower, job_id: str,
+                      missed: tuple[list[reads.Entry], list[feed.Invalidation]]
+                      ) -> AsyncIterator[bytes]:
+    # The cursor was taken before this read, so no receipt can slip between the two.
+    job = await snapshots.job(job_id, since=follower.polled_at)
+    if job is None:
+        return
+    yield (sse.frame("job-refresh", "init", id=follower.cursor)
+           + sse.json_frame("job", job_json(job)))
+    receipts, invalidations = missed
+    if job.is_terminal and not receipts:
+        return  # decision: the stream ends once the job is terminal (docs/live-events.md)
+    last_write = time.monotonic()
+    while True:
+        if receipts or invalidations:
+            chunk = [sse.frame("job-refresh", e.type, id=e.seq) for e in receipts]
+            chunk += [sse.frame("job-refresh", i.type) for i in invalidations]
+            job = await snapshots.job(job_id, since=follower.polled_at)
+            if job is None:
+                return
+            yield b"".join([*chunk, sse.json_frame("job", job_json(job))])
+            last_write = time.monotonic()
+            if job.is_terminal:
+                return
+        else:
+            idle = time.monotonic() - last_write
+            if idle >= checks.keepalive_s():
+                yield sse.ping(follower.cursor)
+                last_write = time.monotonic()
+            else:
+                await follower.wait(checks.keepalive_s() - idle)
+        receipts, invalidations = await follower.poll()
+
+
+# ---- E-2 GET /receipt/stream[?prefix=] --------------------------------------------------------
+
+
+@csrf_exempt  # GET only: any other method gets the JSON 405, not an HTML CSRF page
+async def receipt_stream(request: HttpRequest) -> HttpResponse:
+    try:
+        checks.allow(request, "GET")
+        checks.asgi_only(request)
+        resume = checks.last_event_id(request)
+        prefix = request.GET.get("prefix", "")
+        if len(prefix) > 255:
+            raise refuse("invalid_prefix", "prefix must be at most 255 characters", 400)
+        who = await access.principal(request, access.READ_SCOPE)
+        live = await checks.running_feed()
+    except Refused as refused:
+        return refused.response
+    follower = Follower(live, cursor=live.horizon if resume is None else resume,
+                        filter=Filter(prefix=prefix, org=who.organization_id))
+    return sse.response(_receipt_frames(follower))
+
+
+async def _receipt_frames(follower: Follower) -> AsyncIterator[bytes]:
+    yield sse.ping(follower.cursor)  # carries the starting position: resumable at once
+    last_write = time.monotonic()
+    while True:
+        receipts, invalidations = await follower.poll()
+        if receipts or invalidations:
+            chunk = [sse.frame("receipt-refresh", e.stream, id=e.seq) for e in receipts]
+            # an invalidation (A-7) has no id: it is not a position in the sequence
+            chunk += [sse.frame("receipt-refresh", i.stream) for i in invalidations]
+            yield b"".join(chunk)
+            last_write = time.monotonic()
+            continue
+        idle = time.monotonic() - last_write
+        if idle >= checks.keepalive_s():
+            yield sse.ping(follower.cursor)
+            last_write = time.monotonic()
+        else:
+            await follower.wait(checks.keepalive_s() - idle)

@@ -1,0 +1,86 @@
+"""`GET /metrics` in Prometheus text format (X-2). Needs a token with jobs:read (or a
+staff session): every endpoint but health is authenticated (Q-1).
+
+Gauges come from indexed queries over active jobs only (never a full-table COUNT);
+counters are the per-process `jobs_counter` rows summed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from django.db.models import Count, Sum
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from access.principals import BadCredentials, principal_for_request
+from jobs.core.vocabulary import ACTIVE_STATUSES, TERMINAL_STATUSES
+from jobs.models import Counter, Job, LoopRun
+from jobs.runtime import processes
+from receipts.clock import now_ms as wall_clock_ms
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+HOUR_MS = 3_600_000
+
+
+def _escape(value: object) -> str:
+    return str(value).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _series(name: str, labels: dict[str, object], value: float) -> str:
+    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in labels.items())
+    return f"{name}{{{inner}}} {value:g}" if inner else f"{name} {value:g}"
+
+
+def _family(name: str, kind: str, help_text: str, lines: Iterable[str]) -> list[str]:
+    return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *lines]
+
+
+def render(now_ms: int) -> str:
+    out: list[str] = []
+    active = (Job.objects.filter(status__in=ACTIVE_STATUSES)
+              .values("status", "lane", "worker_group").annotate(n=Count("id")))
+    out += _family("receipt_jobs_active", "gauge", "Active jobs by status, lane and routed group.",
+                   (_series("receipt_jobs_active", {"status": r["status"], "lane": r["lane"],
+                                                    "group": r["worker_group"]}, r["n"])
+                    for r in active))
+    settled = (Job.objects.filter(status__in=TERMINAL_STATUSES, updated_at__gte=now_ms - HOUR_MS)
+               .values("status").annotate(n=Count("id")))
+    out += _family("receipt_jobs_settled_last_hour", "gauge", "Jobs settled in the last hour.",
+                   (_series("receipt_jobs_settled_last_hour", {"status": r["status"]}, r["n"])
+                    for r in settled))
+    live = processes.live(now_ms=now_ms)
+    roles: dict[str, int] = {}
+    for row in live:
+        roles[row.role] = roles.get(row.role, 0) + 1
+    out += _family("receipt_worker_processes", "gauge", "Live runworker processes by role.",
+                   (_series("receipt_worker_processes", {"role": r}, n) for r, n in sorted(roles.items())))
+    loops = LoopRun.objects.values("loop", "process_id", "duration_ms", "last_finished_at")
+    out += _family("receipt_loop_last_duration_seconds", "gauge",
+                   "Duration of the last pass of each recovery loop, per process.",
+                   (_series("receipt_loop_last_duration_seconds",
+                            {"loop": r["loop"], "process": r["process_id"]},
+                            (r["duration_ms"] or 0) / 1000) for r in loops))
+    sums = Counter.objects.values("name", "labels").annotate(total=Sum("value")).order_by("name")
+    by_name: dict[str, list[str]] = {}
+    for row in sums:
+        labels = f"{{{row['labels']}}}" if row["labels"] else ""
+        by_name.setdefault(row["name"], []).append(f"{row['name']}{labels} {row['total']:g}")
+    for name, lines in by_name.items():
+        out += _family(name, "counter", "Summed over processes (flushed every few seconds).", lines)
+    return "\n".join(out) + "\n"
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    try:
+        principal = principal_for_request(request)
+    except BadCredentials as error:
+        return JsonResponse({"ok": False, "error": "invalid_token", "detail": str(error)}, status=401)
+    if principal is None:
+        response = JsonResponse({"ok": False, "error": "not_authenticated",
+                                 "detail": "send Authorization: Bearer <token>"}, status=401)
+        response["WWW-Authenticate"] = "Bearer"
+        return response
+    if not principal.has_scope("jobs:read"):
+        return JsonResponse({"ok": False, "error": "missing_scope",
+                             "detail": "this token lacks the jobs:read scope"}, status=403)
+    return HttpResponse(render(wall_clock_ms()), content_type=CONTENT_TYPE)

@@ -1,0 +1,155 @@
+"""Every API error as `{"ok": false, "error": "<code>", "detail": "<sentence>"}` (SPEC 9).
+
+This module owns the mapping from exceptions to error responses: the DRF exception
+handler (`exception_handler`, set in REST_FRAMEWORK), the JSON `handler404`/`handler500`
+for URLs outside DRF views, and `error_response` / `response_for` for plain Django views
+(live events) that want the same shape. It must not decide *whether* something is an
+error: services raise, this renders.
+
+- An app error (`JobsError`, `ReceiptsError`, `ContractError`: see `APP_ERRORS`) keeps
+  its code, status and message.
+- DRF's own exceptions keep their status with a stable code (`not_authenticated`,
+  `invalid_token`, `missing_scope`, `method_not_allowed`, `throttled` ...).
+- `payload_too_large` is always 413, whether the body was too big to read or the
+  parsed payload is over `RECEIPT_MAX_PAYLOAD_BYTES` (docs/decisions.md, HTTP API).
+- Anything else is a 500 `internal_error`: the exception is logged as
+  `http.unhandled_error` with an error id, and only that id reaches the client.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import traceback
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
+from rest_framework import exceptions as drf
+from rest_framework.response import Response
+from rest_framework.views import set_rollback
+
+from jobs.core.contracts import ContractError
+from jobs.errors import JobsError
+from receipt_site.logs import log_event
+from receipts.errors import ReceiptsError
+
+logger = logging.getLogger("receipt.http")
+
+PAYLOAD_TOO_LARGE = "payload_too_large"
+INTERNAL_ERROR = "internal_error"
+# Each app's error root (STYLE: Errors); a new app appends its own here.
+APP_ERRORS: tuple[type[Exception], ...] = (JobsError, ReceiptsError, ContractError)
+# Paths that keep Django's HTML error pages (the operator admin).
+HTML_PREFIXES = ("/admin/",)
+
+# DRF exception classes -> our code when DRF's own default code is not the one we promise.
+_DRF_CODES: dict[type[drf.APIException], str] = {
+    drf.ParseError: "malformed_json",
+    drf.ValidationError: "invalid_request",
+}
+
+
+def error_body(code: str, detail: str) -> dict[str, Any]:
+    return {"ok": False, "error": code, "detail": detail}
+
+
+def error_response(code: str, detail: str, status: int,
+                   headers: dict[str, str] | None = None) -> JsonResponse:
+    """The error shape as a plain Django response (for views outside DRF)."""
+    response = JsonResponse(error_body(code, detail), status=status)
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def _sentence(detail: Any) -> str:
+    """A DRF `detail` (string, list or dict of ErrorDetail) as one human sentence."""
+    if isinstance(detail, dict):
+        return "; ".join(f"{key}: {_sentence(value)}" for key, value in detail.items())
+    if isinstance(detail, list):
+        return "; ".join(_sentence(item) for item in detail)
+    return str(detail)
+
+
+def describe(exc: BaseException) -> tuple[int, str, str, dict[str, str]] | None:
+    """(status, code, detail, headers) for an exception we expect, None for a bug."""
+    if isinstance(exc, APP_ERRORS):
+        # code, status and an id-bearing message (STYLE: Errors)
+        code, status = exc.code, exc.status
+        return 413 if code == PAYLOAD_TOO_LARGE else status, code, str(exc), {}
+    if isinstance(exc, Http404):
+        return 404, "not_found", "no such resource", {}
+    if isinstance(exc, DjangoPermissionDenied):
+        return 403, "permission_denied", str(exc) or "permission denied", {}
+    if isinstance(exc, RequestDataTooBig):
+        return 413, PAYLOAD_TOO_LARGE, "request body is larger than this server accepts", {}
+    if isinstance(exc, SuspiciousOperation):
+        return 400, "bad_request", "the request was refused as malformed", {}
+    if isinstance(exc, drf.APIException):
+        headers: dict[str, str] = {}
+        if getattr(exc, "auth_header", None):
+            headers["WWW-Authenticate"] = exc.auth_header
+        if isinstance(exc, drf.Throttled) and exc.wait is not None:
+            headers["Retry-After"] = str(int(exc.wait))
+        code = _DRF_CODES.get(type(exc))
+        if code is None:
+            codes = exc.get_codes()
+            code = codes if isinstance(codes, str) else exc.default_code
+        return exc.status_code, str(code), _sentence(exc.detail), headers
+    return None
+
+
+def _log_unhandled(exc: BaseException, request: Any) -> str:
+    error_id = f"err-{secrets.token_hex(6)}"
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    log_event(logger, "http.unhandled_error", f"unhandled {type(exc).__name__} ({error_id})",
+              level=logging.ERROR, errorId=error_id, errorType=type(exc).__name__,
+              method=getattr(request, "method", None), path=getattr(request, "path", None),
+              traceback=tb[-2000:])
+    return error_id
+
+
+def _internal(error_id: str) -> tuple[str, str]:
+    return INTERNAL_ERROR, f"internal error {error_id}; the server log has the details"
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
+    """REST_FRAMEWORK['EXCEPTION_HANDLER']: every DRF view error in one shape."""
+    set_rollback()
+    described = describe(exc)
+    if described is None:
+        code, detail = _internal(_log_unhandled(exc, context.get("request")))
+        return Response(error_body(code, detail), status=500)
+    status, code, detail, headers = described
+    return Response(error_body(code, detail), status=status, headers=headers)
+
+
+def response_for(exc: Exception, request: HttpRequest | None = None) -> JsonResponse:
+    """The same rendering for plain Django views (live events, health)."""
+    described = describe(exc)
+    if described is None:
+        code, detail = _internal(_log_unhandled(exc, request))
+        return error_response(code, detail, 500)
+    status, code, detail, headers = described
+    return error_response(code, detail, status, headers)
+
+
+def _wants_html(request: HttpRequest) -> bool:
+    return request.path.startswith(HTML_PREFIXES)
+
+
+def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    """JSON 404 for every URL outside the admin (which keeps its HTML page)."""
+    if _wants_html(request):
+        return defaults.page_not_found(request, exception or Http404())
+    return error_response("not_found", f"no resource at {request.path}", 404)
+
+
+def handler500(request: HttpRequest) -> HttpResponse:
+    """JSON 500 outside the admin; Django has already logged the exception."""
+    if _wants_html(request):
+        return defaults.server_error(request)
+    return error_response(INTERNAL_ERROR, "internal error; the server log has the details", 500)

@@ -1,0 +1,213 @@
+"""U-1: the jobs changelist: columns, fixed-choice filters, exact search, newest first,
+and no unbounded COUNT on any of them (both backends)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from jobs import admin as jobs_admin
+from jobs import queue
+from jobs.models import Job
+from tests.integration.admin.conftest import CHANGELIST, NOW, enqueue, text, words
+
+pytestmark = pytest.mark.django_db
+
+
+def listed(response) -> list[str]:
+    """Job ids on the page, in order."""
+    return [job.id for job in response.context["cl"].result_list]
+
+
+@pytest.fixture
+def jobs() -> dict[str, str]:
+    """A small varied set, one job per interesting value, created one second apart."""
+    made = {
+        "dispatch": enqueue("factory", "factory.dispatch", now_ms=NOW + 1000, org="org-a"),
+        "run_chat": enqueue(
+            "factory",
+            "factory.run",
+            now_ms=NOW + 2000,
+            org="org-a",
+            lane="chat",
+            session_key="sess-42",
+        ),
+        "codex": enqueue("codex", "factory.task.run", now_ms=NOW + 3000, org="org-b", lane="steer"),
+        "control": enqueue(
+            "factory-control",
+            "factory.objective.control",
+            now_ms=NOW + 4000,
+            org="org-b",
+            lane="follow_up",
+        ),
+        "custom": enqueue("custom-agent", "factory.run", now_ms=NOW + 5000, org="org-c"),
+    }
+    queue.enqueue(
+        "factory",
+        {
+            "kind": "factory.run",
+            "objectiveId": "obj-7",
+            "authContext": {"userId": "u", "organizationId": "org-c"},
+        },
+        job_id="with-objective",
+        now_ms=NOW + 6000,
+    )
+    made["objective"] = "with-objective"
+    queue.lease(made["codex"], worker_id="codex:h:1", now_ms=NOW + 7000)
+    queue.command(made["custom"], "abort", reason="test", by="t", now_ms=NOW + 8000)
+    return made
+
+
+def test_changelist_lists_newest_first_with_columns(admin_client, jobs):
+    response = admin_client.get(CHANGELIST)
+    assert response.status_code == 200
+    assert listed(response) == [
+        "with-objective",
+        jobs["custom"],
+        jobs["control"],
+        jobs["codex"],
+        jobs["run_chat"],
+        jobs["dispatch"],
+    ]
+    page = text(response)
+    assert '<span class="rcpt-job-badge rcpt-job-badge-leased">leased</span>' in page
+    assert '<span class="rcpt-job-badge rcpt-job-badge-canceled">canceled</span>' in page
+    assert "2030-03-17 17:46:41.000 UTC" in page  # created of the dispatch job, in UTC
+    assert "1/2" in words(response)  # attempt / maxAttempts of the leased codex job
+    assert "0/2" in words(response)
+
+
+def test_routed_group_column_flags_a_contract_mismatch(admin_client, jobs):
+    response = admin_client.get(CHANGELIST)
+    rows = {job.id: job for job in response.context["cl"].result_list}
+    flagged = jobs_admin.group_cell(rows[jobs["dispatch"]].worker_group, "control")
+    assert "⚠ contract control" in flagged
+    page = text(response)
+    row = re.search(rf"<tr>.*?{re.escape(jobs['dispatch'])}.*?</tr>", page, re.S).group(0)
+    assert "⚠ contract control" in row  # factory.dispatch on agent factory: control vs chat (K-5)
+    row = re.search(rf"<tr>.*?{re.escape(jobs['run_chat'])}.*?</tr>", page, re.S).group(0)
+    assert "⚠" not in row  # factory.run routes where its contract says
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("status=leased", ["codex"]),
+        ("status=canceled", ["custom"]),
+        ("lane=chat", ["run_chat"]),
+        ("lane=follow_up", ["control"]),
+        ("agent=codex", ["codex"]),
+        ("agent=factory-control", ["control"]),
+        ("kind=factory.dispatch", ["dispatch"]),
+        ("group=codex", ["codex"]),
+        ("group=control", ["control"]),
+        ("org=org-b", ["control", "codex"]),
+        ("org=org-c", ["objective", "custom"]),
+        ("status=queued&group=chat", ["objective", "run_chat", "dispatch"]),
+    ],
+)
+def test_each_filter_narrows_the_list(admin_client, jobs, query, expected):
+    response = admin_client.get(f"{CHANGELIST}?{query}")
+    assert response.status_code == 200
+    assert listed(response) == [jobs[name] for name in expected]
+
+
+def test_filter_choices_come_from_the_vocabulary_not_the_table(admin_client, jobs):
+    with CaptureQueriesContext(connection) as queries:
+        response = admin_client.get(CHANGELIST)
+    page = text(response)
+    for choice in (
+        "?status=running",
+        "?lane=steer",
+        "?agent=factory-monitor",
+        "?kind=factory.objective.watchdog",
+        "?group=codex",
+    ):
+        assert choice in page, choice
+    assert 'name="org"' in page  # the organization text filter
+    assert not any("DISTINCT" in q["sql"].upper() for q in queries.captured_queries)
+
+
+@pytest.mark.parametrize(
+    ("term", "expected"),
+    [
+        ("{dispatch}", ["dispatch"]),  # a bare term: job id...
+        ("sess-42", ["run_chat"]),  # ...or session key...
+        ("obj-7", ["objective"]),  # ...or objective id, exactly
+        ("id:{codex}", ["codex"]),
+        ("session:sess-42", ["run_chat"]),
+        ("objective:obj-7", ["objective"]),
+        ("org:org-a", ["run_chat", "dispatch"]),
+        ("organization:org-a", ["run_chat", "dispatch"]),
+        ("agent:custom-agent", ["custom"]),
+        ("sess-4", []),  # never a substring match
+        ("org:org", []),
+    ],
+)
+def test_search_is_exact(admin_client, jobs, term, expected):
+    response = admin_client.get(CHANGELIST, {"q": term.format(**jobs)})
+    assert response.status_code == 200
+    assert listed(response) == [jobs[name] for name in expected]
+
+
+def test_search_and_filters_never_run_an_unbounded_count(admin_client, jobs):
+    urls = [CHANGELIST, f"{CHANGELIST}?p=1", f"{CHANGELIST}?_facets=1"]
+    urls += [
+        f"{CHANGELIST}?{q}"
+        for q in (
+            "status=queued",
+            "lane=chat",
+            "agent=codex",
+            "kind=factory.run",
+            "group=chat",
+            "org=org-a",
+            "status=queued&lane=collect&_facets=1",
+        )
+    ]
+    urls += [f"{CHANGELIST}?q={q}" for q in (jobs["dispatch"], "sess-42", "org:org-a")]
+    for url in urls:
+        with CaptureQueriesContext(connection) as queries:
+            response = admin_client.get(url)
+        assert response.status_code == 200, url
+        counts = [q["sql"] for q in queries.captured_queries if "COUNT(" in q["sql"].upper()]
+        for sql in counts:
+            assert "LIMIT" in sql.upper(), (url, sql)
+        assert len(counts) <= 1, (url, counts)  # the paginator's capped count, nothing else
+
+
+def test_changelist_has_no_add_link_and_links_the_dashboard(admin_client, jobs):
+    page = text(admin_client.get(CHANGELIST))
+    assert "/admin/jobs/job/add/" not in page
+    assert 'href="/admin/jobs/job/dashboard/"' in page
+    assert 'value="abort_selected"' in page and 'value="redrive_selected"' in page
+    assert 'value="delete_selected"' not in page
+
+
+def test_pages_stop_at_the_page_cap(admin_client, jobs, monkeypatch):
+    monkeypatch.setattr(jobs_admin.JobAdmin, "list_per_page", 2)
+    monkeypatch.setattr(jobs_admin.JobPaginator, "max_pages", 2)
+    assert listed(admin_client.get(f"{CHANGELIST}?p=2")) == [jobs["control"], jobs["codex"]]
+    response = admin_client.get(f"{CHANGELIST}?p=3")  # a third page exists but is not offered
+    assert response.status_code == 302 and "e=1" in response["Location"]
+
+
+def test_admin_index_keeps_the_app_list_and_links_the_dashboard(admin_client):
+    page = text(admin_client.get("/admin/"))
+    assert 'href="/admin/jobs/job/dashboard/"' in page
+    assert 'href="/admin/jobs/job/"' in page and 'href="/admin/receipts/stream/"' in page
+
+
+def test_read_model_rows_are_not_loaded_with_their_payloads(admin_client, jobs):
+    with CaptureQueriesContext(connection) as queries:
+        admin_client.get(CHANGELIST)
+    page_query = next(
+        q["sql"]
+        for q in queries.captured_queries
+        if 'FROM "jobs_job"' in q["sql"] and "ORDER BY" in q["sql"]
+    )
+    assert '"jobs_job"."updated_at", "jobs_job"."state"' not in page_query  # deferred
+    assert "maxAttempts" in page_query  # only this key is read from the fold
+    assert Job.objects.count() == 6

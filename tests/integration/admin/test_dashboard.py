@@ -1,0 +1,201 @@
+"""U-6: the dashboard HTML and its JSON snapshot, with exact numbers for a small seeded
+set, and queries that stay on the status indexes (no full-table COUNT)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from jobs import dashboard, queue
+from jobs.core.reducer import Fence
+from jobs.recovery import Report
+from jobs.runtime import loops, processes
+from tests.integration.admin.conftest import NOW, enqueue, text
+
+pytestmark = pytest.mark.django_db
+MINUTE = 60_000
+T = NOW + 10 * MINUTE  # the dashboard's "now"
+DASHBOARD = "/admin/jobs/job/dashboard/"
+DASHBOARD_JSON = "/admin/jobs/job/dashboard.json"
+
+
+def settle(job_id: str, how: str, at: int) -> None:
+    worker = "chat:h:1"
+    assert queue.lease(job_id, worker_id=worker, now_ms=at - 1).applied
+    fence = Fence(worker, 1)
+    if how == "completed":
+        assert queue.complete(job_id, {"ok": True}, fence=fence, now_ms=at).applied
+    else:
+        assert queue.fail(job_id, "boom", fence=fence, no_retry=True, now_ms=at).applied
+
+
+@pytest.fixture
+def seeded(monkeypatch) -> dict[str, str]:
+    monkeypatch.setattr(dashboard, "wall_clock_ms", lambda: T)
+    jobs = {
+        "a": enqueue("factory", now_ms=NOW),  # queued, collect, chat
+        "b": enqueue("factory", now_ms=NOW + MINUTE),  # queued, collect, chat
+        "c": enqueue("codex", "factory.task.run", now_ms=NOW + 2 * MINUTE, lane="chat"),
+        "d": enqueue("factory", now_ms=NOW + 3 * MINUTE),  # -> leased
+        "e": enqueue("factory-control", "factory.objective.control", now_ms=NOW + 3 * MINUTE),
+        "f": enqueue("factory", now_ms=NOW),  # -> completed 2 min ago
+        "g": enqueue("factory", now_ms=NOW - 40 * MINUTE),  # -> failed 30 min ago
+        "h": enqueue("factory", now_ms=NOW),  # -> canceled 1 min ago
+        "i": enqueue("factory", now_ms=NOW - 3 * 60 * MINUTE),  # -> completed 2 h ago
+    }
+    queue.lease(jobs["d"], worker_id="chat:h:2", now_ms=T - MINUTE)
+    queue.lease(jobs["e"], worker_id="control:h:3", now_ms=T - MINUTE)
+    queue.heartbeat(jobs["e"], fence=Fence("control:h:3", 1), now_ms=T - 30_000)
+    settle(jobs["f"], "completed", T - 2 * MINUTE)
+    settle(jobs["g"], "failed", T - 30 * MINUTE)
+    queue.command(jobs["h"], "abort", reason="stop", by="ops", now_ms=T - MINUTE)
+    settle(jobs["i"], "completed", T - 2 * 60 * MINUTE)
+    processes.register(role="worker-chat", group="chat", concurrency=4, now_ms=T - 1000)
+    gone = processes.register(role="driver", group=None, concurrency=1, now_ms=T - MINUTE)
+    loops.record(
+        "queued_redrive",
+        gone,
+        started_ms=T - 5000,
+        finished_ms=T - 4800,
+        report=Report("queued_redrive", examined=3, acted=2, errors=["x: boom"]),
+        error=None,
+    )
+    return {**jobs, "driver_process": gone}
+
+
+def test_snapshot_numbers(seeded):
+    data = dashboard.snapshot(now_ms=T)
+    assert data["depth"]["cells"] == [
+        {"status": "queued", "lane": "chat", "group": "codex", "count": 1},
+        {"status": "queued", "lane": "collect", "group": "chat", "count": 2},
+        {"status": "leased", "lane": "collect", "group": "chat", "count": 1},
+        {"status": "running", "lane": "collect", "group": "control", "count": 1},
+    ]
+    assert data["depth"]["byStatus"] == [
+        {"status": "queued", "count": 3},
+        {"status": "leased", "count": 1},
+        {"status": "running", "count": 1},
+    ]
+    assert data["depth"]["total"] == 5
+    assert data["depth"]["oldestQueued"] == [
+        {"lane": "chat", "jobId": seeded["c"], "createdAt": NOW + 2 * MINUTE, "ageMs": 8 * MINUTE},
+        {"lane": "collect", "jobId": seeded["a"], "createdAt": NOW, "ageMs": 10 * MINUTE},
+    ]
+    five, sixty = data["recent"]["throughput"]
+    assert (five["completed"], five["failed"], five["canceled"], five["total"]) == (1, 0, 1, 2)
+    assert (sixty["completed"], sixty["failed"], sixty["canceled"], sixty["total"]) == (1, 1, 1, 3)
+    assert sixty["perMinute"] == 0.05
+    assert {(c["status"], c["count5m"], c["count"]) for c in data["recent"]["cells"]} == {
+        ("completed", 1, 1),
+        ("failed", 0, 1),
+        ("canceled", 1, 1),
+    }
+    clusters = {c["cluster"]: (c["leased"], c["running"]) for c in data["runningByCluster"]}
+    assert clusters == {"worker-chat": (1, 0), "worker-control": (0, 1), "worker-codex": (0, 0)}
+    roles = {r["role"]: (r["live"], r["gone"]) for r in data["processes"]["byRole"]}
+    assert roles == {"driver": (0, 1), "worker-chat": (1, 0)}
+    [loop] = data["loops"]
+    assert (loop["loop"], loop["acted"], loop["durationMs"], loop["lastError"]) == (
+        "queued_redrive",
+        2,
+        200,
+        "x: boom",
+    )
+    assert data["callbacks"]["scope"] == "per process"
+    assert {"name": "JOB_LEASE_MS", "value": "300000"} in data["config"]
+
+
+def test_json_endpoint_serves_the_same_snapshot(admin_client, seeded):
+    body = admin_client.get(DASHBOARD_JSON).json()
+    expected = dashboard.snapshot(now_ms=T, include_config=False)
+    body["callbacks"].pop("process")
+    expected["callbacks"].pop("process")
+    assert body == expected
+    assert "config" not in body  # static: rendered once with the page
+
+
+def table(page: str, table_id: str) -> list[list[str]]:
+    body = re.search(rf'id="rcpt-table-{table_id}".*?<tbody>(.*?)</tbody>', page, re.S).group(1)
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", body, re.S)
+    return [
+        [
+            " ".join(re.sub(r"<[^>]+>", " ", cell).split())
+            for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+        ]
+        for row in rows
+    ]
+
+
+def test_dashboard_html_shows_the_numbers(admin_client, seeded):
+    response = admin_client.get(DASHBOARD)
+    assert response.status_code == 200
+    page = text(response)
+    assert table(page, "depth") == [
+        ["queued", "chat", "codex", "1"],
+        ["queued", "collect", "chat", "2"],
+        ["leased", "collect", "chat", "1"],
+        ["running", "collect", "control", "1"],
+    ]
+    assert table(page, "throughput") == [
+        ["5m", "1", "0", "1", "2", "0.4"],
+        ["60m", "1", "1", "1", "3", "0.05"],
+    ]
+    oldest = table(page, "oldest")
+    assert oldest[1][:2] == ["collect", seeded["a"]] and oldest[1][3] == "10m 00s"
+    assert table(page, "clusters")[1] == ["worker-control", "0", "1", "1"]
+    assert table(page, "roles") == [["driver", "0", "1", "0"], ["worker-chat", "1", "0", "4"]]
+    [loop] = table(page, "loops")
+    assert loop[:2] == ["queued_redrive", seeded["driver_process"]]
+    assert loop[3:7] == ["200 ms", "2", "1", "x: boom"]  # duration, acted, runs, last error
+    assert 'data-source="depth.cells"' in page and 'data-format="status"' in page
+    assert '<script src="/static/receipt/dashboard.js" defer></script>' in page
+    assert 'data-json-url="/admin/jobs/job/dashboard.json"' in page
+
+
+def test_configuration_table_masks_secrets(admin_client, settings, monkeypatch):
+    monkeypatch.setattr(dashboard, "wall_clock_ms", lambda: T)
+    settings.RECEIPT = dataclasses.replace(
+        settings.RECEIPT,
+        secret_key="django-very-secret",
+        callback_token="cb-secret-token",
+        database_url="postgres://ops:db-password@db.internal:5432/receipt",
+        event_callback_url="https://hooks.example.com/path/with-token",
+    )
+    page = text(admin_client.get(DASHBOARD))
+    config = page[page.index('id="rcpt-config"') :]
+    assert "<code>SECRET_KEY</code></td><td><code>•••• (set)</code>" in config
+    assert "<code>RECEIPT_CALLBACK_TOKEN</code></td><td><code>•••• (set)</code>" in config
+    assert "postgres://ops:***@db.internal:5432/receipt" in config
+    for secret in ("django-very-secret", "cb-secret-token", "db-password", "with-token"):
+        assert secret not in page, secret
+    assert "https://hooks.example.com/••••" in page
+
+
+def test_dashboard_queries_stay_on_status_indexes(admin_client, seeded):
+    with CaptureQueriesContext(connection) as queries:
+        admin_client.get(DASHBOARD_JSON)
+    on_jobs = [q["sql"] for q in queries.captured_queries if '"jobs_job"' in q["sql"]]
+    assert on_jobs
+    for sql in on_jobs:
+        where = sql.upper().split("WHERE", 1)
+        assert len(where) == 2 and '"STATUS"' in where[1], sql  # never the whole table
+    grouped = [sql for sql in on_jobs if "GROUP BY" in sql.upper()]
+    assert len(grouped) == 2  # active depth, and terminal counts of the last hour
+    assert any('"UPDATED_AT" >=' in sql.upper() for sql in grouped)
+
+
+def test_empty_dashboard_renders(admin_client):
+    page = text(admin_client.get(DASHBOARD))
+    assert "No active jobs." in page and "No runworker process seen" in page
+
+
+def test_polls_within_two_seconds_share_one_snapshot(admin_client, seeded):
+    first = admin_client.get(DASHBOARD_JSON).json()
+    with CaptureQueriesContext(connection) as queries:
+        second = admin_client.get(DASHBOARD_JSON).json()
+    assert second == first
+    assert not [q for q in queries.captured_queries if '"jobs_job"' in q["sql"]]

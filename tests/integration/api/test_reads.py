@@ -1,0 +1,169 @@
+"""A-2 to A-4: job detail, keyset list, receipts (verifiable client-side) and time travel."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from jobs import queue
+from jobs.core.reducer import Fence
+from tests.integration.api.conftest import payload, written
+
+pytestmark = pytest.mark.django_db
+T0 = 1_800_000_000_000
+
+
+def enqueue_at(now_ms: int, agent: str = "factory", **options) -> str:
+    body = options.pop("payload", None) or payload()
+    return queue.enqueue(agent, body, now_ms=now_ms, **options).job.job_id
+
+
+def test_detail_is_the_a2_job_json(api):
+    job_id = api.enqueue()["job"]["id"]
+    status, job = api.get(f"/jobs/{job_id}")
+    assert status == 200
+    for key in ("id", "agentId", "lane", "kind", "status", "attempt", "maxAttempts", "sessionKey",
+                "singletonMode", "payload", "workerId", "leaseUntil", "leaseMs", "abortRequested",
+                "commands", "result", "lastError", "createdAt", "updatedAt", "stream",
+                "receiptCount", "head", "contractGroup", "routedGroup"):
+        assert key in job, key
+    assert job["id"] == job_id and job["stream"] == f"jobs/{job_id}" and job["receiptCount"] == 1
+
+
+@pytest.mark.parametrize("job_id", ["missing-1", "bad id", "a" * 200, "x%00y"])
+def test_detail_of_a_missing_or_impossible_job_is_404(api, job_id):
+    status, out = api.get(f"/jobs/{job_id}")
+    assert (status, out["error"]) == (404, "job_not_found")
+
+
+def test_list_is_newest_first_with_a_keyset_cursor(api):
+    ids = [enqueue_at(T0 + i) for i in range(5)]
+    status, first = api.get("/jobs", limit=2)
+    assert status == 200
+    assert [j["id"] for j in first["jobs"]] == [ids[4], ids[3]] and first["nextCursor"]
+    _, second = api.get("/jobs", limit=2, cursor=first["nextCursor"])
+    assert [j["id"] for j in second["jobs"]] == [ids[2], ids[1]]
+    _, third = api.get("/jobs", limit=2, cursor=second["nextCursor"])
+    assert [j["id"] for j in third["jobs"]] == [ids[0]] and third["nextCursor"] is None
+
+
+def test_list_filters(api):
+    chat = enqueue_at(T0, lane="chat", session_key="s-a")
+    codex = enqueue_at(T0 + 1, agent="codex", payload=payload("factory.task.run", objectiveId="o-1"))
+    control = enqueue_at(T0 + 2, agent="factory-control", payload={"kind": "factory.objective.watchdog"})
+    queue.cancel(control, reason="test")
+
+    def ids(**params):
+        status, out = api.get("/jobs", **params)
+        assert status == 200, out
+        return [j["id"] for j in out["jobs"]]
+
+    assert ids(lane="chat") == [chat]
+    assert ids(agentId="codex") == [codex]
+    assert ids(kind="factory.task.run") == [codex]
+    assert ids(sessionKey="s-a") == [chat]
+    assert ids(objectiveId="o-1") == [codex]
+    assert ids(status="canceled") == [control]
+    assert ids(status="queued") == [codex, chat]
+    assert ids(routedGroup="codex") == [codex]
+    assert ids(organizationId="org-1") == [codex, chat]
+    assert ids(status="queued", lane="chat") == [chat]
+
+
+def test_list_limit_is_clamped_to_1_through_500(api):
+    for i in range(3):
+        enqueue_at(T0 + i)
+    assert len(api.get("/jobs", limit=0)[1]["jobs"]) == 1
+    assert len(api.get("/jobs", limit=-7)[1]["jobs"]) == 1
+    assert len(api.get("/jobs", limit=10_000)[1]["jobs"]) == 3
+    assert len(api.get("/jobs")[1]["jobs"]) == 3
+
+
+@pytest.mark.parametrize(
+    ("params", "code"),
+    [
+        ({"status": "bogus"}, "invalid_filter"),
+        ({"lane": "fast"}, "invalid_filter"),
+        ({"kind": "factory.nope"}, "invalid_filter"),
+        ({"routedGroup": "gpu"}, "invalid_filter"),
+        ({"agentId": "x" * 200}, "invalid_filter"),
+        ({"sessionKey": "nul\x00"}, "invalid_filter"),
+        ({"limit": "ten"}, "invalid_limit"),
+        ({"cursor": "not-a-cursor"}, "invalid_cursor"),
+        ({"cursor": "OTk5OTk5OTk5OTk5OTk5OTk5OTk5OTk5OmFiYw"}, "invalid_cursor"),  # huge ts
+        ({"cursor": "MTphIGI"}, "invalid_cursor"),  # "1:a b" is no job id
+    ],
+)
+def test_bad_list_parameters_are_400(api, params, code):
+    status, out = api.get("/jobs", **params)
+    assert (status, out["error"]) == (400, code), out
+    assert params.get("status", "") in out["detail"]
+
+
+def _canonical(value) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode("utf-8")
+
+
+def test_receipts_page_and_verify_client_side(api):
+    job_id = api.enqueue()["job"]["id"]
+    for n in range(4):
+        api.post(f"/jobs/{job_id}/steer", {"payload": {"n": n}})
+    status, out = api.get(f"/jobs/{job_id}/receipts")
+    assert status == 200 and out["receiptCount"] == 5 and len(out["receipts"]) == 5
+    # S-2, exactly as docs/api.md tells clients to do it
+    prev = None
+    for receipt in out["receipts"]:
+        material = {k: receipt[k] for k in ("id", "ts", "stream", "prev", "body")}
+        if "context" in receipt:
+            material["context"] = receipt["context"]
+        assert receipt["prev"] == prev
+        assert hashlib.sha256(_canonical(material)).hexdigest() == receipt["hash"]
+        prev = receipt["hash"]
+    assert out["head"] == prev
+    _, page = api.get(f"/jobs/{job_id}/receipts", after=2, limit=2)
+    assert [r["streamSeq"] for r in page["receipts"]] == [3, 4] and page["head"] == prev
+    assert [r["body"]["type"] for r in page["receipts"]] == ["queue.command", "queue.command"]
+
+
+@pytest.mark.parametrize(("params", "code"), [({"after": "x"}, "invalid_after"),
+                                              ({"after": -1}, "invalid_after"),
+                                              ({"limit": "many"}, "invalid_limit"),
+                                              ({"after": 10**30}, "invalid_after")])
+def test_bad_receipt_parameters_are_400(api, params, code):
+    job_id = api.enqueue()["job"]["id"]
+    status, out = api.get(f"/jobs/{job_id}/receipts", **params)
+    assert (status, out["error"]) == (400, code)
+
+
+def test_receipt_limit_is_clamped(api):
+    job_id = api.enqueue()["job"]["id"]
+    api.post(f"/jobs/{job_id}/steer", {"payload": {}})
+    assert len(api.get(f"/jobs/{job_id}/receipts", limit=0)[1]["receipts"]) == 1
+    assert len(api.get(f"/jobs/{job_id}/receipts", limit=99_999)[1]["receipts"]) == 2
+
+
+def test_state_at_folds_the_first_n_receipts(api):
+    job_id = api.enqueue()["job"]["id"]
+    lease = queue.lease(job_id, worker_id="w1")
+    queue.complete(job_id, {"done": True}, fence=Fence("w1", lease.job.attempt))
+    status, now = api.get(f"/jobs/{job_id}/state")
+    assert status == 200 and now["at"] == 3 and now["receiptCount"] == 3
+    assert now["job"]["status"] == "completed" and now["job"]["result"] == {"done": True}
+    assert api.get(f"/jobs/{job_id}/state", at=1)[1]["job"]["status"] == "queued"
+    assert api.get(f"/jobs/{job_id}/state", at=2)[1]["job"]["status"] == "leased"
+    assert api.get(f"/jobs/{job_id}/state", at=0)[1]["job"] is None
+    clamped = api.get(f"/jobs/{job_id}/state", at=99)[1]
+    assert clamped["at"] == 3 and clamped["job"]["status"] == "completed"
+    status, out = api.get(f"/jobs/{job_id}/state", at="x")
+    assert (status, out["error"]) == (400, "invalid_at")
+
+
+@pytest.mark.parametrize("suffix", ["", "/receipts", "/state"])
+def test_reads_of_a_missing_job_are_404_and_write_nothing(api, suffix):
+    before = written()
+    status, out = api.get(f"/jobs/nope{suffix}")
+    assert (status, out["error"]) == (404, "job_not_found")
+    assert written() == before
