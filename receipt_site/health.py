@@ -1,9 +1,9 @@
 """Open health endpoints (A-8): `/healthz` always answers 200, `/readyz` 503 without a DB.
 
-The queue block is one GROUP BY over the jobs read model, cached per process for
-QUEUE_CACHE_SECONDS so a polling load balancer never turns health into a query storm.
-`loops` and `clusters` are filled by the runtime (recovery loops, worker clusters); their
-keys stay put so clients can rely on them.
+The queue block counts active jobs (an indexed range: few rows) every QUEUE_CACHE_SECONDS
+and settled ones (the bulk of a large table) only every TERMINAL_CACHE_SECONDS, per
+process, so a polling load balancer never turns health into a query storm. `loops` are
+the recovery loops' last runs, `clusters` the runworker processes seen recently.
 """
 
 from __future__ import annotations
@@ -17,22 +17,33 @@ from django.db import connection
 from django.db.models import Count
 from django.http import HttpRequest, JsonResponse
 
-from jobs.core.vocabulary import STATUSES
+from jobs.core.vocabulary import ACTIVE_STATUSES, STATUSES, TERMINAL_STATUSES
 from jobs.models import Job
+from jobs.runtime import loops, processes
 from receipt_site.config import redact_url
 from receipts.clock import now_ms
 
 _STARTED = time.monotonic()
 QUEUE_CACHE_SECONDS = 2.0
+TERMINAL_CACHE_SECONDS = 60.0
 _queue_lock = threading.Lock()
 _queue_cache: dict[str, Any] = {}  # {"at": monotonic seconds, "block": {...}}
+_terminal_cache: dict[str, Any] = {}
+
+
+def _count(statuses: frozenset[str]) -> dict[str, int]:
+    counts = dict.fromkeys(sorted(statuses), 0)
+    rows = (Job.objects.filter(status__in=statuses).order_by().values_list("status")
+            .annotate(n=Count("id")))
+    for status, n in rows:
+        counts[status] = n
+    return counts
 
 
 def _count_queue() -> dict[str, Any]:
-    counts = dict.fromkeys(STATUSES, 0)
-    rows = Job.objects.order_by().values_list("status").annotate(n=Count("id"))
-    for status, n in rows:
-        counts[status] = counts.get(status, 0) + n
+    if not _terminal_cache or time.monotonic() - _terminal_cache["at"] > TERMINAL_CACHE_SECONDS:
+        _terminal_cache.update(at=time.monotonic(), counts=_count(TERMINAL_STATUSES))
+    counts = {**dict.fromkeys(STATUSES, 0), **_terminal_cache["counts"], **_count(ACTIVE_STATUSES)}
     return {"total": sum(counts.values()), **counts, "updatedAt": now_ms()}
 
 
@@ -55,6 +66,18 @@ def queue_counts() -> dict[str, Any]:
 def reset_queue_cache() -> None:
     with _queue_lock:
         _queue_cache.clear()
+        _terminal_cache.clear()
+
+
+def _runtime() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
+    """(loops, clusters, warnings); never raises."""
+    try:
+        clusters = processes.summary(now_ms=now_ms())
+        warnings = [f"{c['id']}: {w}" for c in clusters if c["live"]
+                    for w in [(c.get("info") or {}).get("warning")] if w]
+        return loops.summary(), clusters, warnings
+    except Exception as error:
+        return [], [], [f"runtime state unavailable: {type(error).__name__}"]
 
 
 def _database() -> dict[str, Any]:
@@ -74,16 +97,18 @@ def _database() -> dict[str, Any]:
 
 def healthz(request: HttpRequest) -> JsonResponse:
     database = _database()
+    loop_runs, clusters, warnings = _runtime() if database["ok"] else ([], [], [])
     return JsonResponse({
         "ok": True,
         "ready": database["ok"],
-        "degraded": not database["ok"],
+        "degraded": not database["ok"] or bool(warnings),
+        "warnings": warnings,
         "uptimeSec": int(time.monotonic() - _STARTED),
         "processRole": settings.RECEIPT.process_role or "api",
         "queue": queue_counts(),
         "database": database,
-        "loops": [],  # recovery loops' last runs (runtime)
-        "clusters": [],  # worker clusters of this deployment (runtime)
+        "loops": loop_runs,
+        "clusters": clusters,
     })
 
 

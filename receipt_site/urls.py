@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 
+from jobs import metrics
 from jobs.api.schema import ApiDocsView, ApiSchemaView
 from receipt_site import health
 
@@ -11,6 +12,7 @@ admin.site.index_title = "Jobs, streams and objectives"
 urlpatterns = [
     path("healthz", health.healthz, name="healthz"),
     path("readyz", health.readyz, name="readyz"),
+    path("metrics", metrics.metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/schema/", ApiSchemaView.as_view(), name="schema"),
     path("api/docs/", ApiDocsView.as_view(url_name="schema"), name="api-docs"),

@@ -42,6 +42,7 @@ from jobs.api.serializers import (
     ReceiptPageSerializer,
 )
 from jobs.core.vocabulary import ACTIVE_STATUSES, job_stream, validate_job_id
+from jobs.diagnosis import diagnosis
 from jobs.errors import InvalidRequest, JobsError
 from jobs.models import Job
 from jobs.presenters import job_json
@@ -330,6 +331,23 @@ class JobDetailView(ApiView):
     def get(self, request: Request, job_id: str) -> Response:
         job = visible_job_or_404(principal_of(request), job_id)
         return Response(job_json(job))
+
+
+class JobDiagnosisView(ApiView):
+    required_scope = "jobs:read"
+
+    @extend_schema(operation_id="diagnose_job", tags=["jobs"],
+                   summary="Why the job is not running or not done (A-4, D-12)",
+                   description="`blockers` is a list of {code, detail}; codes: terminal, "
+                               "no_handler, abort_requested, no_live_process, no_live_driver, "
+                               "lease_expired, running, attempts_exhausted, delivery_pending, "
+                               "redrive_pending, awaiting_redrive, singleton_peers. `facts` "
+                               "are the inputs the answer was computed from.",
+                   parameters=[schema.JOB_ID],
+                   responses={200: OpenApiTypes.OBJECT, **schema.errors(404)})
+    def get(self, request: Request, job_id: str) -> Response:
+        visible_job_or_404(principal_of(request), job_id)
+        return Response(diagnosis(job_id))
 
 
 class JobReceiptsView(ApiView):

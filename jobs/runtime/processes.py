@@ -71,5 +71,5 @@ def summary(*, now_ms: int) -> list[dict[str, Any]]:
         out.append({"id": row.id, "role": row.role, "group": row.group, "host": row.host,
                     "pid": row.pid, "concurrency": row.concurrency, "startedAt": row.started_at,
                     "lastSeen": row.last_seen, "live": alive,
-                    "currentAttempts": row.current_attempts})
+                    "currentAttempts": row.current_attempts, "info": row.info})
     return out

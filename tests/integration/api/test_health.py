@@ -29,19 +29,26 @@ def test_healthz_reports_queue_depth_and_stable_placeholders(anonymous):
     assert out["database"]["ok"] is True
 
 
-def test_queue_counts_are_one_query_cached_for_two_seconds(monkeypatch):
+def test_queue_counts_are_cached_active_every_2s_settled_every_60s(monkeypatch):
     clock = [1000.0]
     monkeypatch.setattr(health.time, "monotonic", lambda: clock[0])
     with CaptureQueriesContext(connection) as queries:
         assert health.queue_counts()["total"] == 0
-    assert len(queries) == 1 and "GROUP BY" in queries[0]["sql"].upper()
-    queue.enqueue("factory", payload())
+    assert len(queries) == 2 and all("GROUP BY" in q["sql"].upper() for q in queries)
+    job = queue.enqueue("factory", payload()).job
     with CaptureQueriesContext(connection) as queries:
         clock[0] += 1.9
         assert health.queue_counts()["total"] == 0  # still cached
     assert len(queries) == 0
     clock[0] += 0.2
-    assert health.queue_counts()["total"] == 1
+    with CaptureQueriesContext(connection) as queries:
+        assert health.queue_counts()["queued"] == 1
+    assert len(queries) == 1  # only the active statuses: an indexed, small range
+    queue.abort(job.job_id)
+    clock[0] += 2.1
+    assert health.queue_counts()["canceled"] == 0  # settled counts refresh every 60 s
+    clock[0] += 60
+    assert health.queue_counts()["canceled"] == 1
 
 
 def test_queue_counts_survive_a_database_error(monkeypatch):

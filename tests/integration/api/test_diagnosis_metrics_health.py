@@ -1,0 +1,52 @@
+"""D-12 over HTTP, X-2 /metrics, A-8 runtime blocks of /healthz."""
+
+import pytest
+
+from access.models import ApiToken
+from jobs import queue
+from jobs.recovery import Report
+from jobs.runtime import counters, loops, processes
+from receipts.clock import now_ms
+from tests.integration.jobs.helpers import payload
+
+pytestmark = pytest.mark.django_db
+
+
+def bearer(**options):
+    _, secret = ApiToken.issue(name="t", **options)
+    return {"HTTP_AUTHORIZATION": f"Bearer {secret}"}
+
+
+def test_diagnosis_endpoint_names_blockers_and_respects_organizations(client):
+    job = queue.enqueue("nobody", payload()).job
+    response = client.get(f"/jobs/{job.job_id}/diagnosis", **bearer())
+    assert response.status_code == 200
+    body = response.json()
+    assert body["jobId"] == job.job_id and body["status"] == "queued"
+    assert {"no_handler", "no_live_process"} <= {b["code"] for b in body["blockers"]}
+    other = client.get(f"/jobs/{job.job_id}/diagnosis", **bearer(organization_id="org-2"))
+    assert other.status_code == 404 and other.json()["error"] == "job_not_found"
+
+
+def test_metrics_needs_a_token_and_reports_gauges_and_counters(client):
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", **bearer(scopes=["jobs:write"])).status_code == 403
+    queue.enqueue("factory", payload(), lane="chat")
+    counters.incr("receipt_attempt_outcomes_total", 2, status="completed")
+    counters.flush(force=True)
+    text = client.get("/metrics", **bearer()).content.decode()
+    assert 'receipt_jobs_active{status="queued",lane="chat",group="chat"} 1' in text
+    assert "# TYPE receipt_attempt_outcomes_total counter" in text
+    assert 'receipt_attempt_outcomes_total{status="completed"}' in text
+
+
+def test_healthz_lists_loops_and_processes_and_flags_a_fallback_role(client):
+    now = now_ms()
+    processes.register(role="all", group=None, concurrency=0, now_ms=now,
+                       info={"warning": "RECEIPT_PROCESS_ROLE='chatt' is not a role"})
+    loops.record("queued_redrive", "p1", started_ms=now, finished_ms=now + 5,
+                 report=Report("queued_redrive", acted=3), error=None)
+    body = client.get("/healthz").json()
+    assert body["loops"][0]["loop"] == "queued_redrive" and body["loops"][0]["acted"] == 3
+    assert body["clusters"][0]["role"] == "all" and body["clusters"][0]["live"] is True
+    assert body["degraded"] is True and "chatt" in body["warnings"][0]
