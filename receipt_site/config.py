@@ -27,6 +27,7 @@ class Config:
     data_dir: str
     broker: str
     broker_poll_ms: int
+    dispatch_mode: str
     handler_modules: tuple[str, ...]
     process_role: str | None
     job_lease_ms: int
@@ -130,6 +131,7 @@ _SPECS = (
     _Spec("RECEIPT_DATA_DIR", "data_dir", "str", "./.receipt"),
     _Spec("RECEIPT_BROKER", "broker", "str", "orm"),
     _Spec("RECEIPT_BROKER_POLL_MS", "broker_poll_ms", "int", 50, 5, 5_000),
+    _Spec("RECEIPT_DISPATCH", "dispatch_mode", "str", "background", choices=("background", "inline")),
     _Spec("RECEIPT_HANDLER_MODULES", "handler_modules", "list", ""),
     _Spec("RECEIPT_PROCESS_ROLE", "process_role", "optstr"),
     _Spec("JOB_LEASE_MS", "job_lease_ms", "int", 300_000, 1000, _MS),
@@ -207,9 +209,12 @@ def _parse(spec: _Spec, raw: str | None) -> Any:
         raise ConfigError(spec.env, f"must be one of 1/0/true/false, got {raw!r}")
     if spec.kind == "list":
         return _hosts(raw)
-    if spec.choices and raw.upper() not in spec.choices:
+    if spec.choices:
+        for choice in spec.choices:  # case-insensitive; the table's spelling is canonical
+            if raw.lower() == choice.lower():
+                return choice
         raise ConfigError(spec.env, f"must be one of {', '.join(spec.choices)}, got {raw!r}")
-    return raw.upper() if spec.choices else raw
+    return raw
 
 
 def _hosts(raw: str) -> tuple[str, ...]:

@@ -9,6 +9,7 @@ generation `<jobId>:recovery:<g>`, at most 32.
 
 from __future__ import annotations
 
+import atexit
 import logging
 from dataclasses import dataclass
 
@@ -19,7 +20,7 @@ from jobs.core.contracts import routed_group
 from jobs.core.reducer import JobState
 from jobs.core.timing import TimingSettings, driver_timeout_ms
 from jobs.errors import JobsError
-from jobs.runtime import counters, promises, transport
+from jobs.runtime import counters, outbox, promises, transport
 from receipt_site.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 
@@ -49,12 +50,12 @@ def redrive_key(job: JobState) -> str:
 
 
 def start_driver(job: JobState, *, dispatch_key: str | None = None,
-                 now_ms: int | None = None) -> StartResult:
+                 now_ms: int | None = None, savepoint: bool = True) -> StartResult:
     now = wall_clock_ms() if now_ms is None else now_ms
     key = dispatch_key or job.job_id
     timing = TimingSettings.from_config(settings.RECEIPT)
     lease_ms = job.lease_ms or timing.job_lease_ms
-    with transaction.atomic():
+    with transaction.atomic(savepoint=savepoint):
         candidates = [key] + [f"{job.job_id}:recovery:{g}" for g in range(1, MAX_GENERATIONS + 1)]
         for promise_id in candidates:
             # Insert first: the common case (a fresh key) costs one statement.
@@ -71,16 +72,35 @@ def start_driver(job: JobState, *, dispatch_key: str | None = None,
         raise DeliveryRecoveryExceeded(job.job_id)
 
 
-def dispatch_created(jobs: list[JobState]) -> None:
-    """D-2: after an enqueue commits, start delivery of the jobs it created.
+def dispatch_batch(jobs: list[JobState]) -> None:
+    """Start delivery of newly enqueued jobs: one transaction for the batch, falling back
+    to one per job if any of them fails (so one bad job cannot hold the others back)."""
+    try:
+        with transaction.atomic():
+            for job in jobs:
+                start_driver(job, savepoint=False)
+    except Exception:
+        for job in jobs:
+            try:
+                start_driver(job)
+            except Exception as error:  # logged per job; recovery (L-1) owns the rest
+                log_event(logger, "delivery.dispatch_error",
+                          f"dispatch of {job.job_id} failed: {error}", level=logging.WARNING,
+                          jobId=job.job_id, group=routed_group(job.agent_id, job.kind))
+    counters.flush()
 
-    A failure here loses nothing: the job is queued and the redrive loop (L-1) finds it.
+
+OUTBOX = outbox.Outbox(dispatch_batch)
+atexit.register(OUTBOX.stop)
+
+
+def dispatch_created(jobs: list[JobState]) -> None:
+    """D-2: after an enqueue commits, wake the dispatch pass for the jobs it created.
+
+    RECEIPT_DISPATCH=inline runs the pass in the caller instead (one process, no thread).
     """
     counters.incr("receipt_jobs_enqueued_total", len(jobs))
-    for job in jobs:
-        try:
-            start_driver(job)
-        except Exception as error:  # logged per job; recovery owns the rest
-            log_event(logger, "delivery.dispatch_error", f"dispatch of {job.job_id} failed: {error}",
-                      level=logging.WARNING, jobId=job.job_id, group=routed_group(job.agent_id, job.kind))
-    counters.flush()
+    if settings.RECEIPT.dispatch_mode == "inline":
+        dispatch_batch(jobs)
+    else:
+        OUTBOX.submit(jobs)
