@@ -57,6 +57,7 @@ INSTALLED_APPS = [
     "receipts",
     "access",
     "jobs",
+    "objectives",
 ]
 
 MIDDLEWARE = [

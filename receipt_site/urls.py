@@ -16,6 +16,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/schema/", ApiSchemaView.as_view(), name="schema"),
     path("api/docs/", ApiDocsView.as_view(url_name="schema"), name="api-docs"),
+    path("factory/api/", include("objectives.api.urls")),
     path("", include("jobs.live.urls")),
     path("", include("jobs.api.urls")),
 ]

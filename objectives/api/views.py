@@ -1,0 +1,144 @@
+"""The objectives HTTP API (A-9): thin read views over selectors and presenters.
+
+Every view needs the `objectives:read` scope (access.permissions.HasScope); an
+organization-bound caller sees only its organization's objectives, and another's are
+404 `objective_not_found`, exactly like a missing one (Q-2). Objectives are created and
+changed through `factory.dispatch` jobs, never here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import exceptions, serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from access.permissions import principal_of
+from jobs.api.serializers import ErrorSerializer
+from objectives import presenters, selectors
+from objectives.core.state import ObjectiveState
+from objectives.core.vocabulary import objective_stream
+from objectives.errors import InvalidAction, ObjectivesError
+from receipts import store
+
+DEFAULT_RECEIPTS, MAX_RECEIPTS = 40, 1000
+LIST_LIMIT, MAX_LIST_LIMIT = 100, 500
+OBJECTIVE_ID = OpenApiParameter("objective_id", OpenApiTypes.STR, OpenApiParameter.PATH,
+                                description="the objective id")
+
+
+class _Error(exceptions.APIException):
+    def __init__(self, error: ObjectivesError) -> None:
+        super().__init__(str(error), code=error.code)
+        self.status_code = error.status
+
+
+def _errors(*statuses: int) -> dict[int, OpenApiResponse]:
+    text = {400: "Bad query parameter (invalid_limit).",
+            401: "No or bad credentials (not_authenticated, invalid_token).",
+            403: "Missing the objectives:read scope (missing_scope).",
+            404: "No such objective, or one of another organization (objective_not_found)."}
+    return {code: OpenApiResponse(ErrorSerializer, description=text[code])
+            for code in sorted({401, 403, *statuses})}
+
+
+class _View(APIView):
+    required_scope = "objectives:read"
+
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, ObjectivesError):
+            exc = _Error(exc)
+        return super().handle_exception(exc)
+
+    def objective(self, request: Request, objective_id: str) -> ObjectiveState:
+        principal = principal_of(request)
+        return selectors.visible(objective_id, organization_id=principal.organization_id)
+
+
+def _limit(request: Request, default: int, ceiling: int) -> int:
+    raw = request.query_params.get("limit")
+    if raw in (None, ""):
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise _Error(InvalidAction("invalid_limit",
+                                   f"limit must be an integer; got {raw!r}")) from None
+    return max(1, min(ceiling, value))
+
+
+class ObjectiveListSerializer(serializers.Serializer):
+    objectives = serializers.ListField(child=serializers.DictField())
+    board = serializers.ListField(child=serializers.DictField(),
+                                  help_text="sections: Needs Attention, Active, Queued, "
+                                            "Completed, Archived")
+
+
+class ObjectiveDetailSerializer(serializers.Serializer):
+    objective = serializers.DictField()
+    tasks = serializers.ListField(child=serializers.DictField())
+    jobs = serializers.ListField(child=serializers.DictField())
+
+
+class ObjectiveReceiptsSerializer(serializers.Serializer):
+    receipts = serializers.ListField(child=serializers.DictField())
+
+
+class LiveStatusSerializer(serializers.Serializer):
+    objectiveProgress = serializers.DictField()
+
+
+class ObjectiveListView(_View):
+    @extend_schema(operation_id="list_objectives", tags=["objectives"],
+                   summary="Objectives and the board (A-9)",
+                   parameters=[OpenApiParameter("limit", OpenApiTypes.INT, OpenApiParameter.QUERY,
+                                                description="per section, 1..500 (default 100)")],
+                   responses={200: ObjectiveListSerializer, **_errors(400)})
+    def get(self, request: Request) -> Response:
+        org = principal_of(request).organization_id
+        sections = selectors.board(organization_id=org,
+                                   limit=_limit(request, LIST_LIMIT, MAX_LIST_LIMIT))
+        board = presenters.board_json(sections)
+        flat: list[dict[str, Any]] = sorted(
+            (item for section in board for item in section["objectives"]),
+            key=lambda item: (-item["updatedAt"], item["id"]))
+        return Response({"objectives": flat, "board": board})
+
+
+class ObjectiveDetailView(_View):
+    @extend_schema(operation_id="get_objective", tags=["objectives"],
+                   summary="One objective with its tasks and jobs (A-9)",
+                   parameters=[OBJECTIVE_ID],
+                   responses={200: ObjectiveDetailSerializer, **_errors(404)})
+    def get(self, request: Request, objective_id: str) -> Response:
+        state = self.objective(request, objective_id)
+        jobs = selectors.objective_jobs(state.objective_id)
+        return Response(presenters.detail_json(state, jobs))
+
+
+class ObjectiveReceiptsView(_View):
+    @extend_schema(operation_id="list_objective_receipts", tags=["objectives"],
+                   summary="The objective's latest receipts, oldest first (A-9)",
+                   parameters=[OBJECTIVE_ID,
+                               OpenApiParameter("limit", OpenApiTypes.INT, OpenApiParameter.QUERY,
+                                                description="1..1000 (default 40)")],
+                   responses={200: ObjectiveReceiptsSerializer, **_errors(400, 404)})
+    def get(self, request: Request, objective_id: str) -> Response:
+        limit = _limit(request, DEFAULT_RECEIPTS, MAX_RECEIPTS)
+        state = self.objective(request, objective_id)
+        after = max(0, state.receipt_count - limit)
+        receipts = store.read(objective_stream(state.objective_id), after=after, limit=limit)
+        return Response({"receipts": [r.to_wire() for r in receipts]})
+
+
+class ObjectiveLiveStatusView(_View):
+    @extend_schema(operation_id="get_objective_live_status", tags=["objectives"],
+                   summary="What the objective is doing now (A-9)", parameters=[OBJECTIVE_ID],
+                   responses={200: LiveStatusSerializer, **_errors(404)})
+    def get(self, request: Request, objective_id: str) -> Response:
+        state = self.objective(request, objective_id)
+        return Response({"objectiveProgress": presenters.live_status(state)})

@@ -1,0 +1,20 @@
+from django.apps import AppConfig
+
+
+class ObjectivesConfig(AppConfig):
+    name = "objectives"
+    verbose_name = "Factory (objectives)"
+    default_auto_field = "django.db.models.BigAutoField"
+
+    def ready(self) -> None:
+        from jobs import queue
+        from jobs.runtime import loops
+        from objectives import handlers, ledger, listeners, projector, runtime
+
+        projector.register()
+        handlers.register()  # the four built-in agent ids (K-4)
+        for listener in (ledger.on_job_mutation, listeners.on_job_mutation):
+            if listener not in queue.mutation_listeners:
+                queue.mutation_listeners.append(listener)  # W-3, O-8 (after commit)
+        if runtime.role_loops not in loops.providers:
+            loops.providers.append(runtime.role_loops)  # L-3, L-4 seeding, L-5

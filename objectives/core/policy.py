@@ -1,0 +1,67 @@
+"""Objective policy (O-4): defaults, validation of client-supplied values, mode rules.
+
+Decided where the spec is silent: unknown keys are refused (a typo must not silently
+fall back to a default); each limit has a range; `autoPromote` is forced false for
+investigation objectives whatever the client sent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Final
+
+
+class PolicyError(ValueError):
+    """A client-supplied policy that cannot be used; the message names the key."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Policy:
+    max_active_tasks: int = 5
+    max_task_runs: int = 50
+    max_candidate_passes_per_task: int = 4
+    max_objective_minutes: int = 1440
+    max_dispatches_per_react: int = 10
+    auto_promote: bool = True
+
+
+DEFAULT_POLICY: Final = Policy()
+
+# wire key -> (field, low, high); autoPromote is the one boolean.
+_LIMITS: Final[dict[str, tuple[str, int, int]]] = {
+    "maxActiveTasks": ("max_active_tasks", 1, 100),
+    "maxTaskRuns": ("max_task_runs", 1, 10_000),
+    "maxCandidatePassesPerTask": ("max_candidate_passes_per_task", 1, 100),
+    "maxObjectiveMinutes": ("max_objective_minutes", 1, 525_600),
+    "maxDispatchesPerReact": ("max_dispatches_per_react", 1, 1_000),
+}
+POLICY_KEYS: Final[tuple[str, ...]] = (*_LIMITS, "autoPromote")
+
+
+def resolve_policy(raw: Any, *, mode: str) -> Policy:
+    """The policy of a new objective: defaults overlaid with `raw` (None or an object)."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise PolicyError(f"policy must be an object, got {type(raw).__name__}")
+    unknown = sorted(set(raw) - set(POLICY_KEYS))
+    if unknown:
+        raise PolicyError(f"unknown policy key(s) {', '.join(unknown)}; "
+                          f"known: {', '.join(POLICY_KEYS)}")
+    values: dict[str, Any] = {}
+    for key, (attr, low, high) in _LIMITS.items():
+        if key not in raw or raw[key] is None:
+            continue
+        value = raw[key]
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise PolicyError(f"policy.{key} must be an integer in {low}..{high}, got {value!r}")
+        values[attr] = value
+    auto = raw.get("autoPromote")
+    if auto is not None:
+        if not isinstance(auto, bool):
+            raise PolicyError(f"policy.autoPromote must be true or false, got {auto!r}")
+        values["auto_promote"] = auto
+    policy = replace(DEFAULT_POLICY, **values)
+    if mode == "investigation":  # O-2: investigation never auto-promotes
+        policy = replace(policy, auto_promote=False)
+    return policy

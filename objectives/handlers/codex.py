@@ -1,0 +1,144 @@
+"""Agent `codex`: task runs (O-6) and integration (O-13).
+
+- `factory.task.run`: one candidate pass through the executor; the job completes with
+  the verdict ({outcome, summary, exitCode, tails, artifacts}) and the control pass
+  records it as the task's outcome.
+- `factory.integration.validate`: records `integration.validating`, runs each check
+  in the workspace, then `integration.validated` or `integration.validation.failed`
+  (which blocks the objective with the failing check's output tail).
+- `factory.integration.publish`: runs the objective's publish command if it has one and
+  records `integration.promoted` (or `integration.publish.failed`).
+Integration receipts are compare-and-appended only while this job is still the one the
+objective waits for, so a superseded job's late verdict is inert.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+from jobs.core.reducer import JobState
+from jobs.runtime.context import HandlerContext, JobResult
+from objectives import processes, selectors, services
+from objectives.core import vocabulary as v
+from objectives.core.state import ObjectiveState
+from objectives.executors import TaskRequest, executor_for, progress_reporter, timeout_s_for
+
+OUTPUT_TAIL = 2000
+
+
+def _objective(job: JobState) -> tuple[ObjectiveState | None, dict[str, Any]]:
+    payload = job.payload if isinstance(job.payload, dict) else {}
+    objective_id = payload.get("objectiveId")
+    state = selectors.get(objective_id) if isinstance(objective_id, str) else None
+    return state, payload
+
+
+def run_task(job: JobState, ctx: HandlerContext) -> JobResult:
+    state, payload = _objective(job)
+    if state is None:
+        return JobResult.failure(f"objective {payload.get('objectiveId')!r} not found",
+                                 no_retry=True)
+    request = TaskRequest(objective=state, job=job, task_id=str(payload.get("taskId")),
+                          pass_no=int(payload.get("pass") or 1),
+                          title=str(payload.get("title") or ""),
+                          command=payload.get("command"), prompt=payload.get("prompt"),
+                          timeout_ms=payload.get("timeoutMs"))
+    verdict = executor_for(request)(request, ctx)
+    if verdict is None:
+        return JobResult.failure(f"task stopped: {ctx.abort_reason or 'aborted'}")
+    return JobResult.success(verdict)
+
+
+def _slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:60] or "check"
+
+
+def _still_current(job_id: str, statuses: tuple[str, ...], *, field: str = "validate_job_id"
+                   ) -> Callable[[ObjectiveState], bool]:
+    """True while the objective still waits for this job's verdict."""
+    def check(state: ObjectiveState) -> bool:
+        integration = state.integration
+        return (not state.is_terminal and getattr(integration, field) == job_id
+                and integration.status in statuses)
+    return check
+
+
+def _run(state: ObjectiveState, job: JobState, ctx: HandlerContext, name: str, command: str,
+         timeout_ms: int | None) -> processes.ProcessResult:
+    art = services.workspace(state.objective_id) / "artifacts" / "integration" / job.job_id
+    workspace = services.workspace(state.objective_id)
+    workspace.mkdir(parents=True, exist_ok=True)
+    env = processes.scrubbed_env({"RECEIPT_OBJECTIVE_ID": state.objective_id,
+                                  "RECEIPT_TASK_ID": name, "RECEIPT_JOB_ID": job.job_id})
+    return processes.run(command, cwd=workspace, env=env, aborted=ctx.aborted,
+                         timeout_s=timeout_s_for(timeout_ms, ctx),
+                         stdout_path=art / f"{_slug(name)}.stdout.log",
+                         stderr_path=art / f"{_slug(name)}.stderr.log",
+                         on_output=progress_reporter(ctx, check=name))
+
+
+def _tail(ran: processes.ProcessResult) -> str:
+    text = (ran.stderr_tail.strip() + "\n" + ran.stdout_tail.strip()).strip()
+    return text[-OUTPUT_TAIL:]
+
+
+def validate(job: JobState, ctx: HandlerContext) -> JobResult:
+    state, _ = _objective(job)
+    if state is None:
+        return JobResult.failure("objective not found", no_retry=True)
+    oid = state.objective_id
+    if not services.record(oid, {"type": v.INTEGRATION_VALIDATING, "jobId": job.job_id,
+                                 "checks": [c.name for c in state.checks]},
+                           when=_still_current(job.job_id, ("requested",)), job_id=job.job_id):
+        current = selectors.get(oid)
+        if current is None or current.integration.validate_job_id != job.job_id:
+            return JobResult.success({"status": "superseded"})
+    results: list[dict[str, Any]] = []
+    for check in state.checks:
+        ran = _run(state, job, ctx, check.name, check.command, check.timeout_ms)
+        if ran.aborted:
+            return JobResult.failure(f"validation stopped: {ctx.abort_reason or 'aborted'}")
+        results.append({"name": check.name, "exitCode": ran.exit_code, "timedOut": ran.timed_out,
+                        "durationMs": ran.duration_ms, "outputTail": _tail(ran)[-500:]})
+        if ran.exit_code != 0:
+            why = "timed out" if ran.timed_out else f"exit {ran.exit_code}"
+            body = {"type": v.INTEGRATION_VALIDATION_FAILED, "jobId": job.job_id,
+                    "check": check.name, "exitCode": ran.exit_code, "outputTail": _tail(ran),
+                    "reason": f"check {check.name} failed ({why}): {_tail(ran)}",
+                    "results": results}
+            services.record(oid, body, when=_still_current(job.job_id, ("requested", "validating")),
+                            job_id=job.job_id)
+            return JobResult.success({"status": "failed", "check": check.name,
+                                      "results": results})
+    services.record(oid, {"type": v.INTEGRATION_VALIDATED, "jobId": job.job_id,
+                          "results": results},
+                    when=_still_current(job.job_id, ("requested", "validating")),
+                    job_id=job.job_id)
+    return JobResult.success({"status": "validated", "results": results})
+
+
+def publish(job: JobState, ctx: HandlerContext) -> JobResult:
+    state, _ = _objective(job)
+    if state is None:
+        return JobResult.failure("objective not found", no_retry=True)
+    current = _still_current(job.job_id, ("publish_requested",), field="publish_job_id")
+    command = state.publish_command
+    if command is None:
+        body: dict[str, Any] = {"type": v.INTEGRATION_PROMOTED, "jobId": job.job_id,
+                                "command": None, "exitCode": None, "outputTail": None}
+    else:
+        ran = _run(state, job, ctx, "publish", command, None)
+        if ran.aborted:
+            return JobResult.failure(f"publication stopped: {ctx.abort_reason or 'aborted'}")
+        if ran.exit_code == 0:
+            body = {"type": v.INTEGRATION_PROMOTED, "jobId": job.job_id, "command": command,
+                    "exitCode": 0, "outputTail": _tail(ran)}
+        else:
+            why = "timed out" if ran.timed_out else f"exit {ran.exit_code}"
+            body = {"type": v.PUBLISH_FAILED, "jobId": job.job_id, "command": command,
+                    "exitCode": ran.exit_code, "outputTail": _tail(ran),
+                    "reason": f"publish command failed ({why}): {_tail(ran)}"}
+    recorded = services.record(state.objective_id, body, when=current, job_id=job.job_id)
+    return JobResult.success({"status": body["type"] if recorded else "superseded"})

@@ -1,0 +1,88 @@
+"""`factory.task.monitor` on `factory-monitor` (O-9).
+
+While its task job is active it records `monitor.checkpoint` receipts (liveness, last
+progress, output tails) every RECEIPT_FACTORY_MONITOR_INTERVAL_MS (10 s); it records a
+last one and ends when the task job settles. A monitor never outlives its own
+execution timeout: near its deadline it hands over to a continuation monitor job.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+
+from jobs import queue
+from jobs.core.reducer import JobState
+from jobs.runtime.context import HandlerContext, JobResult
+from objectives import selectors, services
+from objectives.core import vocabulary as v
+from objectives.core.facts import LIVE_STALE_MS
+from objectives.core.state import ObjectiveState
+from receipts.clock import now_ms as wall_clock_ms
+
+MISSING_GRACE_S = 60.0
+HANDOVER_MARGIN_S = 2.0  # time left for the last checkpoint and the handover itself
+
+
+def _liveness(task_job: JobState, now: int) -> str:
+    if task_job.is_terminal:
+        return "settled"
+    if task_job.status == "queued":
+        return "queued"
+    return "alive" if now - task_job.updated_at <= LIVE_STALE_MS else "stale"
+
+
+def checkpoint(objective_id: str, task_id: str, task_job: JobState, monitor_job_id: str) -> bool:
+    now = wall_clock_ms()
+    last = selectors.last_progress(task_job.job_id)
+    progress: dict[str, Any] = last[1] if last else {}
+    body = {"type": v.MONITOR_CHECKPOINT, "taskId": task_id, "jobId": task_job.job_id,
+            "monitorJobId": monitor_job_id, "liveness": _liveness(task_job, now),
+            "jobStatus": task_job.status, "attempt": task_job.attempt,
+            "lastProgressAt": last[0] if last else None,
+            "stdoutTail": (progress.get("stdoutTail") or "")[-1000:] or None,
+            "stderrTail": (progress.get("stderrTail") or "")[-1000:] or None}
+
+    def ours(state: ObjectiveState) -> bool:
+        task = state.task(task_id)
+        return (not state.is_terminal and task is not None
+                and any(r.job_id == task_job.job_id for r in task.runs))
+    return services.record(objective_id, body, when=ours, job_id=monitor_job_id)
+
+
+def handle(job: JobState, ctx: HandlerContext) -> JobResult:
+    payload = job.payload if isinstance(job.payload, dict) else {}
+    objective_id, task_id = payload.get("objectiveId"), payload.get("taskId")
+    task_job_id = payload.get("taskJobId")
+    if not all(isinstance(x, str) for x in (objective_id, task_id, task_job_id)):
+        return JobResult.failure("monitor needs objectiveId, taskId and taskJobId", no_retry=True)
+    assert isinstance(objective_id, str) and isinstance(task_id, str)
+    assert isinstance(task_job_id, str)
+    interval_s = settings.RECEIPT.factory_monitor_interval_ms / 1000
+    checkpoints, waited = 0, 0.0
+    while True:
+        task_job = queue.get(task_job_id)
+        if task_job is None:
+            if waited > MISSING_GRACE_S:
+                return JobResult.success({"status": "missing", "checkpoints": checkpoints})
+        else:
+            checkpoints += checkpoint(objective_id, task_id, task_job, job.job_id)
+            if task_job.is_terminal:
+                return JobResult.success({"status": "settled", "taskJobStatus": task_job.status,
+                                          "checkpoints": checkpoints})
+        if ctx.remaining_s() < interval_s + HANDOVER_MARGIN_S:
+            return _hand_over(job, payload, checkpoints)
+        if ctx.aborted.wait(interval_s):
+            return JobResult.failure(f"monitor stopped: {ctx.abort_reason}")
+        waited += interval_s
+
+
+def _hand_over(job: JobState, payload: dict[str, Any], checkpoints: int) -> JobResult:
+    generation = int(payload.get("generation") or 1) + 1
+    base = job.job_id.rsplit("-c", 1)[0] if payload.get("generation") else job.job_id
+    next_id = f"{base}-c{generation}"
+    queue.enqueue(job.agent_id, {**payload, "generation": generation}, job_id=next_id,
+                  lane=job.lane, max_attempts=job.max_attempts)
+    return JobResult.success({"status": "handed_over", "next": next_id,
+                              "checkpoints": checkpoints})

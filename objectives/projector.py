@@ -1,0 +1,132 @@
+"""The objective summary projector (O-1, S-5): folds new receipts of
+`factory/objectives/<id>` onto its summary row inside the append transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from objectives.core.board import section_for
+from objectives.core.reducer import fold_objective, reduce
+from objectives.core.state import ObjectiveState, objective_from_wire, objective_to_wire
+from objectives.core.vocabulary import (
+    OBJECTIVE_STREAM_PREFIX,
+    RUN_STREAM_PREFIX,
+    objective_id_from_stream,
+)
+from objectives.models import ObjectiveSummary
+from receipts import registry
+from receipts.core.chain import Receipt
+from receipts.store import StreamHandle
+
+CACHE_KEY = "objective"
+
+
+def row_for(state: ObjectiveState) -> dict[str, Any]:
+    """Every column of the summary row, derived from the fold alone."""
+    return {
+        "id": state.objective_id,
+        "title": state.title[:300],
+        "status": state.status,
+        "phase": state.phase,
+        "mode": state.mode,
+        "severity": state.severity,
+        "section": section_for(state),
+        "archived": state.archived,
+        # the watchdog's and the resume pass's scan: everything but settled-and-audited
+        "active": not (state.is_terminal and state.audit.status == "recorded"),
+        "organization_id": state.organization_id,
+        "task_counts": state.task_counts(),
+        "slot_held": state.slot_held,
+        "control_outbox_pending": bool(state.unenqueued_requests),
+        "control_request_pending": bool(state.pending_requests),
+        "created_at": state.created_at,
+        "updated_at": state.updated_at,
+        "receipt_count": state.receipt_count,
+        "head": state.head,
+        "state": objective_to_wire(state),
+    }
+
+
+def objective_id_of(stream: str) -> str:
+    objective_id = objective_id_from_stream(stream)
+    if objective_id is None:
+        raise ValueError(f"stream {stream!r} does not name an objective")
+    return objective_id
+
+
+def load_state(objective_id: str) -> ObjectiveState | None:
+    wire = (ObjectiveSummary.objects.filter(pk=objective_id)
+            .values_list("state", flat=True).first())
+    return objective_from_wire(wire) if wire is not None else None
+
+
+class ObjectiveProjector:
+    name = "objectives"
+
+    def apply(self, handle: StreamHandle, receipts: Sequence[Receipt]) -> None:
+        objective_id = objective_id_of(handle.name)
+        if CACHE_KEY in handle.cache:
+            before = handle.cache[CACHE_KEY]
+        else:
+            before = load_state(objective_id) if handle.count > len(receipts) else None
+        after = before
+        for receipt in receipts:
+            after = reduce(after, receipt)
+        handle.cache[CACHE_KEY] = after
+        assert after is not None
+        row = row_for(after)
+        if before is None:
+            ObjectiveSummary.objects.create(**row)
+        else:
+            ObjectiveSummary.objects.filter(pk=objective_id).update(
+                **{k: v for k, v in row.items() if k != "id"})
+
+    def snapshot(self, stream: str) -> dict[str, Any] | None:
+        row = (ObjectiveSummary.objects.filter(pk=objective_id_of(stream))
+               .values(*row_fields()).first())
+        return dict(row) if row else None
+
+    def compute(self, stream: str, receipts: Sequence[Receipt]) -> dict[str, Any] | None:
+        state = fold_objective(receipts)
+        return row_for(state) if state is not None else None
+
+    def write(self, stream: str, row: dict[str, Any] | None) -> None:
+        objective_id = objective_id_of(stream)
+        if row is None:
+            ObjectiveSummary.objects.filter(pk=objective_id).delete()
+            return
+        ObjectiveSummary.objects.update_or_create(
+            pk=objective_id, defaults={k: v for k, v in row.items() if k != "id"})
+
+
+def row_fields() -> list[str]:
+    return [f.name for f in ObjectiveSummary._meta.get_fields()]
+
+
+PROJECTOR = ObjectiveProjector()
+
+
+def _run_reducer(state: dict[str, Any] | None, receipt: Receipt) -> dict[str, Any]:
+    """The fold of a factory run stream (O-12): what started, what it produced."""
+    out = dict(state or {"runId": None, "status": None, "events": 0})
+    body = receipt.body
+    out["events"] += 1
+    out["runId"] = body.get("runId", out["runId"])
+    if receipt.type == "run.started":
+        out.update(status="started", jobId=body.get("jobId"), startedAt=receipt.ts)
+    elif receipt.type == "run.completed":
+        out.update(status="completed", objectiveId=body.get("objectiveId"),
+                   completedAt=receipt.ts)
+    return out
+
+
+def register() -> None:
+    def describe(state: ObjectiveState | None) -> Any:
+        return objective_to_wire(state) if state is not None else None
+
+    registry.register(registry.StreamFamily(
+        prefix=OBJECTIVE_STREAM_PREFIX, label="objective", reducer=reduce, projector=PROJECTOR,
+        describe=describe))
+    registry.register(registry.StreamFamily(
+        prefix=RUN_STREAM_PREFIX, label="factory run", reducer=_run_reducer))

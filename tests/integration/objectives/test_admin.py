@@ -1,0 +1,102 @@
+"""U-5, U-7: the objectives board, the objective page with its DAG picture, and actions."""
+
+from __future__ import annotations
+
+import re
+from xml.etree import ElementTree
+
+import pytest
+from django.contrib.admin.utils import quote
+from django.contrib.auth.models import Permission, User
+from django.test import Client
+from django.urls import reverse
+
+from objectives.core import vocabulary as v
+from tests.integration.objectives.conftest import create, diamond, drain, objective
+
+pytestmark = pytest.mark.django_db(transaction=True)
+BOARD = "/admin/objectives/objectivesummary/"
+
+
+def page(objective_id: str) -> str:
+    return reverse("admin:objectives_objectivesummary_change", args=(quote(objective_id),))
+
+
+@pytest.fixture
+def operator():
+    user = User.objects.create_superuser("op", "op@example.com", "pw")
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    return client
+
+
+def csrf(client: Client, url: str) -> str:
+    html = client.get(url).content.decode()
+    return re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', html).group(1)
+
+
+def test_board_groups_objectives_by_section(operator, factory):
+    done = create(title="Done one", tasks=[{"title": "x", "command": "true"}])
+    drain()
+    queued = create(title="Waiting one", tasks=diamond())
+    html = operator.get(BOARD).content.decode()
+    for title in ("Needs Attention", "Active", "Queued", "Completed", "Archived"):
+        assert f"<h2>{title}" in html
+    completed = html.split('id="section-completed"')[1].split("</section>")[0]
+    assert done in completed and queued not in completed
+    assert queued in html.split('id="section-queued"')[1].split("</section>")[0]
+
+
+def test_objective_page_draws_the_dag_linked_to_task_jobs(operator, factory):
+    oid = create(title="Draw me", tasks=diamond())
+    drain()
+    html = operator.get(page(oid)).content.decode()
+    svg = html.split('<svg class="rcpt-dag"')[1].split("</svg>")[0]
+    ElementTree.fromstring(f'<svg class="rcpt-dag"{svg}</svg>')  # well-formed XML
+    assert len(re.findall(r'class="rcpt-dag-node"', svg)) == 4
+    assert len(re.findall(r'class="rcpt-dag-edge"', svg)) == 4  # a->b, a->c, b->d, c->d
+    assert 'data-from="b" data-to="d"' in svg
+    job = v.task_job_id(oid, "d", 1)
+    assert f'href="/admin/jobs/job/{quote(job)}/change/"' in svg
+    assert 'data-status="integrated"' in svg
+    assert "Audit: recorded" in html and "Task graph" in html
+
+
+def test_actions_go_through_services_with_the_admin_username(operator, factory):
+    oid = create(title="Act on me", tasks=[{"title": "x", "command": "true"}],
+                 policy={"autoPromote": False})
+    drain()
+    url = page(oid)
+    token = csrf(operator, url)
+    response = operator.post(url, {"action": "note", "text": "looks good",
+                                   "csrfmiddlewaretoken": token})
+    assert response.status_code == 302
+    state = objective(oid)
+    assert (state.notes[-1].text, state.notes[-1].by) == ("looks good", "op")
+    operator.post(url, {"action": "promote", "csrfmiddlewaretoken": token})
+    drain()
+    assert objective(oid).status == "completed"
+    operator.post(url, {"action": "archive", "csrfmiddlewaretoken": token})
+    assert objective(oid).archived
+
+
+def test_cancel_from_the_admin(operator, factory):
+    oid = create(title="Cancel me", tasks=diamond())
+    url = page(oid)
+    operator.post(url, {"action": "cancel", "csrfmiddlewaretoken": csrf(operator, url)})
+    assert objective(oid).status == "canceled"
+
+
+def test_posts_need_csrf_and_the_control_permission(factory):
+    oid = create(title="Guarded", tasks=diamond())
+    user = User.objects.create_user("viewer", password="pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="view_objectivesummary"))
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user)
+    url = page(oid)
+    assert client.get(url).status_code == 200
+    assert "rcpt-objective-actions" not in client.get(url).content.decode()
+    assert client.post(url, {"action": "archive"}).status_code == 403  # no CSRF token
+    response = client.post(url, {"action": "archive", "csrfmiddlewaretoken": csrf(client, url)})
+    assert response.status_code == 403
+    assert not objective(oid).archived
