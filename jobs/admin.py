@@ -39,6 +39,7 @@ from django.utils.html import format_html
 
 from jobs import dashboard, handlers, queue
 from jobs.core.contracts import KINDS, WORKER_GROUPS, contract_for, contract_group
+from jobs.core.diagnosis import human_ms
 from jobs.core.reducer import JobState
 from jobs.core.vocabulary import LANES, STATUSES, job_stream
 from jobs.diagnosis import diagnosis
@@ -413,26 +414,6 @@ DASHBOARD_TABLES = (
         "No loop has run yet.",
     ),
 )
-
-
-def human_ms(ms: int | float | None) -> str:
-    """A duration for people: 850 ms, 12.0 s, 3m 05s, 2h 10m, 3d 4h (dashboard.js agrees)."""
-    if ms is None:
-        return "—"
-    ms = max(0, int(ms))
-    if ms < 1000:
-        return f"{ms} ms"
-    seconds = ms // 1000
-    if seconds < 60:
-        return f"{ms / 1000:.1f} s"
-    minutes, seconds = divmod(seconds, 60)
-    if minutes < 60:
-        return f"{minutes}m {seconds:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    if hours < 24:
-        return f"{hours}h {minutes:02d}m"
-    days, hours = divmod(hours, 24)
-    return f"{days}d {hours}h"
 
 
 def format_cell(value: Any, fmt: str, *, now_ms: int) -> str:

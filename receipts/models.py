@@ -12,7 +12,8 @@ class Stream(models.Model):
     head = models.CharField(max_length=64, null=True)
     receipt_count = models.BigIntegerField(default=0)
     last_ts = models.BigIntegerField(null=True)
-    updated_at = models.BigIntegerField(default=0, db_index=True)  # ms since epoch
+    # ms since epoch; not indexed, so moving the head stays a heap-only (HOT) update
+    updated_at = models.BigIntegerField(default=0)
 
     class Meta:
         db_table = "receipt_stream"
@@ -33,7 +34,7 @@ class Receipt(models.Model):
     receipt_id = models.CharField(max_length=40)
     ts = models.BigIntegerField()
     prev = models.CharField(max_length=64, null=True)
-    hash = models.CharField(max_length=64, unique=True)
+    hash = models.CharField(max_length=64)
     event_type = models.CharField(max_length=100)
     body = models.JSONField()
     context = models.JSONField(null=True)
@@ -45,6 +46,8 @@ class Receipt(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["stream", "stream_seq"], name="receipt_stream_seq_uniq"),
             models.UniqueConstraint(fields=["stream", "receipt_id"], name="receipt_stream_id_uniq"),
+            # a constraint, not unique=True: no extra LIKE-pattern index on every append
+            models.UniqueConstraint(fields=["hash"], name="receipt_hash_uniq"),
             models.UniqueConstraint(
                 fields=["stream", "event_id"], name="receipt_stream_event_uniq",
                 condition=models.Q(event_id__isnull=False),

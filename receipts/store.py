@@ -9,14 +9,13 @@ updates or deletes a receipt row.
 
 from __future__ import annotations
 
-import json
 import secrets
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import transaction
 
 from receipts import registry
 from receipts.clock import now_ms as wall_clock_ms
@@ -28,6 +27,7 @@ from receipts.core.chain import verify as verify_receipts
 from receipts.errors import ExpectedPrevMismatch, InvalidEvent, PartialEventIds, ReplayRefused
 from receipts.models import Receipt as ReceiptRow
 from receipts.models import Stream as StreamRow
+from receipts.writer import Writer
 
 
 class _Any:
@@ -36,9 +36,7 @@ class _Any:
 
 
 ANY: Any = _Any()  # expected_prev default: no head check (None means "the stream must be new")
-NOTIFY_CHANNEL = "receipt"
 MAX_STREAM_NAME = 255
-_COLUMNS = "stream, stream_seq, receipt_id, ts, prev, hash, event_type, body, context, hints, event_id"
 
 
 def check_stream_name(name: str) -> None:
@@ -56,6 +54,7 @@ class StreamHandle:
     head: str | None
     count: int
     existed: bool
+    writer: Writer
     cache: dict[str, Any] = field(default_factory=dict)  # shared by services and projectors
     appended: list[Receipt] = field(default_factory=list)
 
@@ -100,8 +99,11 @@ class StreamHandle:
                 raise InvalidEvent(f"event type longer than 100 characters on {self.name}")
             sealed.append(receipt)
             prev = receipt.hash
-        written = _insert(sealed, first_stream_seq=self.count + 1,
-                          event_ids=event_ids or [None] * len(sealed))
+        first = self.count + 1
+        positions = self.writer.write(sealed, first_stream_seq=first,
+                                      event_ids=event_ids or [None] * len(sealed),
+                                      head=sealed[-1].hash, count=self.count + len(sealed))
+        written = _positioned(sealed, first, positions)
         self.head = written[-1].hash
         self.count += len(written)
         self.appended.extend(written)
@@ -124,29 +126,8 @@ def _existing_for_event_ids(stream: str, event_ids: list[str]) -> list[Receipt]:
     return [row.to_value() for row in rows]
 
 
-def _dump(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _insert(receipts: list[Receipt], *, first_stream_seq: int,
-            event_ids: Sequence[str | None]) -> list[Receipt]:
-    postgres = connection.vendor == "postgresql"
-    json_param = "%s::jsonb" if postgres else "%s"
-    one = f"(%s, %s, %s, %s, %s, %s, %s, {json_param}, {json_param}, {json_param}, %s)"
-    params: list[Any] = []
-    for offset, (r, event_id) in enumerate(zip(receipts, event_ids, strict=True)):
-        params += [r.stream, first_stream_seq + offset, r.id, r.ts, r.prev, r.hash, r.type,
-                   _dump(r.body), _dump(r.context), _dump(r.hints), event_id]
-    sql = (f"INSERT INTO receipt_receipt ({_COLUMNS}) VALUES "
-           f"{', '.join([one] * len(receipts))} RETURNING seq, stream_seq")
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            positions = {stream_seq: seq for seq, stream_seq in cursor.fetchall()}
-    except IntegrityError as error:
-        # The stream lock makes this unreachable in normal operation; the unique
-        # (stream, stream_seq) index is the last line of defence against a fork (S-4).
-        raise ExpectedPrevMismatch(receipts[0].prev, None) from error
+def _positioned(receipts: list[Receipt], first_stream_seq: int,
+                positions: dict[int, int]) -> list[Receipt]:
     out = []
     for offset, r in enumerate(receipts):
         stream_seq = first_stream_seq + offset
@@ -154,14 +135,6 @@ def _insert(receipts: list[Receipt], *, first_stream_seq: int,
                            hash=r.hash, context=r.context, hints=r.hints,
                            seq=positions[stream_seq], stream_seq=stream_seq))
     return out
-
-
-_LOCK_SQL = (
-    "INSERT INTO receipt_stream (name, head, receipt_count, last_ts, updated_at) "
-    "VALUES (%s, NULL, 0, NULL, 0) "
-    "ON CONFLICT (name) DO UPDATE SET name = excluded.name "
-    "RETURNING head, receipt_count"
-)
 
 
 @contextmanager
@@ -175,34 +148,16 @@ def open_stream(name: str, *, savepoint: bool = True) -> Iterator[StreamHandle]:
     """
     check_stream_name(name)
     with transaction.atomic(savepoint=savepoint):
-        with connection.cursor() as cursor:
-            cursor.execute(_LOCK_SQL, [name])
-            head, count = cursor.fetchone()
-        handle = StreamHandle(name=name, head=head, count=count, existed=count > 0)
-        yield handle
-        _finish(handle)
-
-
-def _finish(handle: StreamHandle) -> None:
-    with connection.cursor() as cursor:
-        if not handle.appended:
-            if not handle.existed:
-                cursor.execute("DELETE FROM receipt_stream WHERE name = %s AND receipt_count = 0",
-                               [handle.name])
-            return
-        last = handle.appended[-1]
-        cursor.execute(
-            "UPDATE receipt_stream SET head = %s, receipt_count = %s, last_ts = %s, "
-            "updated_at = %s WHERE name = %s",
-            [handle.head, handle.count, last.ts, last.ts, handle.name],
-        )
-        if connection.vendor == "postgresql":
-            payloads = [f"{r.seq} {r.stream} {r.type}" for r in handle.appended]
-            if len(payloads) == 1:
-                cursor.execute("SELECT pg_notify(%s, %s)", [NOTIFY_CHANNEL, payloads[0]])
-            else:
-                cursor.execute("SELECT pg_notify(%s, p) FROM unnest(%s::text[]) AS p",
-                               [NOTIFY_CHANNEL, payloads])
+        writer = Writer()
+        try:
+            head, count = writer.lock(name)
+            handle = StreamHandle(name=name, head=head, count=count, existed=count > 0,
+                                  writer=writer)
+            yield handle
+            if not handle.appended and not handle.existed:
+                writer.drop_if_empty(name)  # never leave an empty stream behind
+        finally:
+            writer.close()
 
 
 def append(

@@ -44,19 +44,25 @@ class Blocker:
         return {"code": self.code, "detail": self.detail}
 
 
-def _seconds(ms: int) -> str:
-    """A duration an operator reads at a glance: 1.5 s, 4 min 10 s, 3 h 2 min, 2 d 5 h."""
-    seconds = ms / 1000
+def human_ms(ms: int | float | None) -> str:
+    """A duration for people: 850 ms, 12.0 s, 3m 05s, 2h 10m, 3d 4h (dashboard.js agrees)."""
+    if ms is None:
+        return "—"
+    ms = max(0, int(ms))
+    if ms < 1000:
+        return f"{ms} ms"
+    seconds = ms // 1000
     if seconds < 60:
-        return f"{seconds:.1f} s"
-    minutes, rest = divmod(int(seconds), 60)
+        return f"{ms / 1000:.1f} s"
+    minutes, seconds = divmod(seconds, 60)
     if minutes < 60:
-        return f"{minutes} min {rest} s"
+        return f"{minutes}m {seconds:02d}s"
     hours, minutes = divmod(minutes, 60)
-    if hours < 48:
-        return f"{hours} h {minutes} min"
+    if hours < 24:
+        return f"{hours}h {minutes:02d}m"
     days, hours = divmod(hours, 24)
-    return f"{days} d {hours} h"
+    return f"{days}d {hours}h"
+
 
 
 def diagnose(facts: Facts) -> list[Blocker]:
@@ -86,11 +92,11 @@ def diagnose(facts: Facts) -> list[Blocker]:
         until = job.lease_until or 0
         if until <= now:
             out.append(Blocker("lease_expired", f"lease of attempt {job.attempt} ({job.worker_id}) "
-                                                f"passed {_seconds(now - until)} ago; the lease "
+                                                f"passed {human_ms(now - until)} ago; the lease "
                                                 "expiry loop will requeue or fail it"))
         else:
             out.append(Blocker("running", f"attempt {job.attempt} is held by {job.worker_id}; "
-                                          f"lease expires in {_seconds(until - now)}"))
+                                          f"lease expires in {human_ms(until - now)}"))
         return out
     # queued
     if job.attempt >= job.max_attempts:
@@ -99,17 +105,17 @@ def diagnose(facts: Facts) -> list[Blocker]:
     for promise in facts.pending:
         out.append(Blocker("delivery_pending",
                            f"{promise.function} delivery {promise.id} pending for "
-                           f"{_seconds(now - promise.created_at)} (times out in "
-                           f"{_seconds(max(0, promise.timeout_at - now))})"))
+                           f"{human_ms(now - promise.created_at)} (times out in "
+                           f"{human_ms(max(0, promise.timeout_at - now))})"))
     if not facts.pending:
         age = now - job.updated_at
         waits = []
         if age < facts.min_age_ms:
-            waits.append(f"min age {_seconds(facts.min_age_ms - age)}")
+            waits.append(f"min age {human_ms(facts.min_age_ms - age)}")
         if facts.last_driver_start_ms is not None:
             since = now - facts.last_driver_start_ms
             if since < facts.cooldown_ms:
-                waits.append(f"cooldown {_seconds(facts.cooldown_ms - since)}")
+                waits.append(f"cooldown {human_ms(facts.cooldown_ms - since)}")
         if waits:
             out.append(Blocker("redrive_pending",
                                f"no delivery in flight; the queued redrive picks it up after "

@@ -17,7 +17,7 @@ import psycopg
 from django.conf import settings
 
 from receipt_site.logs import log_event
-from receipts.store import NOTIFY_CHANNEL
+from receipts.writer import NOTIFY_CHANNEL
 
 logger = logging.getLogger("receipt.live")
 INVALIDATE_CHANNEL = "receipt_invalidate"  # A-7 callbacks, fanned out to every API process

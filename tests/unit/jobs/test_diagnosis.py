@@ -68,7 +68,8 @@ def test_abort_exhaustion_and_session_peers():
 
 
 def test_long_waits_read_in_human_units():
-    from jobs.core.diagnosis import _seconds
+    from jobs.core.diagnosis import human_ms
 
-    assert [_seconds(ms) for ms in (1500, 250_000, 3 * 3_600_000 + 120_000, 5 * 86_400_000)] == [
-        "1.5 s", "4 min 10 s", "3 h 2 min", "5 d 0 h"]
+    assert [human_ms(ms) for ms in (850, 1500, 250_000, 3 * 3_600_000 + 120_000,
+                                    5 * 86_400_000, None)] == [
+        "850 ms", "1.5 s", "4m 10s", "3h 02m", "5d 0h", "—"]
