@@ -24,7 +24,7 @@ def sqlite_database(path: Path) -> dict[str, Any]:
     }
 
 
-def database_from_url(url: str | None, *, data_dir: Path) -> dict[str, Any]:
+def database_from_url(url: str | None, *, data_dir: Path, pool: bool = False) -> dict[str, Any]:
     if not url:
         return sqlite_database(data_dir / "receipt.sqlite3")
     parts = urlsplit(url)
@@ -37,6 +37,9 @@ def database_from_url(url: str | None, *, data_dir: Path) -> dict[str, Any]:
     options: dict[str, Any] = {}
     if "sslmode" in query:
         options["sslmode"] = query["sslmode"]
+    if pool:
+        # psycopg_pool: shared by all threads (ASGI); Django requires CONN_MAX_AGE 0 with it.
+        options["pool"] = {"min_size": 1, "max_size": 10, "timeout": 10}
     return {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": unquote(parts.path.lstrip("/")) or "receipt",
@@ -44,7 +47,7 @@ def database_from_url(url: str | None, *, data_dir: Path) -> dict[str, Any]:
         "PASSWORD": unquote(parts.password or ""),
         "HOST": parts.hostname or "",
         "PORT": str(parts.port or ""),
-        "CONN_MAX_AGE": 60,
-        "CONN_HEALTH_CHECKS": True,
+        "CONN_MAX_AGE": 0 if pool else 60,
+        "CONN_HEALTH_CHECKS": not pool,
         "OPTIONS": options,
     }

@@ -89,7 +89,8 @@ TEMPLATES = [
 WSGI_APPLICATION = "receipt_site.wsgi.application"
 ASGI_APPLICATION = "receipt_site.asgi.application"
 
-DATABASES = {"default": database_from_url(RECEIPT.database_url, data_dir=DATA_DIR)}
+DATABASES = {"default": database_from_url(RECEIPT.database_url, data_dir=DATA_DIR,
+                                          pool=os.environ.get("RECEIPT_DB_POOL") == "1")}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

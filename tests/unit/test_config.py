@@ -71,3 +71,9 @@ def test_database_url_parsing(tmp_path):
 def test_callback_urls_show_only_their_origin():
     shown = dict(load({"RECEIPT_EVENT_CALLBACK_URL": "https://hooks.example:8443/x?token=s3"}).shown())
     assert shown["RECEIPT_EVENT_CALLBACK_URL"] == "https://hooks.example:8443/…"
+
+
+def test_asgi_processes_use_a_connection_pool_on_postgres(tmp_path):
+    pooled = database_from_url("postgres://u@h/db", data_dir=tmp_path, pool=True)
+    assert pooled["OPTIONS"]["pool"]["max_size"] >= 1 and pooled["CONN_MAX_AGE"] == 0
+    assert "pool" not in database_from_url("postgres://u@h/db", data_dir=tmp_path)["OPTIONS"]

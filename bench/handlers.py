@@ -1,0 +1,29 @@
+"""The no-op handler the delivery benchmark runs (RECEIPT_HANDLER_MODULES=bench.handlers).
+
+Its body does what every peer's task body does in ../shared/bench/peers: one 31-byte
+O_APPEND write "<job index:09d> <time.monotonic():020.6f>\\n" to $BENCH_MARKER.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from jobs.handlers import register_handler
+from jobs.runtime.context import JobResult
+
+_fd: dict[int, int] = {}
+
+
+def mark(index: int) -> None:
+    fd = _fd.get(os.getpid())
+    if fd is None:
+        fd = _fd[os.getpid()] = os.open(os.environ["BENCH_MARKER"],
+                                        os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    os.write(fd, b"%09d %020.6f\n" % (index, time.monotonic()))
+
+
+@register_handler("bench-noop")
+def noop(job, ctx):
+    mark(int(job.payload["i"]))
+    return JobResult.success()
