@@ -13,6 +13,7 @@ from jobs.core.vocabulary import ACTIVE_STATUSES
 from jobs.errors import JobNotFound
 from jobs.models import DeliveryPromise, Job
 from jobs.runtime import processes
+from jobs.runtime.dispatch import MAX_GENERATIONS
 from receipts.clock import now_ms as wall_clock_ms
 
 
@@ -33,7 +34,9 @@ def facts_for(job_id: str, *, now_ms: int | None = None) -> Facts:
     if job.session_key:
         peers = tuple(Job.objects.filter(session_key=job.session_key, status__in=ACTIVE_STATUSES)
                       .exclude(pk=job_id).order_by("created_at").values_list("id", flat=True)[:10])
+    exhausted = DeliveryPromise.objects.filter(pk=f"{job_id}:recovery:{MAX_GENERATIONS}").exists()
     return Facts(job=job, now_ms=now, has_handler=handlers.has_handler(job.agent_id),
+                 generations_exhausted=exhausted,
                  live_processes=dict(live), pending=pending, last_driver_start_ms=last_driver,
                  min_age_ms=config.queued_redrive_min_age_ms,
                  cooldown_ms=config.queued_redrive_cooldown_ms, session_peers=peers)

@@ -346,7 +346,8 @@ def _apply_singleton(request: EnqueueRequest, now: int) -> JobState | None:
             return None
         payload = {**request.payload, "fromSessionKey": request.session_key, "fromEnqueue": True}
         with _locked(active[0]) as (handle, job):
-            assert job is not None
+            if job is None or job.is_terminal:
+                return None  # it settled since the scan: the new job is created instead
             _append_command(handle, job, "steer", payload, by=request.by, lane="steer", now=now)
             return _state(handle)
     for job_id in sorted(active):  # cancel

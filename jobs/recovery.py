@@ -11,14 +11,15 @@ import logging
 from dataclasses import dataclass, field
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef
+from django.db.models import CharField, Exists, OuterRef, Value
+from django.db.models.functions import Concat
 
 from jobs import queue
 from jobs.core.reducer import job_from_wire
 from jobs.core.vocabulary import LEASED_STATUSES
 from jobs.models import DeliveryPromise, Job
 from jobs.runtime import counters
-from jobs.runtime.dispatch import redrive_key, start_driver
+from jobs.runtime.dispatch import MAX_GENERATIONS, redrive_key, start_driver
 from receipt_site.logs import log_event
 
 logger = logging.getLogger("receipt.recovery")
@@ -44,8 +45,12 @@ def redrive_queued(*, now_ms: int, limit: int = BATCH, min_age_ms: int | None = 
                                              timeout_at__gt=now_ms)
     recent = DeliveryPromise.objects.filter(job_id=OuterRef("id"), function="driver",
                                             created_at__gt=now_ms - cooldown)
+    # A job whose delivery generations are used up (D-3) needs an operator redrive; it
+    # must not take a place in every batch and starve the others (diagnosis names it).
+    exhausted = DeliveryPromise.objects.filter(
+        id=Concat(OuterRef("id"), Value(f":recovery:{MAX_GENERATIONS}"), output_field=CharField()))
     rows = (Job.objects.filter(status="queued", updated_at__lte=now_ms - min_age)
-            .filter(~Exists(pending), ~Exists(recent))
+            .filter(~Exists(pending), ~Exists(recent), ~Exists(exhausted))
             .order_by("updated_at").values_list("state", flat=True)[:limit])
     report = Report("queued_redrive")
     for wire in rows:
@@ -94,9 +99,9 @@ def expire_leases(*, now_ms: int, limit: int = BATCH) -> Report:
 
 def sweep_promises(*, now_ms: int, limit: int = 1000) -> Report:
     """Mark pending promises past their timeout as `timedout`, so the pending set stays
-    small (they already read as timedout; this is bookkeeping)."""
+    small (they already read as timedout; this is bookkeeping). No settled_at: nobody
+    settled them, and a late delivery may still claim one (promises.claim)."""
     ids = list(DeliveryPromise.objects.filter(state="pending", timeout_at__lte=now_ms)
                .values_list("id", flat=True)[:limit])
-    acted = DeliveryPromise.objects.filter(id__in=ids, state="pending").update(
-        state="timedout", settled_at=now_ms)
+    acted = DeliveryPromise.objects.filter(id__in=ids, state="pending").update(state="timedout")
     return Report("promise_sweep", examined=len(ids), acted=acted)

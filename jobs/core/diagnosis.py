@@ -32,6 +32,7 @@ class Facts:
     min_age_ms: int = 30_000
     cooldown_ms: int = 15_000
     session_peers: tuple[str, ...] = ()  # other active jobs on the same session key
+    generations_exhausted: bool = False  # every delivery generation (D-3) was used
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -107,7 +108,12 @@ def diagnose(facts: Facts) -> list[Blocker]:
                            f"{promise.function} delivery {promise.id} pending for "
                            f"{human_ms(now - promise.created_at)} (times out in "
                            f"{human_ms(max(0, promise.timeout_at - now))})"))
-    if not facts.pending:
+    if not facts.pending and facts.generations_exhausted:
+        out.append(Blocker("delivery_exhausted",
+                           "every delivery generation was used and the job is still queued; "
+                           "the queued redrive no longer picks it up: redrive it by hand "
+                           f"(admin 'Redrive now', or `manage.py jobs redrive {job.job_id}`)"))
+    elif not facts.pending:
         age = now - job.updated_at
         waits = []
         if age < facts.min_age_ms:

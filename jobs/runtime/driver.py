@@ -42,7 +42,7 @@ def _drive(promise_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
     promise = promises.get(promise_id, now_ms=now)
     if promise is None or promise.function != "driver":
         return {"status": "unknown_promise", "promiseId": promise_id}
-    if not promise.pending:
+    if not promise.open:  # settled already; a late but unsettled delivery still drives
         return {"status": "duplicate_delivery", "promiseId": promise_id, "state": promise.state}
     job = queue.get(promise.job_id)
     if job is None:

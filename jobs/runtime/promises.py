@@ -7,10 +7,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
+from django.db.models import Q
 
 from jobs.models import DeliveryPromise
 
 TERMINAL_STATES = ("resolved", "rejected", "canceled", "timedout")
+# Unsettled: pending, or marked timed out by the sweep (which sets no settled_at).
+_OPEN = Q(state="pending") | Q(state="timedout", settled_at__isnull=True)
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,12 @@ class PromiseView:
     @property
     def pending(self) -> bool:
         return self.state == "pending"
+
+    @property
+    def open(self) -> bool:
+        """Not settled by anyone: pending, or timed out while its task still waited in the
+        broker (a late delivery may still do the work; see `claim`)."""
+        return self.state == "pending" or (self.state == "timedout" and self.settled_at is None)
 
     def to_wire(self) -> dict[str, Any]:
         return {"id": self.id, "function": self.function, "jobId": self.job_id,
@@ -79,18 +88,28 @@ def create(*, promise_id: str, function: str, job_id: str, attempt: int | None,
 
 def settle(promise_id: str, state: str, *, now_ms: int, result: Any = None,
            worker_id: str | None = None) -> bool:
-    """Settle a pending promise once; a second settlement changes nothing."""
+    """Settle a promise once; a second settlement changes nothing.
+
+    A claimed promise that timed out while its task waited in the broker (a late
+    delivery, see `claim`) is settled too: the record then says what really happened.
+    """
     assert state in TERMINAL_STATES
     fields: dict[str, Any] = {"state": state, "settled_at": now_ms, "result": result}
     if worker_id is not None:
         fields["worker_id"] = worker_id
-    return DeliveryPromise.objects.filter(pk=promise_id, state="pending").update(**fields) == 1
+    return DeliveryPromise.objects.filter(_OPEN, pk=promise_id).update(**fields) == 1
 
 
 def claim(promise_id: str, worker_id: str) -> bool:
-    """Claim a pending execute promise for one worker; a duplicate delivery loses."""
-    return DeliveryPromise.objects.filter(pk=promise_id, state="pending",
-                                          worker_id__isnull=True).update(worker_id=worker_id) == 1
+    """Claim an execute promise for one worker; a duplicate delivery loses.
+
+    A promise whose timeout passed while its task waited in the broker (its role was down
+    or backlogged) may still be claimed: the worker then leases only the exact attempt the
+    promise names, so a late delivery either runs the job's next attempt or finds it
+    taken. This is what lets a queue drain on its own after a long outage.
+    """
+    return DeliveryPromise.objects.filter(_OPEN, pk=promise_id, worker_id__isnull=True,
+                                          function="execute").update(worker_id=worker_id) == 1
 
 
 def pending_for_job(job_id: str, *, now_ms: int) -> list[PromiseView]:

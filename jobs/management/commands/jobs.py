@@ -1,4 +1,4 @@
-"""`manage.py jobs enqueue|list|show|abort|steer|follow-up` (P-4), `--json` for scripts.
+"""`manage.py jobs enqueue|list|show|abort|steer|follow-up|redrive` (P-4), `--json` for scripts.
 
 Every write goes through the queue service, signed `by` the operator (`--by`, default
 the OS user).
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import getpass
 import json
+import logging
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -15,7 +16,12 @@ from django.core.management.base import BaseCommand, CommandError
 from jobs import queue, selectors
 from jobs.errors import JobsError
 from jobs.presenters import job_json
+from jobs.runtime import dispatch
+from receipt_site.logs import log_event
 from receipts import store
+from receipts.clock import now_ms as wall_clock_ms
+
+logger = logging.getLogger("receipt.cli")
 
 
 def _json_arg(text: str, name: str) -> Any:
@@ -48,6 +54,8 @@ class Command(BaseCommand):
         abort = sub.add_parser("abort", help="abort a job (queued: canceled at once)")
         abort.add_argument("job_id")
         abort.add_argument("--reason")
+        redrive = sub.add_parser("redrive", help="start a fresh delivery of a queued job now")
+        redrive.add_argument("job_id")
         for name in ("steer", "follow-up"):
             cmd = sub.add_parser(name, help=f"send a {name} command to an active job")
             cmd.add_argument("job_id")
@@ -93,6 +101,20 @@ class Command(BaseCommand):
         return {"ok": True, "canceled": result.canceled, "command": result.command,
                 "job": job_json(result.job)}
 
+    def _redrive(self, o, by):
+        job = queue.require(o["job_id"])
+        if job.status != "queued":
+            raise CommandError(f"job {job.job_id} is {job.status}; only a queued job can be "
+                               "redriven")
+        now = wall_clock_ms()
+        # a fresh dispatch key: a manual redrive is never deduplicated against L-1's keys
+        started = dispatch.start_driver(job, dispatch_key=f"{job.job_id}:redrive:manual:{now}",
+                                        now_ms=now)
+        log_event(logger, "jobs.redriven", f"{job.job_id} redriven by {by}", jobId=job.job_id,
+                  by=by, promiseId=started.promise_id)
+        return {"ok": started.created, "promiseId": started.promise_id, "reason": started.reason,
+                "job": job_json(job)}
+
     def _steer(self, o, by):
         result = queue.steer(o["job_id"], _json_arg(o["payload"], "payload"), by=by)
         return {"ok": True, "command": result.command, "job": job_json(result.job)}
@@ -121,4 +143,6 @@ class Command(BaseCommand):
         for warning in data.get("warnings") or []:
             self.stderr.write(f"warning: {warning}")
         extra = f" command {data['command']['id']}" if data.get("command") else ""
+        if data.get("promiseId"):
+            extra = f" delivery {data['promiseId']} ({'started' if data['ok'] else data['reason']})"
         self.stdout.write(f"{action}: job {job['id']} is {job['status']}{extra}")

@@ -52,3 +52,15 @@ def test_errors_are_command_errors_with_codes():
         jobs("show", "missing")
     with pytest.raises(CommandError, match="not valid JSON"):
         jobs("enqueue", "factory", "{oops")
+
+
+def test_redrive_starts_a_fresh_delivery_of_a_queued_job_only():
+    from jobs.models import DeliveryPromise
+
+    jobs("enqueue", "factory", json.dumps(payload()), "--job-id", "rd-1")
+    out = json.loads(jobs("redrive", "rd-1", "--json"))
+    assert out["ok"] and out["promiseId"].startswith("rd-1:redrive:manual:")
+    assert DeliveryPromise.objects.filter(pk=out["promiseId"], state="pending").exists()
+    jobs("abort", "rd-1")
+    with pytest.raises(CommandError, match="only a queued job can be redriven"):
+        jobs("redrive", "rd-1")

@@ -43,3 +43,16 @@ def test_running_job_reports_its_lease():
     report = diagnosis(job.job_id, now_ms=NOW + 1000)
     assert [b["code"] for b in report["blockers"]][-1] == "running"
     assert report["facts"]["workerId"] == "chat:h:1"
+
+
+def test_exhausted_delivery_generations_are_named_and_skipped_by_redrive():
+    from jobs import recovery
+    from jobs.runtime.dispatch import MAX_GENERATIONS
+
+    job = queue.enqueue("factory", payload(), now_ms=NOW - 600_000).job
+    for g in range(MAX_GENERATIONS + 1):  # the key and every generation were used and settled
+        started = dispatch.start_driver(job, now_ms=NOW - 300_000 + g)
+        DeliveryPromise.objects.filter(pk=started.promise_id).update(state="resolved")
+    assert "delivery_exhausted" in codes(job.job_id)
+    report = recovery.redrive_queued(now_ms=NOW)
+    assert report.examined == 0 and report.errors == []  # skipped, not an error every pass
