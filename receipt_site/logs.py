@@ -11,6 +11,7 @@ SENSITIVE = re.compile(
     r"authorization|cookie|password|secret|token|api[ _-]?key|access[ _-]?key|session", re.I
 )
 MAX_STRING = 2000
+MAX_TRACEBACK = 20_000  # a clipped traceback hides the line that failed
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
 
 
@@ -46,9 +47,10 @@ class JsonFormatter(logging.Formatter):
             "message": record.getMessage(),
         }
         line.update(extra)
+        line = redact(line)
         if record.exc_info:
-            line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(redact(line), default=str, ensure_ascii=False)
+            line["exception"] = self.formatException(record.exc_info)[-MAX_TRACEBACK:]
+        return json.dumps(line, default=str, ensure_ascii=False)
 
 
 def log_event(logger: logging.Logger, event: str, message: str, *, level: int = logging.INFO,

@@ -32,3 +32,15 @@ def test_sensitive_keys_are_redacted_at_any_depth():
 def test_long_strings_are_clipped_to_2000_chars():
     clipped = redact({"out": "x" * 5000})["out"]
     assert len(clipped) == 2001 and clipped.endswith("…")
+
+
+def test_tracebacks_keep_their_last_lines():
+    try:
+        raise ValueError("x" * 3000)
+    except ValueError:
+        import sys
+
+        rec = record("boom", event="e")
+        rec.exc_info = sys.exc_info()
+    line = json.loads(JsonFormatter().format(rec))
+    assert line["exception"].rstrip().endswith("x" * 100)  # the failing line is not clipped
