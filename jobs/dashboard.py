@@ -9,6 +9,8 @@ Every query stays on an index at any table size: no full-table COUNT anywhere.
   receipt, which for a settled job is its settlement (later receipts are rare and inert).
 - The oldest queued job per lane comes from the depth query (MIN(created_at)); its id
   is one equality lookup on (status, created_at) per lane.
+- Capacity per worker group adds no job query: busy and queued come from the depth
+  cells, slots from the live rows of the worker registry.
 
 The snapshot is plain JSON (camelCase, ms since epoch) so the admin's live refresh and
 any `/healthz`-like consumer can share it. This module reads; it never writes.
@@ -26,6 +28,7 @@ from django.conf import settings
 from django.db.models import Count, Min, Q
 
 from jobs.core.contracts import WORKER_GROUPS
+from jobs.core.diagnosis import slot_state
 from jobs.core.vocabulary import ACTIVE_STATUSES, LANES, STATUSES, TERMINAL_STATUSES
 from jobs.models import Job
 from jobs.runtime import callbacks, loops, processes
@@ -164,6 +167,37 @@ def running_by_cluster(depth: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def capacity(depth: dict[str, Any], *, now_ms: int) -> list[dict[str, Any]]:
+    """Busy slots against live slots per worker group (what D-12's waiting_for_capacity sees).
+
+    busy = leased + running jobs routed to the group; slots = concurrency summed over the
+    group's live processes (D-11); queued = the group's queued jobs, all from the depth.
+    """
+    slots = dict.fromkeys(WORKER_GROUPS, 0)
+    live = dict.fromkeys(WORKER_GROUPS, 0)
+    for process in processes.live(now_ms=now_ms):
+        if process.group in slots:
+            slots[process.group] += process.concurrency or 0
+            live[process.group] += 1
+    busy = dict.fromkeys(WORKER_GROUPS, 0)
+    queued = dict.fromkeys(WORKER_GROUPS, 0)
+    for cell in depth["cells"]:
+        counts = queued if cell["status"] == "queued" else busy  # depth: active statuses only
+        if cell["group"] in counts:
+            counts[cell["group"]] += cell["count"]
+    return [
+        {
+            "group": group,
+            "busy": busy[group],
+            "slots": slots[group],
+            "queued": queued[group],
+            "processes": live[group],
+            "state": slot_state(busy=busy[group], slots=slots[group]),
+        }
+        for group in WORKER_GROUPS
+    ]
+
+
 def processes_block(*, now_ms: int) -> dict[str, Any]:
     """D-11: processes seen recently, and live/gone counts per role."""
     rows = processes.summary(now_ms=now_ms)
@@ -242,6 +276,7 @@ def snapshot(*, now_ms: int | None = None, include_config: bool = True) -> dict[
         "depth": depth,
         "recent": recent_terminal(now_ms=now),
         "runningByCluster": running_by_cluster(depth),
+        "capacity": capacity(depth, now_ms=now),
         "processes": processes_block(now_ms=now),
         "loops": loops.summary(),
         "callbacks": callbacks_block(),

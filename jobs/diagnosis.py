@@ -1,4 +1,8 @@
-"""Gathers the facts for `jobs.core.diagnosis.diagnose` (D-12)."""
+"""Gathers the facts for `jobs.core.diagnosis.diagnose` (D-12).
+
+Every query is one job's rows or a bounded slice of the active set: counts over the queue
+stop at COUNT_CAP + 1 (a LIMIT inside the COUNT), never a COUNT(*) over all jobs.
+"""
 
 from __future__ import annotations
 
@@ -6,12 +10,15 @@ from collections import Counter
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Q
 
 from jobs import handlers, queue
-from jobs.core.diagnosis import Facts, PendingDelivery, diagnose
-from jobs.core.vocabulary import ACTIVE_STATUSES
+from jobs.core.contracts import routed_group
+from jobs.core.diagnosis import BUSY_SHOWN, COUNT_CAP, Capacity, Facts, PendingDelivery, diagnose
+from jobs.core.reducer import JobState
+from jobs.core.vocabulary import ACTIVE_STATUSES, LEASED_STATUSES
 from jobs.errors import JobNotFound
-from jobs.models import DeliveryPromise, Job
+from jobs.models import DeliveryPromise, Job, WorkerProcess
 from jobs.runtime import processes
 from jobs.runtime.dispatch import MAX_GENERATIONS
 from receipts.clock import now_ms as wall_clock_ms
@@ -23,7 +30,8 @@ def facts_for(job_id: str, *, now_ms: int | None = None) -> Facts:
     if job is None:
         raise JobNotFound(job_id)
     config = settings.RECEIPT
-    live = Counter(p.role for p in processes.live(now_ms=now))
+    live_rows = processes.live(now_ms=now)
+    live = Counter(p.role for p in live_rows)
     pending = tuple(
         PendingDelivery(p.id, p.function, p.created_at, p.timeout_at)
         for p in DeliveryPromise.objects.filter(job_id=job_id, state="pending",
@@ -39,7 +47,37 @@ def facts_for(job_id: str, *, now_ms: int | None = None) -> Facts:
                  generations_exhausted=exhausted,
                  live_processes=dict(live), pending=pending, last_driver_start_ms=last_driver,
                  min_age_ms=config.queued_redrive_min_age_ms,
-                 cooldown_ms=config.queued_redrive_cooldown_ms, session_peers=peers)
+                 cooldown_ms=config.queued_redrive_cooldown_ms, session_peers=peers,
+                 capacity=capacity_of(job, slots=_slots(live_rows, job)))
+
+
+def _slots(live_rows: list[WorkerProcess], job: JobState) -> int:
+    group = routed_group(job.agent_id, job.kind)
+    return sum(p.concurrency or 0 for p in live_rows if p.group == group)
+
+
+def capacity_of(job: JobState, *, slots: int, cap: int = COUNT_CAP) -> Capacity | None:
+    """The job's routed group: its busy jobs and, for a queued job, how many queued jobs
+    of the group were enqueued before it; both counts stop at cap + 1. None once terminal."""
+    if job.is_terminal:
+        return None
+    group = routed_group(job.agent_id, job.kind)
+    # (status, created_at) index: leased and running rows only, the active set's smallest part
+    busy_rows = Job.objects.filter(status__in=sorted(LEASED_STATUSES), worker_group=group)
+    busy_jobs = tuple(busy_rows.order_by("created_at", "id")
+                      .values_list("id", flat=True)[:BUSY_SHOWN])
+    busy = len(busy_jobs)
+    if busy == BUSY_SHOWN:  # maybe more: count them, but never past cap + 1
+        busy = busy_rows.order_by()[:cap + 1].count()
+    ahead = 0
+    if job.status == "queued":
+        # Enqueued before this one: (created_at, id) < (mine), as a range on created_at.
+        earlier = (Job.objects.filter(status="queued", worker_group=group,
+                                      created_at__lte=job.created_at)
+                   .filter(Q(created_at__lt=job.created_at) | Q(id__lt=job.job_id)))
+        ahead = earlier.order_by()[:cap + 1].count()
+    return Capacity(group=group, busy=busy, slots=slots, busy_jobs=busy_jobs,
+                    queued_ahead=ahead)
 
 
 def diagnosis(job_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
@@ -62,5 +100,6 @@ def diagnosis(job_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
             "lastDriverStart": facts.last_driver_start_ms,
             "updatedAt": facts.job.updated_at,
             "sessionPeers": list(facts.session_peers),
+            "capacity": facts.capacity.to_wire() if facts.capacity else None,
         },
     }

@@ -21,6 +21,60 @@ class PendingDelivery:
     timeout_at: int
 
 
+COUNT_CAP = 1000  # counts gathered for diagnosis stop here; more reads "1000+"
+BUSY_SHOWN = 3  # busy jobs named in a sentence
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """A worker group's slots against its work, as the shell counted them.
+
+    `busy` and `queued_ahead` are bounded counts: the shell stops at COUNT_CAP + 1, so
+    any value above COUNT_CAP means "more than COUNT_CAP".
+    """
+
+    group: str
+    busy: int  # leased or running jobs routed to the group
+    slots: int  # concurrency summed over the group's live processes
+    busy_jobs: tuple[str, ...] = ()  # the oldest few busy job ids
+    queued_ahead: int = 0  # queued jobs of the group enqueued before this one
+
+    @property
+    def saturated(self) -> bool:
+        return self.slots > 0 and self.busy >= self.slots
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"group": self.group, "busy": min(self.busy, COUNT_CAP), "slots": self.slots,
+                "busyJobs": list(self.busy_jobs), "queuedAhead": min(self.queued_ahead, COUNT_CAP),
+                "capped": self.busy > COUNT_CAP or self.queued_ahead > COUNT_CAP,
+                "saturated": self.saturated}
+
+
+def bounded_count(n: int, cap: int = COUNT_CAP) -> str:
+    """A count that stopped at `cap` + 1, for people: 12, 1000, 1000+."""
+    return f"{cap}+" if n > cap else str(n)
+
+
+def slot_state(*, busy: int, slots: int) -> str:
+    """A worker group at a glance: no live process, saturated, or how many slots are free."""
+    if slots <= 0:
+        return "no live process"
+    if busy >= slots:
+        return "saturated"
+    return f"{slots - busy} free"
+
+
+def capacity_detail(capacity: Capacity) -> str:
+    """'codex 1/1 busy with j-7; 3 queued ahead': who holds the slots, who waits first."""
+    group, busy = capacity.group, capacity.busy
+    named = capacity.busy_jobs[:BUSY_SHOWN]
+    holders = f" with {', '.join(named)}" if named else ""
+    if named and busy > len(named):  # the rest, still bounded: 1001 busy reads "997+ more"
+        holders += f" and {bounded_count(busy - len(named), COUNT_CAP - len(named))} more"
+    return (f"waiting for a free {group} slot: {group} {bounded_count(busy)}/{capacity.slots} "
+            f"busy{holders}; {bounded_count(capacity.queued_ahead)} queued ahead")
+
+
 @dataclass(frozen=True)
 class Facts:
     job: JobState
@@ -33,6 +87,7 @@ class Facts:
     cooldown_ms: int = 15_000
     session_peers: tuple[str, ...] = ()  # other active jobs on the same session key
     generations_exhausted: bool = False  # every delivery generation (D-3) was used
+    capacity: Capacity | None = None  # the routed group's slots, when the shell gathered them
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -99,7 +154,11 @@ def diagnose(facts: Facts) -> list[Blocker]:
             out.append(Blocker("running", f"attempt {job.attempt} is held by {job.worker_id}; "
                                           f"lease expires in {human_ms(until - now)}"))
         return out
-    # queued
+    # queued. A saturated group comes first: it is why a pending delivery does not move.
+    # Without a live process the group has no slots and `no_live_process` already says so.
+    capacity = facts.capacity
+    if capacity is not None and capacity.saturated:
+        out.append(Blocker("waiting_for_capacity", capacity_detail(capacity)))
     if job.attempt >= job.max_attempts:
         out.append(Blocker("attempts_exhausted",
                            f"{job.attempt} of {job.max_attempts} attempts used"))

@@ -96,6 +96,14 @@ def test_snapshot_numbers(seeded):
     }
     clusters = {c["cluster"]: (c["leased"], c["running"]) for c in data["runningByCluster"]}
     assert clusters == {"worker-chat": (1, 0), "worker-control": (0, 1), "worker-codex": (0, 0)}
+    assert [
+        (c["group"], c["busy"], c["slots"], c["queued"], c["processes"], c["state"])
+        for c in data["capacity"]
+    ] == [
+        ("chat", 1, 4, 2, 1, "3 free"),  # d leased against the live worker-chat's 4
+        ("control", 1, 0, 0, 0, "no live process"),  # e running, and nothing serves control
+        ("codex", 0, 0, 1, 0, "no live process"),
+    ]
     roles = {r["role"]: (r["live"], r["gone"]) for r in data["processes"]["byRole"]}
     assert roles == {"driver": (0, 1), "worker-chat": (1, 0)}
     [loop] = data["loops"]
@@ -147,6 +155,12 @@ def test_dashboard_html_shows_the_numbers(admin_client, seeded):
     oldest = table(page, "oldest")
     assert oldest[1][:2] == ["collect", seeded["a"]] and oldest[1][3] == "10m 00s"
     assert table(page, "clusters")[1] == ["worker-control", "0", "1", "1"]
+    assert table(page, "capacity") == [
+        ["chat", "1", "4", "2", "1", "3 free"],
+        ["control", "1", "0", "0", "0", "no live process"],
+        ["codex", "0", "0", "1", "0", "no live process"],
+    ]
+    assert 'data-source="capacity"' in page
     assert table(page, "roles") == [["driver", "0", "1", "0"], ["worker-chat", "1", "0", "4"]]
     [loop] = table(page, "loops")
     assert loop[:2] == ["queued_redrive", seeded["driver_process"]]
@@ -188,9 +202,32 @@ def test_dashboard_queries_stay_on_status_indexes(admin_client, seeded):
     assert any('"UPDATED_AT" >=' in sql.upper() for sql in grouped)
 
 
+def test_capacity_counts_slots_of_live_processes_only(admin_client, seeded):
+    processes.register(role="worker-codex", group="codex", concurrency=1, now_ms=T - 1000)
+    codex_job = enqueue("codex", "factory.task.run", now_ms=T - MINUTE)
+    assert queue.lease(codex_job, worker_id="codex:h:9", now_ms=T - 30_000, start=True).applied
+    gone = processes.register(
+        role="worker-control",
+        group="control",
+        concurrency=2,
+        now_ms=T - processes.GONE_AFTER_BEATS * processes.BEAT_MS - 1,
+    )
+    rows = {c["group"]: c for c in dashboard.snapshot(now_ms=T)["capacity"]}
+    assert (rows["codex"]["busy"], rows["codex"]["slots"], rows["codex"]["state"]) == (
+        1,
+        1,
+        "saturated",
+    )
+    assert rows["control"]["slots"] == 0, gone  # missed three beats: its slots are gone
+    processes.stopped(processes.process_id("worker-codex"), now_ms=T - 500)
+    rows = {c["group"]: c for c in dashboard.snapshot(now_ms=T)["capacity"]}
+    assert (rows["codex"]["slots"], rows["codex"]["state"]) == (0, "no live process")
+
+
 def test_empty_dashboard_renders(admin_client):
     page = text(admin_client.get(DASHBOARD))
     assert "No active jobs." in page and "No runworker process seen" in page
+    assert [row[-1] for row in table(page, "capacity")] == ["no live process"] * 3
 
 
 def test_polls_within_two_seconds_share_one_snapshot(admin_client, seeded):
