@@ -3,21 +3,23 @@
     .venv/bin/python bench/delivery.py [--database-url URL] [--n 3000] [--latency-n 100]
                                        [--reps 1] [--tests drain,latency] [--broker orm|redis://...]
 
-drain:   N no-op jobs enqueued and dispatched first (untimed), CHECKPOINT, then a driver and
-         a chat runworker are launched with 2 workers each; the clock runs from launching
-         them until every job's read-model row says completed (both hops, every receipt
-         written). Reported: jobs/s launch->all done, and 1st body->all done.
+drain:   N no-op jobs enqueued and dispatched first (untimed: every job has its driver
+         promise), CHECKPOINT, then a driver and a chat runworker are launched with 2
+         workers each; the clock runs from launching them until every job's read-model
+         row says completed (both hops, every receipt written). Reported: jobs/s
+         launch->all done, and 1st body->all done.
 latency: an idle stack, 5 warm-up jobs, then N jobs one at a time; latency = task body's
          time.monotonic() - monotonic() just before queue.enqueue(); 20-120 ms random pause
-         between jobs. Reported: p50 / p95 (nearest rank).
-Run the peers harness in the same sitting against the same PostgreSQL to get ratios
-(bench/run_delivery does both).
+         between jobs. Reported: p50 / p95 (nearest rank, as the peers' runner.py).
+Run the peers harness in the same sitting against the same PostgreSQL to get ratios:
+bench/run_delivery does both (and the enqueue figures) in one command.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import random
 import signal
@@ -29,41 +31,110 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 LINE = 31
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from noise import Noise, parent_of  # noqa: E402
+
+# Tables wiped before every measurement (those that exist: the schema is moving).
+RESET_PREFIXES = ("receipt_", "jobs_", "objectives_")
+RESET_EXTRA = ("django_q_ormq", "django_q_task")
+
+
+def _admin(url: str):  # -> psycopg.Connection to the server's `postgres` database
+    from urllib.parse import urlsplit
+
+    import psycopg
+
+    parts = urlsplit(url)
+    return psycopg.connect(host=parts.hostname, port=parts.port or 5432,
+                           user=parts.username or None, password=parts.password or None,
+                           dbname="postgres", autocommit=True)
+
+
+def ensure_database(url: str, *, fresh: bool = False) -> None:
+    """Create the database of `url` if missing; with fresh, drop it first (a bench database)."""
+    from urllib.parse import urlsplit
+
+    name = urlsplit(url).path.lstrip("/")
+    admin = _admin(url)
+    try:
+        if fresh:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}"')
+        if not admin.execute("SELECT 1 FROM pg_database WHERE datname=%s", [name]).fetchone():
+            admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        admin.close()
 
 
 def setup_django(url: str, broker: str) -> None:
+    """Django on `url` with the bench handler, migrated. If migrate fails (a migration that
+    was applied here has since been rewritten in the working tree), the database, which
+    only ever holds benchmark data, is dropped, created and migrated again."""
     os.environ["DATABASE_URL"] = url
     os.environ["RECEIPT_BROKER"] = broker
     os.environ.setdefault("RECEIPT_DATA_DIR", "/tmp/receipt-bench")
     os.environ["RECEIPT_HANDLER_MODULES"] = "bench.handlers"
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "receipt_site.settings")
     sys.path.insert(0, str(ROOT))
-    from urllib.parse import urlsplit
-
-    import psycopg
-
-    parts = urlsplit(url)
-    admin = psycopg.connect(host=parts.hostname, port=parts.port or 5432,
-                            user=parts.username or None, dbname="postgres", autocommit=True)
-    name = parts.path.lstrip("/")
-    if not admin.execute("SELECT 1 FROM pg_database WHERE datname=%s", [name]).fetchone():
-        admin.execute(f'CREATE DATABASE "{name}"')
-    admin.close()
+    ensure_database(url)
     import django
 
     django.setup()
     from django.core.management import call_command
+    from django.db import connections
 
-    call_command("migrate", verbosity=0)
+    try:
+        call_command("migrate", verbosity=0)
+    except Exception as error:
+        print(f"migrate failed ({type(error).__name__}: {error}); recreating the bench database",
+              file=sys.stderr, flush=True)
+        connections.close_all()
+        ensure_database(url, fresh=True)
+        call_command("migrate", verbosity=0)
 
 
-def reset() -> None:
+def sql(statement: str, params: list | None = None) -> list[tuple]:
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("TRUNCATE receipt_receipt, receipt_stream, jobs_job, jobs_delivery_promise, "
-                       "jobs_worker_process, jobs_loop_run, django_q_ormq RESTART IDENTITY")
-        cursor.execute("CHECKPOINT")
+        cursor.execute(statement, params)
+        return cursor.fetchall() if cursor.description else []
+
+
+def reset() -> None:
+    rows = sql("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+    names = sorted(n for (n,) in rows if n.startswith(RESET_PREFIXES) or n in RESET_EXTRA)
+    sql("TRUNCATE " + ", ".join(f'"{n}"' for n in names) + " RESTART IDENTITY")
+    sql("CHECKPOINT")
+
+
+def server_roots() -> set[int]:
+    """The postmaster's pid when the server runs on this machine (its backends count as ours)."""
+    (backend,) = sql("SELECT pg_backend_pid()")[0]
+    parent = parent_of(backend)
+    return {parent} if parent else set()
+
+
+def dispatched() -> int:
+    """Jobs whose delivery has started: they have a driver promise (D-1, D-2)."""
+    return sql("SELECT count(DISTINCT job_id) FROM jobs_delivery_promise WHERE function = 'driver'")[0][0]
+
+
+def wait_dispatched(expected: int, timeout_s: float) -> float:
+    """Block until `expected` jobs are dispatched; return monotonic() at that moment.
+    Waits for this process's dispatch pass first (no polling while it runs), then counts."""
+    from jobs.runtime import dispatch
+
+    deadline = time.monotonic() + timeout_s
+    outbox = getattr(dispatch, "OUTBOX", None)
+    if outbox is not None:
+        outbox.drain(timeout_s)
+    while True:
+        count = dispatched()
+        if count >= expected:
+            return time.monotonic()
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {count} of {expected} jobs dispatched after {timeout_s:.0f} s")
+        time.sleep(0.005)
 
 
 def marker_count(path: Path) -> int:
@@ -78,7 +149,13 @@ def marker_times(path: Path) -> list[tuple[int, float]]:
     return [(int(data[i:i + 9]), float(data[i + 10:i + 30])) for i in range(0, len(data), LINE)]
 
 
+def percentile(sorted_values: list[float], p: float) -> float:
+    """Nearest rank, as the peers' runner.py (p in percent)."""
+    return sorted_values[max(1, math.ceil(p / 100 * len(sorted_values))) - 1]
+
+
 def payload(i: int) -> dict:
+    # factory.run routes to the chat group: the driver hop, then the chat worker hop.
     return {"kind": "factory.run", "authContext": {"userId": "bench", "organizationId": "bench"},
             "i": i}
 
@@ -92,81 +169,111 @@ def launch(marker: Path, logs: Path) -> list[subprocess.Popen]:
             procs.append(subprocess.Popen([sys.executable, "manage.py", "runworker", "--role", role],
                                           cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                           start_new_session=True))
+    pids = os.environ.get("BENCH_WORKER_PIDS")  # so a supervisor can stop what survives us
+    if pids:
+        with open(pids, "a") as handle:
+            handle.writelines(f"{proc.pid} receipt-{role}\n" for proc, role in zip(procs, ("driver", "chat"), strict=True))
     return procs
 
 
 def stop(procs: list[subprocess.Popen]) -> None:
     for proc in procs:
-        proc.send_signal(signal.SIGTERM)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
     for proc in procs:
         try:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
 
 
-def drain(n: int, logs: Path) -> dict:
+def fill(n: int) -> float:
+    """Enqueue n drain jobs (500 per enqueue_many) and wait until all are dispatched."""
     from jobs import queue
+
+    started = time.monotonic()
+    for start in range(0, n, 500):
+        queue.enqueue_many([queue.build_request("bench-noop", payload(i))
+                            for i in range(start, min(n, start + 500))])
+    wait_dispatched(n, 300)
+    return time.monotonic() - started
+
+
+def drain(n: int, logs: Path, timeout_s: float = 600.0) -> dict:
     from jobs.models import Job
 
     reset()
     marker = logs / "drain-marker.log"
     marker.unlink(missing_ok=True)
-    for start in range(0, n, 500):
-        queue.enqueue_many([queue.build_request("bench-noop", payload(i))
-                            for i in range(start, min(n, start + 500))])
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("CHECKPOINT")
+    fill_s = fill(n)
+    sql("CHECKPOINT")
+    noise = Noise(server_roots())
     launched = time.monotonic()
     procs = launch(marker, logs)
+    deadline = launched + timeout_s
     try:
-        while marker_count(marker) < n:
+        while marker_count(marker) < n:  # stat() only while bodies run, as the peers' watcher
+            if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
+                raise RuntimeError(f"drain: {marker_count(marker)} of {n} bodies ran "
+                                   f"(workers alive: {[p.poll() is None for p in procs]})")
             time.sleep(0.005)
+        bodies_seen = time.monotonic()
         while Job.objects.filter(status="completed").count() < n:
+            if time.monotonic() > deadline:
+                raise RuntimeError("drain: bodies ran but not every job is completed")
             time.sleep(0.005)
         done = time.monotonic()
+        fields = noise.done()
     finally:
         stop(procs)
     times = marker_times(marker)
     ids = [i for i, _ in times]
-    assert len(ids) == n and len(set(ids)) == n, "every job ran exactly once"
-    first = min(t for _, t in times)
-    return {"test": "drain", "n": n, "launch_to_done_per_s": n / (done - launched),
-            "first_body_to_done_per_s": n / (done - first), "start_to_first_s": first - launched}
+    if len(ids) != n or len(set(ids)) != n:
+        raise RuntimeError(f"drain: {len(ids)} bodies for {len(set(ids))} jobs, expected {n} once each")
+    first, last = min(t for _, t in times), max(t for _, t in times)
+    return {"test": "drain", "n": n, "concurrency": 2, "fill_s": round(fill_s, 3),
+            "jobs_per_s_from_launch": n / (done - launched),
+            "jobs_per_s_steady": (n - 1) / (done - first),
+            "jobs_per_s_bodies_steady": (n - 1) / (last - first) if last > first else None,
+            "first_start_s": first - launched, "all_done_s": done - launched,
+            "bookkeeping_lag_s": done - last, "detect_lag_s": bodies_seen - last,
+            "complete": True, **fields}
 
 
-def latency(n: int, logs: Path) -> dict:
+def latency(n: int, logs: Path, seed: int = 1001, warmup: int = 5) -> dict:
     from jobs import queue
 
     reset()
     marker = logs / "latency-marker.log"
     marker.unlink(missing_ok=True)
+    rnd = random.Random(seed)
     procs = launch(marker, logs)
-    samples = []
+    noise = Noise(server_roots())
+    samples, warm = [], []
     try:
-        for i in range(n + 5):
+        for i in range(n + warmup):
             seen = marker_count(marker)
             t0 = time.monotonic()
             queue.enqueue("bench-noop", payload(i))
             deadline = time.monotonic() + (60 if i == 0 else 10)
             while marker_count(marker) == seen:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"job {i} did not start")
+                    raise RuntimeError(f"latency: job {i} did not start")
                 time.sleep(0.0005)
-            if i >= 5:
-                samples.append((marker_times(marker)[-1][1] - t0) * 1000)
-            time.sleep(random.uniform(0.02, 0.12))
+            job, started = marker_times(marker)[-1]
+            if job != i:
+                raise RuntimeError(f"latency: job {job} ran while waiting for job {i}")
+            (warm if i < warmup else samples).append((started - t0) * 1000)
+            time.sleep(rnd.uniform(0.02, 0.12))
+        fields = noise.done()
     finally:
         stop(procs)
     samples.sort()
-
-    def rank(p: float) -> float:
-        return samples[max(0, round(p * len(samples) + 0.5) - 1)]
-
-    return {"test": "latency", "n": n, "p50_ms": rank(0.50), "p95_ms": rank(0.95),
-            "max_ms": samples[-1]}
+    return {"test": "latency", "n": n, "p50_ms": percentile(samples, 50),
+            "p95_ms": percentile(samples, 95), "max_ms": samples[-1],
+            "mean_ms": sum(samples) / len(samples), "lat_ms": [round(x, 3) for x in samples],
+            "warmup_ms": [round(x, 3) for x in warm], **fields}
 
 
 def main() -> None:
@@ -186,9 +293,11 @@ def main() -> None:
     out = RESULTS / f"delivery-{stamp}.jsonl"
     for rep in range(args.reps):
         for test in args.tests.split(","):
-            record = drain(args.n, logs) if test == "drain" else latency(args.latency_n, logs)
+            record = drain(args.n, logs) if test == "drain" else latency(args.latency_n, logs,
+                                                                         seed=1001 + rep)
             record.update(rep=rep, broker=args.broker)
-            print(json.dumps(record), flush=True)
+            print(json.dumps({k: v for k, v in record.items() if k not in ("lat_ms", "warmup_ms")}),
+                  flush=True)
             with out.open("a") as handle:
                 handle.write(json.dumps(record) + "\n")
 
