@@ -64,12 +64,18 @@ class DeliveryPromise(models.Model):
     settled_at = models.BigIntegerField(null=True)
     worker_id = models.CharField(max_length=200, null=True)
     result = models.JSONField(null=True)
+    # The promise is also the broker's task (jobs.runtime.promisebroker): deliverable while
+    # unsettled and unclaimed once `available_at` passed; a take pushes it into the future
+    # (a visibility timeout), so a crash between take and claim redelivers it.
+    available_at = models.BigIntegerField(default=0)
 
     class Meta:
         db_table = "jobs_delivery_promise"
         indexes = [
             models.Index(fields=["job_id", "-created_at"], name="promise_job_newest"),
             models.Index(fields=["state", "timeout_at"], name="promise_state_timeout"),
+            models.Index(fields=["target_group", "available_at"], name="promise_deliverable",
+                         condition=models.Q(settled_at__isnull=True, worker_id__isnull=True)),
         ]
 
     def __str__(self) -> str:
@@ -88,6 +94,7 @@ class WorkerProcess(models.Model):
     started_at = models.BigIntegerField()
     last_seen = models.BigIntegerField(db_index=True)
     stopped_at = models.BigIntegerField(null=True)
+    released_at = models.BigIntegerField(null=True)  # its leases were released (gone/stopped)
     current_attempts = models.JSONField(default=list)
     info = models.JSONField(default=dict)
 

@@ -3,19 +3,21 @@
 Appends lock the stream row (an upsert that returns the head: a row lock on
 PostgreSQL, the database write lock of an IMMEDIATE transaction on SQLite), seal the
 receipts onto the head, insert them, run the family's projector in the same
-transaction (S-5), move the head and, on PostgreSQL, `pg_notify` (S-9). Nothing here
+transaction (S-5), move the head and, on PostgreSQL, `pg_notify` (S-9).
+`append_new_streams` does the same for many new streams at once, set-based. Nothing here
 updates or deletes a receipt row.
 """
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from receipts import registry
 from receipts.clock import now_ms as wall_clock_ms
@@ -37,12 +39,13 @@ class _Any:
 
 ANY: Any = _Any()  # expected_prev default: no head check (None means "the stream must be new")
 MAX_STREAM_NAME = 255
+_SPACE_OR_CONTROL = re.compile(r"[\s\x00-\x1f]")  # \s is str.isspace()
 
 
 def check_stream_name(name: str) -> None:
     if not isinstance(name, str) or not name or len(name) > MAX_STREAM_NAME:
         raise InvalidEvent(f"stream name must be 1..{MAX_STREAM_NAME} characters")
-    if any(c.isspace() or ord(c) < 32 for c in name):
+    if _SPACE_OR_CONTROL.search(name):
         raise InvalidEvent(f"stream name {name!r} contains whitespace or control characters")
 
 
@@ -169,6 +172,146 @@ def append(
     with open_stream(stream) as handle:
         return handle.append(events, expected_prev=expected_prev, event_id=event_id,
                              context=context, hints=hints, now_ms=now_ms)
+
+
+@dataclass(frozen=True)
+class NewStream:
+    """The first receipt of a stream that does not exist yet (`append_new_streams`)."""
+
+    name: str
+    body: dict[str, Any]
+    context: dict[str, Any] | None = None
+
+
+def append_new_streams(new: Sequence[NewStream], *,
+                       now_ms: int | None = None) -> list[StreamHandle]:
+    """Open many new streams, each with its first receipt, in a few statements (T-1).
+
+    Writes exactly what `append(s.name, s.body, expected_prev=None, context=s.context,
+    now_ms=now_ms)` for each stream in order would, and refuses like it: a stream that
+    already has receipts (or comes twice) raises ExpectedPrevMismatch, and nothing of the
+    call stays written. The stream rows, the receipts (with their `pg_notify`) and, when
+    the family projector has `apply_many`, the read-model rows take a statement per chunk
+    of streams (on PostgreSQL pipelined: the server writes one chunk while the next is
+    sealed); a projector without `apply_many` gets `apply` per stream. As with single
+    appends, concurrent transactions opening the same names must list them in one order.
+
+    Returns one handle per stream, in order, as that append would leave it: `appended`
+    holds the receipt with its positions (global seqs ascend in order), `cache` what the
+    projector put there. The handles are closed: append to these streams again through
+    `open_stream`.
+    """
+    if not new:
+        return []
+    ts = wall_clock_ms() if now_ms is None else now_ms
+    try:
+        with transaction.atomic():
+            return _open_new(new, ts)
+    except (_Taken, ExpectedPrevMismatch, IntegrityError):
+        pass  # a name exists (or comes twice): that attempt rolled back; go carefully
+    with transaction.atomic():
+        return _open_new_carefully(new, ts)
+
+
+class _Taken(Exception):
+    """A stream row of the batch existed: the pipelined attempt is rolled back."""
+
+
+_CHUNK = 250  # streams per statement: small enough to overlap sealing with writing
+
+
+def _open_new(new: Sequence[NewStream], ts: int) -> list[StreamHandle]:
+    """The optimistic attempt: every name is new. On PostgreSQL nothing waits for a
+    result until the end (the global seqs are reserved first), so the server writes one
+    chunk while the next is sealed and projected. Raises _Taken, or IntegrityError from
+    the receipts' unique (stream, stream_seq), when a name is not new."""
+    writer = Writer()
+    try:
+        seqs = writer.reserve_seqs(len(new))
+        with writer.pipeline():
+            heads: dict[str, str] = {}
+            handles: list[StreamHandle] = []
+            created = []
+            for start in range(0, len(new), _CHUNK):
+                part = _seal_first(new[start:start + _CHUNK], ts, heads)
+                placed, names = writer.send_first(part, seqs and seqs[start:start + len(part)])
+                created.append(names)
+                chunk = [_handle(r, writer) for r in placed]
+                _project_new(chunk)
+                handles += chunk
+            if sum(len(names()) for names in created) < len(handles):
+                raise _Taken
+    finally:
+        writer.close()
+    return handles
+
+
+def _open_new_carefully(new: Sequence[NewStream], ts: int) -> list[StreamHandle]:
+    """The same, for a batch where some stream row exists: those take the single append
+    (which waits for the lock, appends to an empty row, refuses a head)."""
+    writer = Writer()
+    try:
+        sealed = _seal_first(new, ts, {})
+        created = writer.create_streams(sealed)
+        taken = {r.stream: _append_first(r) for r in sealed if r.stream not in created}
+        fresh = [r for r in sealed if r.stream in created]
+        placed = writer.write_first(fresh) if fresh else []
+        handles = {r.stream: _handle(r, writer) for r in placed}
+        _project_new(list(handles.values()))
+    finally:
+        writer.close()
+    return [handles.get(item.name) or taken[item.name] for item in new]
+
+
+def _seal_first(new: Sequence[NewStream], ts: int, heads: dict[str, str]) -> list[Receipt]:
+    """Seal each stream's first receipt; `heads` (stream: hash) holds the batch so far."""
+    randomness = secrets.token_hex(8 * len(new))  # one draw for the receipt ids
+    part = []
+    for index, item in enumerate(new):
+        check_stream_name(item.name)
+        try:
+            receipt = seal(stream=item.name, prev=None, body=item.body, ts=ts,
+                           random_hex16=randomness[16 * index:16 * index + 16],
+                           context=item.context)
+        except ValueError as error:  # CanonicalJSONError included
+            raise InvalidEvent(f"event 0 of {item.name}: {error}") from None
+        if len(receipt.type) > 100:
+            raise InvalidEvent(f"event type longer than 100 characters on {item.name}")
+        if item.name in heads:  # the second append of the pair would find a head
+            raise ExpectedPrevMismatch(None, heads[item.name])
+        heads[item.name] = receipt.hash
+        part.append(receipt)
+    return part
+
+
+def _handle(receipt: Receipt, writer: Writer) -> StreamHandle:
+    return StreamHandle(name=receipt.stream, head=receipt.hash, count=1, existed=False,
+                        writer=writer, appended=[receipt])
+
+
+def _append_first(receipt: Receipt) -> StreamHandle:
+    """The single append, for a stream row that existed when the batch created its own."""
+    with open_stream(receipt.stream, savepoint=False) as handle:
+        handle.append(receipt.body, expected_prev=None, context=receipt.context,
+                      now_ms=receipt.ts)
+    return handle
+
+
+def _project_new(handles: list[StreamHandle]) -> None:
+    """Run each family's projector on these new streams: its `apply_many` once when it
+    has one, else `apply` per stream."""
+    groups: dict[str, tuple[registry.Projector, list[StreamHandle]]] = {}
+    for handle in handles:
+        family = registry.family_for(handle.name)
+        if family and family.projector:
+            groups.setdefault(family.prefix, (family.projector, []))[1].append(handle)
+    for projector, group in groups.values():
+        apply_many = getattr(projector, "apply_many", None)
+        if apply_many is not None:
+            apply_many([(handle, handle.appended) for handle in group])
+        else:
+            for handle in group:
+                projector.apply(handle, handle.appended)
 
 
 # ---- reads -------------------------------------------------------------------------------

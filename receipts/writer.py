@@ -5,12 +5,18 @@ prepared (the hot path runs the same few statements millions of times), and the 
 insert, the head update and `pg_notify` travel as ONE statement (data-modifying CTEs), so
 an append costs three round trips: lock, write, commit. SQLite: the same steps as plain
 statements (it has no data-modifying CTEs and nothing to notify).
+
+Opening many new streams at once (`create_streams`, `write_first`, or both as
+`send_first` inside `pipeline`) is set-based: one statement for the stream rows and one
+(with a `pg_notify` per receipt) for the receipts per chunk of streams.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from django.db import IntegrityError, connection
@@ -29,10 +35,60 @@ _LOCK = (
 _UPDATE_HEAD = ("UPDATE receipt_stream SET head = %s, receipt_count = %s, last_ts = %s, "
                 "updated_at = %s WHERE name = %s")
 _DROP_EMPTY = "DELETE FROM receipt_stream WHERE name = %s AND receipt_count = 0"
+# Opening many streams (the first receipt of each). PostgreSQL: statements of a fixed shape
+# whose one parameter is a chunk as a JSON array of rows (no placeholder per value for
+# psycopg to parse and adapt; bodies nested as they are), receipts with global seqs
+# reserved beforehand (`_RESERVE`), so nothing waits for a result. SQLite: multi-row
+# VALUES, the seqs from RETURNING.
+_RESERVE = ("WITH q AS MATERIALIZED (SELECT pg_get_serial_sequence('receipt_receipt', 'seq')"
+            "::regclass AS s) SELECT nextval(q.s) FROM q, generate_series(1, %s)")
+_CREATE_PG = (
+    "INSERT INTO receipt_stream (name, head, receipt_count, last_ts, updated_at) "
+    "SELECT s, h, 1, t, t FROM json_to_recordset(%s::json) AS v(s text, h text, t bigint) "
+    "ON CONFLICT (name) DO NOTHING RETURNING name"
+)
+_CREATE_SQLITE = ("INSERT INTO receipt_stream (name, head, receipt_count, last_ts, updated_at) "
+                  "VALUES {rows} ON CONFLICT (name) DO NOTHING RETURNING name")
+_WRITE_FIRST_PG = (
+    f"WITH ins AS (INSERT INTO receipt_receipt (seq, {_COLUMNS}) "
+    "SELECT q, s, 1, i, t, p, h, e, b, c, x, NULL FROM json_to_recordset(%s::json) AS v("
+    "q bigint, s text, i text, t bigint, p text, h text, e text, b jsonb, c jsonb, x jsonb) "
+    "RETURNING seq, stream, event_type) "
+    f"SELECT pg_notify('{NOTIFY_CHANNEL}', "
+    "ins.seq::text || ' ' || ins.stream::text || ' ' || ins.event_type) FROM ins"
+)
+_WRITE_FIRST_SQLITE = (f"INSERT INTO receipt_receipt ({_COLUMNS}) VALUES {{rows}} "
+                       "RETURNING seq, stream")
+# Variables per statement on SQLite (its default limit).
+MAX_PARAMS = 32766
 
 
 def _dump(value: Any) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def chunks(items: Sequence[Any], width: int) -> list[Sequence[Any]]:
+    """`items` cut so that `width` variables per item stay within MAX_PARAMS per statement."""
+    size = MAX_PARAMS // width
+    return [items[i:i + size] for i in range(0, len(items), size)]
+
+
+def _json(rows: list[dict[str, Any]]) -> str:
+    return json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
+
+
+def _streams_json(receipts: Sequence[Receipt]) -> str:
+    return _json([{"s": r.stream, "h": r.hash, "t": r.ts} for r in receipts])
+
+
+def _receipts_json(receipts: Sequence[Receipt]) -> str:
+    return _json([{"q": r.seq, "s": r.stream, "i": r.id, "t": r.ts, "p": r.prev, "h": r.hash,
+                   "e": r.type, "b": r.body, "c": r.context, "x": r.hints} for r in receipts])
+
+
+def _first(receipts: Sequence[Receipt], seqs: Sequence[int]) -> list[Receipt]:
+    """`receipts` positioned as the first of their streams, at global `seqs`."""
+    return [replace(r, seq=seq, stream_seq=1) for r, seq in zip(receipts, seqs, strict=True)]
 
 
 def _rows(receipts: Sequence[Receipt], first_stream_seq: int,
@@ -99,6 +155,93 @@ class Writer:
             # (stream, stream_seq) index is the last line of defence against a fork (S-4).
             raise ExpectedPrevMismatch(receipts[0].prev, None) from error
         return {stream_seq: seq for seq, stream_seq in rows}
+
+    def reserve_seqs(self, n: int) -> list[int] | None:
+        """PostgreSQL: `n` global seqs from the receipts' sequence, ascending, in one round
+        trip (so a batch knows every position before it writes: nothing then waits for a
+        result); SQLite: None (its inserts return them)."""
+        if not self.postgres:
+            return None
+        return sorted(seq for (seq,) in self._run(_RESERVE, [n]))
+
+    def create_streams(self, receipts: Sequence[Receipt]) -> set[str]:
+        """Insert the row of each receipt's stream, already headed by that receipt (each
+        receipt opens its stream); the names that were new. An existing row is left as it
+        is, and a row another transaction is inserting waits for it (as `lock` does)."""
+        if self.postgres:
+            return {name for (name,) in self._run(_CREATE_PG, [_streams_json(receipts)])}
+        created: set[str] = set()
+        for part in chunks(receipts, 5):
+            params: list[Any] = []
+            for r in part:
+                params += [r.stream, r.hash, 1, r.ts, r.ts]
+            sql = _CREATE_SQLITE.format(rows=", ".join(["(%s, %s, %s, %s, %s)"] * len(part)))
+            created.update(name for (name,) in self._run(sql, params))
+        return created
+
+    def write_first(self, receipts: Sequence[Receipt],
+                    seqs: Sequence[int] | None = None) -> list[Receipt]:
+        """Insert receipts that each open their stream (stream_seq 1; the stream rows come
+        from `create_streams`) and, on PostgreSQL, notify each one as `write` does; they
+        come back positioned, global seqs in the order of `receipts` (on PostgreSQL
+        `seqs` when given, else reserved here)."""
+        placed: list[Receipt] = []
+        try:
+            if self.postgres:
+                reserved = self.reserve_seqs(len(receipts)) if seqs is None else seqs
+                assert reserved is not None
+                placed = _first(receipts, reserved)
+                self._run(_WRITE_FIRST_PG, [_receipts_json(placed)])
+                return placed
+            for part in chunks(receipts, 11):
+                params: list[Any] = []
+                for r in part:
+                    params += [r.stream, 1, r.id, r.ts, r.prev, r.hash, r.type, _dump(r.body),
+                               _dump(r.context), _dump(r.hints), None]
+                sql = _WRITE_FIRST_SQLITE.format(
+                    rows=", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(part)))
+                by_stream = {stream: seq for seq, stream in self._run(sql, params)}
+                placed += _first(part, [by_stream[r.stream] for r in part])
+        except IntegrityError as error:
+            # A stream that already had its first receipt (S-4).
+            raise ExpectedPrevMismatch(None, None) from error
+        return placed
+
+    @contextmanager
+    def pipeline(self) -> Iterator[None]:
+        """PostgreSQL: statements in the block are sent without waiting for their results
+        (psycopg pipeline mode), so the server writes one chunk while the caller prepares
+        the next; results come when asked for, errors at the latest when the block ends.
+        SQLite: nothing changes."""
+        if not self.postgres:
+            yield
+            return
+        with connection.wrap_database_errors, connection.connection.pipeline():
+            yield
+
+    def send_first(self, receipts: Sequence[Receipt],
+                   seqs: Sequence[int] | None) -> tuple[list[Receipt], Callable[[], set[str]]]:
+        """`create_streams` then `write_first` (at `seqs`, from `reserve_seqs`) without
+        waiting for either (inside `pipeline`): the receipts positioned, and a function
+        that waits for the names created. A receipt whose stream row existed shows as its
+        name missing from those, or as an IntegrityError (then, or later in the block)."""
+        if not self.postgres:
+            created = self.create_streams(receipts)
+            placed = self.write_first(receipts)
+            return placed, lambda: created
+        import psycopg
+
+        assert seqs is not None
+        placed = _first(receipts, seqs)
+        streams = psycopg.Cursor(connection.connection)
+        with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as written:
+            streams.execute(_CREATE_PG, [_streams_json(placed)], prepare=True)
+            written.execute(_WRITE_FIRST_PG, [_receipts_json(placed)], prepare=True)
+
+        def created() -> set[str]:
+            with connection.wrap_database_errors, streams:
+                return {name for (name,) in streams.fetchall()}
+        return placed, created
 
     def drop_if_empty(self, name: str) -> None:
         self._run(_DROP_EMPTY, [name])

@@ -3,6 +3,7 @@ counts as `timedout` (terminal) wherever it is read."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -68,9 +69,21 @@ def get(promise_id: str, *, now_ms: int) -> PromiseView | None:
 
 _INSERT = (
     "INSERT INTO jobs_delivery_promise (id, function, job_id, attempt, target_group, "
-    "dispatch_key, state, timeout_at, created_at) VALUES (%s, %s, %s, %s, %s, %s, 'pending', "
-    "%s, %s) ON CONFLICT (id) DO NOTHING RETURNING id"
+    "dispatch_key, state, timeout_at, created_at, available_at) VALUES {rows} "
+    "ON CONFLICT (id) DO NOTHING RETURNING id"
 )
+_ROW = "(%s, %s, %s, %s, %s, %s, 'pending', %s, %s, %s)"
+
+
+@dataclass(frozen=True)
+class NewPromise:
+    promise_id: str
+    function: str
+    job_id: str
+    attempt: int | None
+    target_group: str
+    dispatch_key: str
+    timeout_ms: int
 
 
 def create(*, promise_id: str, function: str, job_id: str, attempt: int | None,
@@ -80,10 +93,41 @@ def create(*, promise_id: str, function: str, job_id: str, attempt: int | None,
     ON CONFLICT instead of catching IntegrityError: no savepoint, and a lost race does not
     poison the caller's transaction.
     """
+    return bool(create_many([NewPromise(promise_id, function, job_id, attempt, target_group,
+                                        dispatch_key, timeout_ms)], now_ms=now_ms))
+
+
+def create_many(new: list[NewPromise], *, now_ms: int) -> set[str]:
+    """Insert pending promises in one statement; the ids that were new (the others
+    existed: someone else won)."""
+    if not new:
+        return set()
+    params: list[Any] = []
+    for p in new:
+        params += [p.promise_id, p.function, p.job_id, p.attempt, p.target_group, p.dispatch_key,
+                   now_ms + p.timeout_ms, now_ms, now_ms]
     with connection.cursor() as cursor:
-        cursor.execute(_INSERT, [promise_id, function, job_id, attempt, target_group,
-                                 dispatch_key, now_ms + timeout_ms, now_ms])
-        return cursor.fetchone() is not None
+        cursor.execute(_INSERT.format(rows=", ".join([_ROW] * len(new))), params)
+        return {row[0] for row in cursor.fetchall()}
+
+
+def settle_many(settlements: list[tuple[str, Any]], state: str, *, now_ms: int) -> None:
+    """Settle several promises (id, result) the same way; one round trip on PostgreSQL
+    (psycopg pipelines executemany)."""
+    if not settlements:
+        return
+    assert state in TERMINAL_STATES
+    cast = "::jsonb" if connection.vendor == "postgresql" else ""
+    sql = (f"UPDATE jobs_delivery_promise SET state = %s, settled_at = %s, result = %s{cast} "
+           "WHERE id = %s AND settled_at IS NULL AND state IN ('pending', 'timedout')")
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, [[state, now_ms, json.dumps(result), pid]
+                                 for pid, result in settlements])
+
+
+def get_many(promise_ids: list[str], *, now_ms: int) -> dict[str, PromiseView]:
+    rows = DeliveryPromise.objects.filter(pk__in=promise_ids)
+    return {row.id: view(row, now_ms) for row in rows}
 
 
 def settle(promise_id: str, state: str, *, now_ms: int, result: Any = None,
@@ -110,6 +154,15 @@ def claim(promise_id: str, worker_id: str) -> bool:
     """
     return DeliveryPromise.objects.filter(_OPEN, pk=promise_id, worker_id__isnull=True,
                                           function="execute").update(worker_id=worker_id) == 1
+
+
+def read_execute(promise_id: str) -> tuple[str, int, str, str] | None:
+    """(job id, attempt, target group, dispatch key) of an execute promise."""
+    row = (DeliveryPromise.objects.filter(pk=promise_id, function="execute")
+           .values_list("job_id", "attempt", "target_group", "dispatch_key").first())
+    if row is None or row[1] is None:
+        return None
+    return row[0], int(row[1]), row[2], row[3]
 
 
 def pending_for_job(job_id: str, *, now_ms: int) -> list[PromiseView]:

@@ -1,0 +1,252 @@
+"""queue.enqueue_many (T-1): plain requests are written set-based, with exactly the
+receipts and rows the per-request path writes; requests that need a lock decision keep
+their per-request semantics in request order; dispatch opens one driver promise per
+created job with one insert (D-1, D-2). Both backends."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from jobs import queue
+from jobs.core.reducer import job_to_wire
+from jobs.core.timing import driver_timeout_ms
+from jobs.models import DeliveryPromise, Job
+from jobs.runtime import dispatch, promises
+from receipts import store
+from receipts.core.chain import base36
+from tests.integration.jobs.helpers import AUTH, assert_read_model_matches_receipts, payload
+from tests.integration.receipts.test_append_new_streams import Randomness
+
+pytestmark = pytest.mark.django_db
+T0 = 1_800_000_000_000
+
+
+def plain(i: int = 0, **options):
+    agent = options.pop("agent_id", "factory")
+    return queue.build_request(agent, options.pop("payload", None) or payload(i=i), **options)
+
+
+def varied() -> list[queue.EnqueueRequest]:
+    """Plain requests that exercise every body and context field."""
+    return [
+        plain(0),
+        plain(1, lane="chat", max_attempts=5, by="ops@example.com"),
+        plain(2, session_key="s-allow"),  # allow mode: no lock decision
+        plain(3, agent_id="codex", payload={"kind": "factory.task.run", "authContext": AUTH,
+                                            "timeoutMs": 1_200_000, "objectiveId": "obj-1",
+                                            "taskId": "t-1", "text": "héllo ✓"}),
+        plain(4, agent_id="factory-control",
+              payload={"kind": "factory.objective.control", "authContext": AUTH}),
+        plain(5, payload={"kind": "factory.run", "authContext": {"userId": "u"} | AUTH,
+                          "nested": {"list": [1, 2.5, None, True, "x"], "empty": {}}}),
+    ]
+
+
+def stored(job_ids: list[str]) -> dict[str, list[tuple]]:
+    """Raw rows of the receipts, streams and jobs of `job_ids` (JSON as stored)."""
+    streams = [f"jobs/{j}" for j in job_ids]
+    marks = ", ".join(["%s"] * len(job_ids))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT stream, stream_seq, receipt_id, ts, prev, hash, event_type, body, "
+                       f"context, hints, event_id FROM receipt_receipt WHERE stream IN ({marks}) "
+                       "ORDER BY seq", streams)
+        receipts = cursor.fetchall()
+        cursor.execute("SELECT name, head, receipt_count, last_ts, updated_at FROM receipt_stream "
+                       f"WHERE name IN ({marks}) ORDER BY name", streams)
+        stream_rows = cursor.fetchall()
+        cursor.execute(f"SELECT * FROM jobs_job WHERE id IN ({marks}) ORDER BY id", job_ids)
+        jobs = cursor.fetchall()
+    return {"receipts": receipts, "streams": stream_rows, "jobs": jobs}
+
+
+def test_a_batch_writes_byte_for_byte_what_the_per_request_path_writes(monkeypatch):
+    requests = varied()
+
+    class Undo(Exception):
+        pass
+
+    monkeypatch.setattr(queue, "secrets", Randomness())  # job ids
+    monkeypatch.setattr(store, "secrets", Randomness())  # receipt ids
+    with pytest.raises(Undo), transaction.atomic():
+        singles = [queue.enqueue_many([r], now_ms=T0)[0] for r in requests]
+        one_by_one = stored([r.job.job_id for r in singles])
+        raise Undo
+    monkeypatch.setattr(queue, "secrets", Randomness())
+    monkeypatch.setattr(store, "secrets", Randomness())
+    results = queue.enqueue_many(requests, now_ms=T0)
+    assert [r.job for r in results] == [r.job for r in singles]
+    assert [(r.created, r.steered, r.warnings) for r in results] == [
+        (r.created, r.steered, r.warnings) for r in singles]
+    assert stored([r.job.job_id for r in results]) == one_by_one
+    assert len(one_by_one["receipts"]) == len(one_by_one["jobs"]) == len(requests)
+    for result in results:
+        assert_read_model_matches_receipts(result.job.job_id)
+
+
+def test_plain_jobs_get_fresh_ids_and_the_read_model_is_the_fold():
+    results = queue.enqueue_many([plain(i) for i in range(40)], now_ms=T0)
+    ids = [r.job.job_id for r in results]
+    assert len(set(ids)) == 40 and all(r.created and r.job.status == "queued" for r in results)
+    assert all(i.startswith(f"{base36(T0)}-") and len(i.split("-")[1]) == 12 for i in ids)
+    seqs = [store.read(f"jobs/{i}")[0].seq for i in ids]
+    assert seqs == sorted(seqs)  # written in request order
+    for job_id in ids:
+        assert_read_model_matches_receipts(job_id)
+        assert Job.objects.get(pk=job_id).state == job_to_wire(queue.get(job_id))
+
+
+def test_chunked_runs_change_nothing(monkeypatch):
+    from jobs import projector
+    from receipts import writer
+
+    monkeypatch.setattr(store, "_CHUNK", 4)
+    monkeypatch.setattr(projector, "_CHUNK", 3)
+    monkeypatch.setattr(writer, "MAX_PARAMS", 30)
+    results = queue.enqueue_many([plain(i) for i in range(11)], now_ms=T0)
+    assert Job.objects.filter(pk__in=[r.job.job_id for r in results]).count() == 11
+    for result in results:
+        assert_read_model_matches_receipts(result.job.job_id)
+
+
+def test_mixed_batches_keep_per_request_semantics_in_request_order():
+    requests = [
+        plain(0, session_key="k"),                            # 0 plain (allow on k)
+        plain(1),                                             # 1 plain
+        plain(2, job_id="job-x"),                             # 2 explicit id
+        plain(3),                                             # 3 plain
+        plain(4, session_key="k", singleton_mode="cancel"),   # 4 cancels job 0
+        plain(5, job_id="job-x"),                             # 5 the same id: returned as is
+        plain(6),                                             # 6 plain
+        plain(7),                                             # 7 plain
+    ]
+    results = queue.enqueue_many(requests, now_ms=T0)
+    assert [r.created for r in results] == [True, True, True, True, True, False, True, True]
+    assert results[2].job.job_id == results[5].job.job_id == "job-x"
+    assert results[5].job.payload["i"] == 2  # J-6: the first one, untouched
+    first = queue.get(results[0].job.job_id)
+    assert first.status == "canceled" and first.cancel_reason == "singleton cancel"
+    assert results[4].job.status == "queued" and results[4].job.session_key == "k"
+    order = [results[i].job.job_id for i in (0, 1, 2, 3, 4, 6, 7)]
+    enqueued = [r for r in store.read_global(after_seq=0, limit=100) if r.type == "job.enqueued"]
+    assert [r.body["jobId"] for r in enqueued] == order
+    for result in results:
+        assert_read_model_matches_receipts(result.job.job_id)
+
+
+def test_a_steer_after_a_run_steers_the_newest_job_of_the_run():
+    results = queue.enqueue_many([plain(0, session_key="s"), plain(1, session_key="s"),
+                                  plain(2, session_key="s", singleton_mode="steer")], now_ms=T0)
+    assert [(r.created, r.steered) for r in results] == [(True, False), (True, False), (False, True)]
+    steered = results[2].job
+    assert steered.job_id in {results[0].job.job_id, results[1].job.job_id}
+    assert [c.command for c in steered.commands] == ["steer"]
+
+
+def test_a_generated_id_that_exists_falls_back_to_fresh_ids(monkeypatch):
+    monkeypatch.setattr(queue, "secrets", Randomness())
+    taken = f"{base36(T0)}-{Randomness().token_hex(6)}"  # the first id the batch will draw
+    queue.enqueue("factory", payload(), job_id=taken, now_ms=T0)
+    results = queue.enqueue_many([plain(1), plain(2)], now_ms=T0)
+    assert all(r.created for r in results)
+    assert taken not in {r.job.job_id for r in results}
+    assert len(store.read(f"jobs/{taken}")) == 1
+    assert queue.get(taken).payload == payload()
+    for result in results:
+        assert_read_model_matches_receipts(result.job.job_id)
+
+
+def test_the_number_of_statements_does_not_grow_with_the_batch():
+    def statements(n: int) -> int:
+        requests = [plain(i) for i in range(n)]
+        with CaptureQueriesContext(connection) as queries:
+            queue.enqueue_many(requests, now_ms=T0)
+        return len(queries)
+
+    assert statements(100) == statements(10)
+
+
+def test_warnings_are_given_per_request():
+    results = queue.enqueue_many([plain(0, agent_id="nobody-handles-this"), plain(1)], now_ms=T0)
+    assert results[0].warnings and "nobody-handles-this" in results[0].warnings[0]
+    assert results[0].warnings is not results[1].warnings
+
+
+@pytest.mark.django_db(transaction=True)
+def test_listeners_hear_every_created_job_after_commit(monkeypatch):
+    heard: list[tuple[str, str, str]] = []
+    batches: list[list[str]] = []
+    monkeypatch.setattr(queue, "mutation_listeners",
+                        [lambda kind, job, body: heard.append((kind, job.job_id, body["jobId"]))])
+    monkeypatch.setattr(queue, "on_commit_listeners",
+                        [lambda jobs: batches.append([j.job_id for j in jobs])])
+    with transaction.atomic():
+        results = queue.enqueue_many([plain(0), plain(1), plain(2, job_id="job-y"),
+                                      plain(3, job_id="job-y"), plain(4), plain(5)], now_ms=T0)
+        assert heard == [] and batches == []
+    created = [r.job.job_id for r in results if r.created]
+    assert len(created) == 5
+    assert heard == [("job.enqueued", j, j) for j in created]
+    assert batches == [created]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_listeners_hear_nothing_when_the_batch_rolls_back(monkeypatch):
+    heard: list[str] = []
+    monkeypatch.setattr(queue, "mutation_listeners", [lambda kind, job, body: heard.append(kind)])
+    monkeypatch.setattr(queue, "on_commit_listeners", [lambda jobs: heard.append("batch")])
+    with pytest.raises(RuntimeError), transaction.atomic():
+        queue.enqueue_many([plain(0), plain(1)], now_ms=T0)
+        raise RuntimeError("caller failed")
+    assert heard == [] and Job.objects.count() == 0
+
+
+# ---- dispatch (D-1, D-2) ---------------------------------------------------------------------
+
+
+def promise_inserts(queries: CaptureQueriesContext) -> int:
+    return sum(1 for q in queries.captured_queries
+               if q["sql"].startswith("INSERT INTO jobs_delivery_promise"))
+
+
+def test_dispatch_opens_one_driver_promise_per_created_job_with_one_insert(monkeypatch):
+    sent: list[tuple] = []
+    monkeypatch.setattr(dispatch.transport, "send", lambda *args: sent.append(args))
+    jobs = [r.job for r in queue.enqueue_many([plain(i) for i in range(30)], now_ms=T0)]
+    with CaptureQueriesContext(connection) as queries:
+        dispatch.dispatch_batch(jobs)
+    assert promise_inserts(queries) == 1
+    assert sent == [("driver", dispatch.DRIVE_TASK, job.job_id) for job in jobs]
+    rows = {p.id: p for p in DeliveryPromise.objects.all()}
+    assert set(rows) == {job.job_id for job in jobs}
+    for job in jobs:
+        p = rows[job.job_id]
+        assert (p.function, p.job_id, p.attempt, p.target_group, p.dispatch_key, p.state) == (
+            "driver", job.job_id, None, "driver", job.job_id, "pending")
+        assert p.timeout_at - p.created_at == driver_timeout_ms(job.lease_ms)
+
+
+def test_dispatch_of_a_job_whose_key_exists_goes_through_start_driver(monkeypatch):
+    sent: list[str] = []
+    monkeypatch.setattr(dispatch.transport, "send", lambda cluster, func, pid: sent.append(pid))
+    settled, pending, fresh = (r.job for r in queue.enqueue_many([plain(i) for i in range(3)],
+                                                                  now_ms=T0))
+    for job in (settled, pending):
+        assert dispatch.start_driver(job, now_ms=T0).created
+    promises.settle(settled.job_id, "resolved", now_ms=T0 + 1)
+    sent.clear()
+    dispatch.dispatch_batch([settled, pending, fresh, fresh])
+    assert sent == [f"{settled.job_id}:recovery:1", fresh.job_id]  # the generation advances
+    assert sorted(DeliveryPromise.objects.filter(job_id=pending.job_id)
+                  .values_list("id", flat=True)) == [pending.job_id]  # active delivery
+    assert DeliveryPromise.objects.filter(job_id=fresh.job_id).count() == 1
+
+
+@pytest.mark.postgres_only
+def test_dispatch_wakes_the_driver_cluster_once_per_transaction():
+    jobs = [r.job for r in queue.enqueue_many([plain(i) for i in range(20)], now_ms=T0)]
+    with CaptureQueriesContext(connection) as queries:
+        dispatch.dispatch_batch(jobs)
+    notifies = [q["sql"] for q in queries.captured_queries if "pg_notify" in q["sql"]]
+    assert len(notifies) == 1 and DeliveryPromise.objects.count() == 20
