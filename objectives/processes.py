@@ -1,17 +1,19 @@
 """Running one shell command for Factory (O-6, Q-4): tasks, checks, publication, planners.
 
-`/bin/sh -c <command>` in its own process group (its own session), with a scrubbed
-environment, a parent-death signal so it dies with the worker that started it (a retry
-after a crash never runs beside an orphan), a timeout and an abort event that kill the
-whole group, stdout/stderr kept in full in files and as tails reported at most once a
-second. Whatever the command leaves behind in its group is killed when it exits.
+`/bin/sh -c <command>` with a scrubbed environment, a timeout and an abort event, stdout/
+stderr kept in full in files and as tails reported at most once a second. No orphans: the
+command runs under a small reaper (`jobs.runtime.lifeline`: its own session, a child
+subreaper) that dies with the worker thread that started it, and whenever it stops (the
+command's exit, a timeout or abort: SIGTERM from here, the worker's death: its
+parent-death signal) kills the command's process group and every descendant (children,
+grandchildren, whatever double-forked or `setsid` away) before it exits with the
+command's status. A retry after a crash never runs beside an orphan, and whatever the
+command leaves behind when it exits dies too.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import os
 import signal
 import subprocess
@@ -20,20 +22,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
-PR_SET_PDEATHSIG = 1
+from jobs.runtime import lifeline
+
 TAIL_CHARS = 4000
 REPORT_EVERY_S = 1.0  # output tails reach job.progress at most this often
 ALIVE_EVERY_S = 30.0  # a quiet command still reports progress (L-4 staleness is 90 s)
-KILL_GRACE_S = 2.0
+KILL_GRACE_S = lifeline.KILL_GRACE_S  # the reaper's SIGTERM -> SIGKILL of the command's tree
+REAPER_MARGIN_S = 5.0  # a reaper still there this long after its grace is SIGKILLed
 SAFE_ENV = ("PATH", "HOME", "LANG")
-
-_libc: Any = None
-try:  # Linux: the parent-death signal; elsewhere the process group kill still applies
-    _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-except OSError:  # pragma: no cover
-    _libc = None
 
 
 def scrubbed_env(extra: Mapping[str, str]) -> dict[str, str]:
@@ -85,32 +83,17 @@ def _pump(source: IO[bytes], sink: Path, tail: _Tail) -> None:
             tail.add(chunk)
 
 
-def _preexec(parent: int) -> Callable[[], None]:
-    def setup() -> None:
-        if _libc is not None:
-            _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-    return setup
-
-
-def kill_group(pid: int, reap: Callable[[], Any] | None = None) -> None:
-    """SIGTERM the group, SIGKILL whatever is left after KILL_GRACE_S. `reap` collects the
-    leader (a zombie leader would keep the group alive to `killpg(pid, 0)`)."""
-    for sig, wait in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 0.0)):
-        try:
-            os.killpg(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            return
-        deadline = time.monotonic() + wait
-        while time.monotonic() < deadline:
-            if reap is not None:
-                reap()
-            try:
-                os.killpg(pid, 0)
-            except (ProcessLookupError, PermissionError):
-                return
-            time.sleep(0.05)
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a command started by `run`: SIGTERM its reaper, which TERMs the command's tree,
+    KILLs what is left after KILL_GRACE_S and exits. SIGKILL the reaper only if it does not
+    (then the command's shell still dies of its parent-death signal)."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=KILL_GRACE_S + REAPER_MARGIN_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def run(command: str, *, cwd: Path, env: Mapping[str, str], stdout_path: Path,
@@ -122,11 +105,14 @@ def run(command: str, *, cwd: Path, env: Mapping[str, str], stdout_path: Path,
     stdout_path.parent.mkdir(parents=True, exist_ok=True)
     stderr_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
+    # The reaper gets a session of its own: a signal to our group (a group SIGKILL) must not
+    # reach it before it has killed the command. No preexec_fn (unsafe in a threaded
+    # worker): the reaper arms its own parent-death signal. `pid` is the reaper's from here.
     proc = subprocess.Popen(
-        ["/bin/sh", "-c", command], cwd=cwd, env=dict(env),
+        lifeline.reaper_argv(["/bin/sh", "-c", command]), cwd=cwd, env=dict(env),
         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-        preexec_fn=_preexec(os.getpid()), close_fds=True)
+        close_fds=True)
     out_tail, err_tail = _Tail(), _Tail()
     assert proc.stdout is not None and proc.stderr is not None
     pumps = [threading.Thread(target=_pump, args=(proc.stdout, stdout_path, out_tail), daemon=True),
@@ -147,7 +133,7 @@ def run(command: str, *, cwd: Path, env: Mapping[str, str], stdout_path: Path,
         if not was_aborted and timeout_s is not None and time.monotonic() - started > timeout_s:
             timed_out = True
         if was_aborted or timed_out:
-            kill_group(proc.pid, proc.poll)
+            stop(proc)
             break
         now = time.monotonic()
         versions = (out_tail.version, err_tail.version)
@@ -155,8 +141,7 @@ def run(command: str, *, cwd: Path, env: Mapping[str, str], stdout_path: Path,
         if on_output is not None and due:
             on_output(out_tail.text(), err_tail.text())
             last_report, seen = now, versions
-    code = proc.wait()
-    kill_group(proc.pid, proc.poll)  # leftovers of the group (background children) die too
+    code = proc.wait()  # the reaper exits once the command and all it left behind are gone
     for pump in pumps:
         pump.join(timeout=5)
     for stream in (proc.stdout, proc.stderr):
