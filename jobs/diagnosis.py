@@ -48,7 +48,22 @@ def facts_for(job_id: str, *, now_ms: int | None = None) -> Facts:
                  live_processes=dict(live), pending=pending, last_driver_start_ms=last_driver,
                  min_age_ms=config.queued_redrive_min_age_ms,
                  cooldown_ms=config.queued_redrive_cooldown_ms, session_peers=peers,
-                 capacity=capacity_of(job, slots=_slots(live_rows, job)))
+                 capacity=capacity_of(job, slots=_slots(live_rows, job)),
+                 holder_gone=_holder_gone(job, live_rows, now))
+
+
+def _holder_gone(job: JobState, live_rows: list[WorkerProcess], now: int) -> tuple[str, int] | None:
+    """The runworker a lease's worker id names, when the registry no longer sees it live."""
+    if not job.holds_lease or not job.worker_id:
+        return None
+    if any(processes.holds(job.worker_id, p) for p in live_rows):
+        return None
+    group, host, pid = [*job.worker_id.split(":"), "", "", ""][:3]
+    row = (WorkerProcess.objects.filter(group=group, host=host, pid=int(pid) if pid.isdigit() else -1)
+           .order_by("-started_at").first())
+    if row is None:
+        return None
+    return row.id, now - row.last_seen
 
 
 def _slots(live_rows: list[WorkerProcess], job: JobState) -> int:

@@ -15,7 +15,7 @@ from django.db.models import CharField, Exists, OuterRef, Value
 from django.db.models.functions import Concat
 
 from jobs import queue
-from jobs.core.reducer import job_from_wire
+from jobs.core.reducer import Fence, job_from_wire
 from jobs.core.vocabulary import LEASED_STATUSES
 from jobs.models import DeliveryPromise, Job
 from jobs.runtime import counters
@@ -94,6 +94,39 @@ def expire_leases(*, now_ms: int, limit: int = BATCH) -> Report:
             report.errors.append(f"{job_id}: {error}")
             log_event(logger, "delivery.lease_expiry_error", f"expiry of {job_id} failed: {error}",
                       level=logging.WARNING, jobId=job_id)
+    return report
+
+
+def release_holder(job_id: str, holder: Fence, *, now_ms: int, reason: str) -> queue.WriteResult:
+    """Give a job back whose lease holder is known gone (a dead worker process, a stopped
+    or vanished runworker), then redrive it at once as L-2 would."""
+    released = queue.release_lease(job_id, holder=holder, reason=reason, now_ms=now_ms)
+    if released.applied:
+        counters.incr("receipt_lease_releases_total")
+        if released.job is not None and released.job.status == "queued":
+            start_driver(released.job, dispatch_key=redrive_key(released.job), now_ms=now_ms)
+    return released
+
+
+def release_gone_holders(*, now_ms: int, limit: int = 50) -> Report:
+    """D-11/L-2: a runworker the registry declares gone (unseen for three beats) no longer
+    holds anything: every lease of its attempts is released (fenced), so its jobs run
+    again within seconds instead of when their leases run out (15 minutes for codex)."""
+    from jobs.runtime import processes
+
+    report = Report("holder_release")
+    for row in processes.gone_unreleased(now_ms=now_ms, limit=limit):
+        prefix = processes.worker_prefix(row)
+        for job_id, fence in processes.attempts_held_by(row):
+            report.examined += 1
+            try:
+                if release_holder(job_id, fence, now_ms=now_ms,
+                                  reason=f"{prefix} is gone (last seen {now_ms - row.last_seen} ms ago)"
+                                  ).applied:
+                    report.acted += 1
+            except Exception as error:
+                report.errors.append(f"{job_id}: {error}")
+        processes.mark_released(row, now_ms=now_ms)
     return report
 
 

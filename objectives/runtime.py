@@ -2,8 +2,9 @@
 
 Only the control role runs them: the outbox redrive every
 RECEIPT_OBJECTIVE_CONTROL_OUTBOX_REDRIVE_INTERVAL_MS (single-flight, observational
-deadline ..._TIMEOUT_MS), the watchdog schedule seeding once at startup, and one resume
-pass after RESONATE_STARTUP_SETTLE_MS.
+deadline ..._TIMEOUT_MS), the watchdog schedule seeding once at startup, django-q2's
+scheduler pass every 30 s (it fires the watchdog schedule), and one resume pass after
+RESONATE_STARTUP_SETTLE_MS.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.runtime.loops import Loop
+from jobs.runtime.promisebroker import run_schedules
 from objectives import outbox, schedules
 
 CONTROL = "worker-control"
@@ -24,6 +26,7 @@ def role_loops(config: Any, role: str) -> list[Loop]:
              config.startup_settle_ms,
              outbox.Redrive(config.control_outbox_redrive_timeout_ms)),
         Loop("watchdog_schedule", 0, 0, lambda now: schedules.seed_report(config), once=True),
+        Loop("schedules", 30_000, 5_000, run_schedules),
         Loop("objective_resume", 0, config.startup_settle_ms,
              lambda now: outbox.resume(now_ms=now), once=True),
     ]

@@ -132,8 +132,8 @@ Q_CLUSTER = cluster_config(
     broker_url=None if RECEIPT.broker == "orm" else RECEIPT.broker,
     poll_s=RECEIPT.broker_poll_ms / 1000,
 )
-if RECEIPT.broker == "orm" and DATABASES["default"]["ENGINE"].endswith("postgresql"):
-    Q_CLUSTER["broker_class"] = "jobs.runtime.pgbroker.NotifyORM"  # LISTEN/NOTIFY wake-ups
+if RECEIPT.broker == "orm":
+    Q_CLUSTER["broker_class"] = "jobs.runtime.promisebroker.PromiseBroker"  # promise = task
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

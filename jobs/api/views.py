@@ -337,10 +337,11 @@ class JobDiagnosisView(ApiView):
     required_scope = "jobs:read"
 
     @extend_schema(operation_id="diagnose_job", tags=["jobs"],
-                   summary="Why the job is not running or not done (A-4, D-12)",
+                   summary="Why the job is not running or not done",
                    description="`blockers` is a list of {code, detail}; codes: terminal, "
                                "no_handler, abort_requested, no_live_process, no_live_driver, "
-                               "lease_expired, running, attempts_exhausted, delivery_pending, "
+                               "lease_expired, holder_gone, running, attempts_exhausted, "
+                               "waiting_for_capacity, delivery_pending, delivery_exhausted, "
                                "redrive_pending, awaiting_redrive, singleton_peers. `facts` "
                                "are the inputs the answer was computed from.",
                    parameters=[schema.JOB_ID],

@@ -88,6 +88,8 @@ class Facts:
     session_peers: tuple[str, ...] = ()  # other active jobs on the same session key
     generations_exhausted: bool = False  # every delivery generation (D-3) was used
     capacity: Capacity | None = None  # the routed group's slots, when the shell gathered them
+    # The lease holder's runworker when the registry no longer sees it: (id, ms unseen).
+    holder_gone: tuple[str, int] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -150,6 +152,12 @@ def diagnose(facts: Facts) -> list[Blocker]:
             out.append(Blocker("lease_expired", f"lease of attempt {job.attempt} ({job.worker_id}) "
                                                 f"passed {human_ms(now - until)} ago; the lease "
                                                 "expiry loop will requeue or fail it"))
+        elif facts.holder_gone is not None:
+            process, unseen = facts.holder_gone
+            out.append(Blocker("holder_gone", f"attempt {job.attempt} is held by {job.worker_id}, "
+                                              f"but its process {process} is gone (unseen for "
+                                              f"{human_ms(unseen)}); its lease is released "
+                                              "within seconds and the job runs again"))
         else:
             out.append(Blocker("running", f"attempt {job.attempt} is held by {job.worker_id}; "
                                           f"lease expires in {human_ms(until - now)}"))

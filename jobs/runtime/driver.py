@@ -37,6 +37,66 @@ def drive(promise_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
     return result
 
 
+def drive_many(promise_ids: list[str], *, now_ms: int | None = None) -> list[dict[str, Any]]:
+    """A driver pass over many promises (the database broker hands the driver batches).
+
+    The common case, a queued job with nothing unusual, is decided from two reads for the
+    whole batch and written in ONE transaction: every execute promise inserted, every
+    driver promise settled, one wake-up per worker cluster. Anything else (terminal,
+    leased, abort requested, a promise already settled) takes the one-by-one path.
+    """
+    now = wall_clock_ms() if now_ms is None else now_ms
+    views = promises.get_many(promise_ids, now_ms=now)
+    jobs = queue.get_many([v.job_id for v in views.values()])
+    simple: list[tuple[promises.PromiseView, JobState]] = []
+    results: list[dict[str, Any]] = []
+    for promise_id in promise_ids:
+        view, job = views.get(promise_id), None
+        if view is not None:
+            job = jobs.get(view.job_id)
+        if (view is not None and view.function == "driver" and view.open and job is not None
+                and job.status == "queued" and not job.abort_requested):
+            simple.append((view, job))
+        else:
+            results.append(drive(promise_id, now_ms=now))
+    if simple:
+        results += _open_many(simple, now)
+    counters.flush()
+    return results
+
+
+def _open_many(batch: list[tuple[promises.PromiseView, JobState]], now: int) -> list[dict[str, Any]]:
+    default_lease = TimingSettings.from_config(settings.RECEIPT).job_lease_ms
+    new, routes = [], {}
+    for view, job in batch:
+        group = routed_group(job.agent_id, job.kind)
+        execute_id = execute_promise_id(job.job_id, job.attempt + 1, view.id)
+        routes[view.id] = (execute_id, group)
+        new.append(promises.NewPromise(execute_id, "execute", job.job_id, job.attempt + 1, group,
+                                       view.dispatch_key, job.lease_ms or default_lease))
+    with transaction.atomic():
+        opened = promises.create_many(new, now_ms=now)
+        for execute_id, group in sorted(routes.values()):
+            if execute_id in opened:  # a wake-up per cluster and transaction on the database
+                transport.send(cluster_for_group(group), EXECUTE_TASK, execute_id)
+        settled = []
+        for view, _ in batch:
+            execute_id = routes[view.id][0]
+            status = "dispatched" if execute_id in opened else "already_dispatched"
+            settled.append((view.id, {"status": status, "execute": execute_id}))
+        promises.settle_many(settled, "resolved", now_ms=now)
+    faults.crash("driver_after_execute_sent")
+    results = []
+    for view, job in batch:
+        execute_id, group = routes[view.id]
+        status = "dispatched" if execute_id in opened else "already_dispatched"
+        if status == "dispatched":
+            callbacks.post("dispatched", job, at_ms=now)
+        counters.incr("receipt_driver_outcomes_total", status=status)
+        results.append({"status": status, "jobId": job.job_id, "execute": execute_id})
+    return results
+
+
 def _drive(promise_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
     now = wall_clock_ms() if now_ms is None else now_ms
     promise = promises.get(promise_id, now_ms=now)

@@ -1,7 +1,9 @@
-"""Runs maintenance loops as threads of a runworker process and records each run (L-6).
+"""Runs a runworker's maintenance loops and records each run (L-6).
 
-A loop is single-flight inside its thread: ticks that fall due while a pass is running
-coalesce into the next one instead of piling up.
+All loops of a process share ONE thread (and so one database connection: the
+connection budget of a runworker is its concurrency + 3). Each loop is single-flight:
+ticks that fall due while a pass runs coalesce into the next one instead of piling up;
+the thread runs whichever loop is due first.
 """
 
 from __future__ import annotations
@@ -76,23 +78,28 @@ def run_once(loop: Loop, process_id: str) -> Report | None:
     return report
 
 
-def _thread(loop: Loop, process_id: str, stop: threading.Event) -> None:
-    if stop.wait(loop.startup_delay_ms / 1000):
-        return
-    while not stop.is_set():
-        run_once(loop, process_id)
-        if loop.once or stop.wait(loop.interval_ms / 1000):
+def _schedule(loops: list[Loop], process_id: str, stop: threading.Event) -> None:
+    import time
+
+    start = time.monotonic()
+    due = {index: start + loop.startup_delay_ms / 1000 for index, loop in enumerate(loops)}
+    while due and not stop.is_set():
+        index = min(due, key=lambda i: (due[i], i))
+        if stop.wait(max(0.0, due[index] - time.monotonic())):
             return
+        loop = loops[index]
+        run_once(loop, process_id)
+        if loop.once:
+            del due[index]
+        else:  # the next tick counts from the end of this pass: ticks never pile up
+            due[index] = time.monotonic() + loop.interval_ms / 1000
 
 
 def start(loops: list[Loop], process_id: str, stop: threading.Event) -> list[threading.Thread]:
-    threads = []
-    for loop in loops:
-        thread = threading.Thread(target=_thread, args=(loop, process_id, stop),
-                                  name=f"loop:{loop.name}", daemon=True)
-        thread.start()
-        threads.append(thread)
-    return threads
+    thread = threading.Thread(target=_schedule, args=(loops, process_id, stop),
+                              name="maintenance-loops", daemon=True)
+    thread.start()
+    return [thread]
 
 
 def summary(*, limit: int = 100) -> list[dict[str, Any]]:

@@ -1,5 +1,11 @@
 """Worker registry (D-11): each runworker process records itself and beats; a process
-unseen for three beats is shown as gone."""
+unseen for three beats is gone, and the leases of its attempts are released
+(`jobs.recovery.release_gone_holders`).
+
+Worker ids (D-10) name the runworker's main pid, `<group>:<host>:<runworker pid>`, for
+every worker process of that runworker: the registry row is then exactly the holder of
+those leases.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +13,9 @@ import os
 import socket
 from typing import Any
 
+from django.db import models
+
+from jobs.core.reducer import Fence
 from jobs.models import Job, WorkerProcess
 
 BEAT_MS = 5_000
@@ -23,27 +32,62 @@ def register(*, role: str, group: str | None, concurrency: int, now_ms: int,
     WorkerProcess.objects.update_or_create(pk=pid, defaults={
         "role": role, "group": group, "host": socket.gethostname(), "pid": os.getpid(),
         "concurrency": concurrency, "started_at": now_ms, "last_seen": now_ms,
-        "stopped_at": None, "current_attempts": [], "info": info or {}})
+        "stopped_at": None, "released_at": None, "current_attempts": [], "info": info or {}})
     return pid
 
 
-def current_attempts(group: str | None, child_pids: list[int]) -> list[dict[str, Any]]:
-    """Attempts held by this host's worker children (worker ids embed host and pid)."""
-    if group is None or not child_pids:
+RUNWORKER_PID_ENV = "RECEIPT_RUNWORKER_PID"
+
+
+def holder_pid() -> int:
+    """The pid worker ids name: the runworker's main process, else this process."""
+    value = os.environ.get(RUNWORKER_PID_ENV, "")
+    return int(value) if value.isdigit() else os.getpid()
+
+
+def worker_prefix(row: WorkerProcess) -> str:
+    return f"{row.group}:{row.host}:{row.pid}"
+
+
+def _holds(worker_id: str, prefix: str) -> bool:
+    return worker_id == prefix or worker_id.startswith(prefix + ":")
+
+
+def holds(worker_id: str, row: WorkerProcess) -> bool:
+    """Whether a lease's worker id names this runworker."""
+    return row.group is not None and _holds(worker_id, worker_prefix(row))
+
+
+def attempts_held_by(row: WorkerProcess, *, limit: int = 2000) -> list[tuple[str, Fence]]:
+    """Leased or running jobs whose worker id names this runworker (bounded by capacity:
+    a group's active leases)."""
+    if row.group is None:
         return []
-    prefixes = tuple(f"{group}:{socket.gethostname()}:{pid}" for pid in child_pids)
-    rows = (Job.objects.filter(worker_group=group, status__in=("leased", "running"))
-            .values_list("id", "attempt", "state")[:500])
-    found = []
-    for job_id, attempt, state in rows:
-        worker = state.get("workerId") or ""
-        if worker.startswith(prefixes):
-            found.append({"jobId": job_id, "attempt": attempt, "workerId": worker})
-    return found
+    prefix = worker_prefix(row)
+    rows = (Job.objects.filter(worker_group=row.group, status__in=("leased", "running"))
+            .values_list("id", "attempt", "state")[:limit])
+    return [(job_id, Fence(state["workerId"], attempt)) for job_id, attempt, state in rows
+            if _holds(state.get("workerId") or "", prefix)]
+
+
+def gone_unreleased(*, now_ms: int, limit: int = 50) -> list[WorkerProcess]:
+    """Worker runworkers unseen for three beats (or stopped) whose leases were not yet
+    released."""
+    rows = (WorkerProcess.objects.filter(group__isnull=False, released_at__isnull=True)
+            .filter(models.Q(stopped_at__isnull=False)
+                    | models.Q(last_seen__lt=now_ms - GONE_AFTER_BEATS * BEAT_MS))
+            .order_by("last_seen")[:limit])
+    return list(rows)
+
+
+def mark_released(row: WorkerProcess, *, now_ms: int) -> None:
+    WorkerProcess.objects.filter(pk=row.pk).update(released_at=now_ms)
 
 
 def beat(pid: str, *, now_ms: int, attempts: list[dict[str, Any]]) -> None:
-    WorkerProcess.objects.filter(pk=pid).update(last_seen=now_ms, current_attempts=attempts)
+    # A process that beats again after being declared gone holds new leases: watch it anew.
+    WorkerProcess.objects.filter(pk=pid).update(last_seen=now_ms, current_attempts=attempts,
+                                                released_at=None)
 
 
 def stopped(pid: str, *, now_ms: int) -> None:

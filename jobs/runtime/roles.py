@@ -70,7 +70,7 @@ def cluster_config(*, timing: TimingSettings, broker_url: str | None, poll_s: fl
         queue_limit = 1
         retry = timeout * (1 + math.ceil((queue_limit + 1) / workers)) + 30
         alt[cluster] = {"workers": workers, "timeout": timeout, "retry": retry,
-                        "queue_limit": queue_limit, "scheduler": cluster == "worker-control"}
+                        "queue_limit": queue_limit}
     config: dict[str, Any] = {
         # identical in every process: `name` is django-q2's signing salt (notes §2)
         "name": "receipt",

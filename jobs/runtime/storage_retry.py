@@ -1,8 +1,8 @@
-"""D-5: settlement writes retried on transient storage errors only.
+"""D-5: an attempt's writes (begin, settlement) retried on transient storage errors only.
 
-5 attempts, backoff 150 ms x attempt. Transient: a lost connection, a serialization
-failure or deadlock (PostgreSQL), a busy database (SQLite). Anything else is a bug or a
-refusal and propagates at once.
+5 attempts, backoff 150 ms x attempt. Transient: a lost or refused connection (too many
+clients included), a serialization failure or deadlock (PostgreSQL), a busy database
+(SQLite). Anything else is a bug or a refusal and propagates at once.
 """
 
 from __future__ import annotations
@@ -20,7 +20,8 @@ logger = logging.getLogger("receipt.delivery")
 T = TypeVar("T")
 ATTEMPTS = 5
 BACKOFF_S = 0.150
-_PG_TRANSIENT = {"40001", "40P01", "57P01", "57P02", "57P03", "08000", "08001", "08003", "08006"}
+_PG_TRANSIENT = {"40001", "40P01", "57P01", "57P02", "57P03", "08000", "08001", "08003", "08006",
+                 "53300"}  # 53300: too many connections
 _SQLITE_TRANSIENT = ("database is locked", "database table is locked", "disk i/o error")
 
 
@@ -41,6 +42,8 @@ def is_transient(error: BaseException) -> bool:
         if "server closed the connection" in text or ("connection" in text and "lost" in text):
             return True
         if "terminating connection" in text or "consuming input failed" in text:
+            return True
+        if "too many clients" in text or "connection refused" in text or "connection failed" in text:
             return True
     return False
 

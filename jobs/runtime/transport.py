@@ -1,22 +1,27 @@
-"""The only way Receipt hands work to django-q2: one task to one role's cluster.
+"""The only way Receipt hands work to a role's django-q2 cluster.
 
-With the ORM broker the task row is written in the caller's transaction (an outbox:
-it exists only if the promise it delivers committed). Redis is not transactional, so
-the push waits for the commit.
+Database broker (the default): the delivery promise row is the task
+(`jobs.runtime.promisebroker`), so sending is only a wake-up: one `pg_notify` per
+cluster per transaction on PostgreSQL, delivered when the promise commits; nothing on
+SQLite, whose pushers poll. Redis: the task is pushed after the commit (Redis is not
+transactional), so it exists only if the promise it delivers committed.
 """
 
 from __future__ import annotations
 
+import threading
 from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django_q.tasks import async_task
 
+from jobs.runtime.promisebroker import CHANNEL
 from jobs.runtime.roles import ROLE_CLUSTERS
 
 CLUSTERS = frozenset(ROLE_CLUSTERS.values())
+_woken = threading.local()  # clusters already woken by the current transaction
 
 
 @cache
@@ -29,9 +34,30 @@ def _broker(cluster: str) -> Any:  # one Redis client per cluster per process
 def send(cluster: str, func: str, *args: Any) -> None:
     if cluster not in CLUSTERS:
         raise ValueError(f"unknown cluster {cluster!r}")
-    options: dict[str, Any] = {"cluster": cluster}
     if settings.Q_CLUSTER.get("orm"):
-        async_task(func, *args, q_options=options)
+        _wake(cluster)
         return
-    options["broker"] = _broker(cluster)
+    options: dict[str, Any] = {"cluster": cluster, "broker": _broker(cluster)}
     transaction.on_commit(lambda: async_task(func, *args, q_options=options))
+
+
+def _wake(cluster: str) -> None:
+    """One notification per cluster per transaction (a driver pass opens many promises)."""
+    if connection.vendor != "postgresql":
+        return
+    if connection.in_atomic_block:
+        # Django replaces run_on_commit at every commit and rollback: it names the
+        # transaction. The no-op hook makes sure it is replaced even when nothing else
+        # registered one.
+        if getattr(_woken, "hooks", None) is not connection.run_on_commit:
+            transaction.on_commit(_noop)
+            _woken.hooks, _woken.clusters = connection.run_on_commit, set()
+        if cluster in _woken.clusters:
+            return
+        _woken.clusters.add(cluster)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, cluster])
+
+
+def _noop() -> None:
+    pass

@@ -1,40 +1,46 @@
 """The worker's execute-and-settle path (D-5, D-6, D-10): the second hop.
 
-In order: refuse a superseded attempt; lease a queued job; take a start-fence heartbeat
-(a redelivered attempt that no longer holds the lease ends `lease_lost`); cancel on a
-pending abort; run the handler in a thread while this thread heartbeats (each beat
-extends the lease and checks for an abort) and watches the execution timeout; re-read
-the job; settle under the attempt fence with the storage retry; settle the promise,
-post the callback and run `after_complete` only after a real completion.
+`attempt.begin` claims the promise and starts the attempt in one transaction. The
+handler then runs in this thread, on this process's one database connection, while
+the runworker's lease keeper (`jobs.runtime.keeper`) heartbeats the lease and watches
+for aborts; a small watcher thread here (no database) turns the keeper's stop order or
+the execution timeout into `ctx.aborted`. When the handler returns, `attempt.settle`
+writes the settlement and the promise in one transaction; then the callback, and
+`after_complete` only after a real completion.
+
+A handler that ignores a stop for longer than its grace is not waited for: the watcher
+settles the attempt itself (on a connection of its own, closed right after) and the
+handler's late return changes nothing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import socket
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
-from django.db import OperationalError, close_old_connections
+from django.db import close_old_connections, connection
 
 from jobs import handlers, queue
-from jobs.core.reducer import Command, Fence, FenceOutcome, JobState
+from jobs.core.reducer import Command
 from jobs.core.timing import TimingSettings, execution_timeout_ms, heartbeat_interval_ms
 from jobs.queue import Outcome
-from jobs.runtime import callbacks, counters, faults, promises
+from jobs.runtime import attempt as attempts
+from jobs.runtime import callbacks, counters, keeper, processes, promises
 from jobs.runtime.context import HandlerContext, JobResult
-from jobs.runtime.storage_retry import with_storage_retry
+from jobs.runtime.storage_retry import is_transient
 from receipt_site.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 
 logger = logging.getLogger("receipt.worker")
 STOP_GRACE_S = 5.0  # how long a stopped handler gets to return before we settle anyway
+WATCH_S = 0.1  # how often the watcher looks at the keeper's stop order and the deadline
+TRANSIENT_HANDLER_RETRIES = 3  # platform database errors inside a handler: run it again
 
 # Attempts running in this process: a duplicate delivery to the same process must not
 # run beside the original under the same fence.
@@ -43,8 +49,9 @@ _running_lock = threading.Lock()
 
 
 def worker_id_for(group: str, dispatch_key: str, job_id: str) -> str:
-    """D-10: `<group>:<host>:<pid>`, suffixed per dispatch key when it is not the job id."""
-    base = f"{group}:{socket.gethostname()}:{os.getpid()}"
+    """D-10: `<group>:<host>:<runworker pid>`, suffixed per dispatch key when it is not
+    the job id."""
+    base = f"{group}:{socket.gethostname()}:{processes.holder_pid()}"
     if dispatch_key == job_id:
         return base
     return f"{base}:delivery:{hashlib.sha256(dispatch_key.encode()).hexdigest()[:16]}"
@@ -55,84 +62,80 @@ def running_attempts() -> list[tuple[str, int]]:
         return sorted(_running)
 
 
-@dataclass
-class _Run:
-    result: JobResult | None = None
-    error: BaseException | None = None
-
-
-def execute(promise_id: str) -> dict[str, Any]:
-    now = wall_clock_ms()
-    promise = promises.get(promise_id, now_ms=now)
-    if promise is None or promise.function != "execute" or promise.attempt is None:
-        return {"status": "failed", "error": f"unknown execute promise {promise_id}"}
-    job_id, attempt = promise.job_id, promise.attempt
+def execute(promise_id: str, *, job_id: str | None = None, attempt: int | None = None,
+            dispatch_key: str | None = None, group: str | None = None) -> dict[str, Any]:
+    """Run one execute promise. The database broker passes what it read with the take;
+    other brokers pass only the id and the promise is read here."""
+    if job_id is None or attempt is None or dispatch_key is None or group is None:
+        known = promises.read_execute(promise_id)
+        if known is None:
+            return {"status": "failed", "error": f"unknown execute promise {promise_id}"}
+        job_id, attempt, group, dispatch_key = known
     key = (job_id, attempt)
     with _running_lock:
         if key in _running:
-            return _done("stale_attempt", job_id, attempt, promise_id=None)
+            return _count({"status": "stale_attempt", "jobId": job_id, "attempt": attempt})
         _running.add(key)
     try:
-        return _execute(promise, worker_id_for(promise.target_group, promise.dispatch_key, job_id))
+        begun = attempts.begin(promise_id, job_id=job_id, attempt=attempt,
+                               worker_id=worker_id_for(group, dispatch_key, job_id),
+                               now_ms=wall_clock_ms())
+        if isinstance(begun, attempts.Ended):
+            return _finish(begun)
+        return _run(begun)
     finally:
         with _running_lock:
             _running.discard(key)
         counters.flush()  # at most every few seconds
 
 
-def _done(status: str, job_id: str, attempt: int, *, promise_id: str | None,
-          state: str = "resolved", worker_id: str | None = None, **extra: Any) -> dict[str, Any]:
-    if promise_id is not None:
-        promises.settle(promise_id, state, now_ms=wall_clock_ms(),
-                        result={"status": status, **extra}, worker_id=worker_id)
-    counters.incr("receipt_attempt_outcomes_total", status=status)
-    return {"status": status, "jobId": job_id, "attempt": attempt, **extra}
+def _count(outcome: dict[str, Any]) -> dict[str, Any]:
+    counters.incr("receipt_attempt_outcomes_total", status=outcome["status"])
+    return outcome
 
 
-def _execute(promise: promises.PromiseView, worker_id: str) -> dict[str, Any]:
-    job_id, attempt, pid = promise.job_id, promise.attempt, promise.id
-    assert attempt is not None
-    job = queue.get(job_id)
-    if job is None:
-        return _done("failed", job_id, attempt, promise_id=pid, state="rejected", error="missing")
-    if job.is_terminal:
-        return _done("terminal_state", job_id, attempt, promise_id=pid)
-    if job.attempt > attempt or (job.attempt == attempt and job.status == "queued"):
-        return _done("stale_attempt", job_id, attempt, promise_id=pid, state="rejected")
-    if not promises.claim(pid, worker_id):  # the same delivery is running elsewhere
-        return {"status": "stale_attempt", "jobId": job_id, "attempt": attempt}
-    fence = Fence(worker_id, attempt)
-    if job.status == "queued":
-        if job.attempt != attempt - 1:
-            return _done("stale_attempt", job_id, attempt, promise_id=pid, state="rejected")
-        # Lease and first heartbeat in one append: the job is running under our fence.
-        started = queue.lease(job_id, worker_id=worker_id, start=True, expect_attempt=attempt)
-    else:
-        # Redelivered work: a start-fence heartbeat proves we still hold the attempt.
-        started = queue.heartbeat(job_id, fence=fence)
-    if not started.applied:
-        status = {Outcome.TERMINAL: "terminal_state",
-                  Outcome.NOT_QUEUED: "stale_attempt"}.get(started.outcome, "lease_lost")
-        return _done(status, job_id, attempt, promise_id=pid, state="rejected")
-    job = started.job
-    assert job is not None
-    if job.abort_requested:
-        return _settle(promise, job, fence, "canceled", reason=job.abort_reason)
-    handler = handlers.handler_for(job.agent_id)
-    if handler is None:
-        return _settle(promise, job, fence, "failed", error=f"No handler for agent '{job.agent_id}'",
-                       no_retry=True)
-    return _run(promise, job, fence, handler)
+def _finish(ended: attempts.Ended, after_complete: Any = None) -> dict[str, Any]:
+    settled = ended.job
+    if settled is not None and settled.status in ("completed", "failed", "canceled"):
+        callbacks.post(settled.status, settled, at_ms=wall_clock_ms())
+    if settled is not None and settled.status == "completed" and after_complete is not None:
+        try:
+            after_complete()
+        except Exception as hook_error:  # the job is settled; the hook cannot undo it
+            log_event(logger, "worker.after_complete_failed",
+                      f"after_complete of {settled.job_id} failed: {hook_error}",
+                      level=logging.WARNING, jobId=settled.job_id)
+    return _count(ended.outcome)
 
 
-def _run(promise: promises.PromiseView, job: JobState, fence: Fence,
-         handler: handlers.Handler) -> dict[str, Any]:
+class _Attempt:
+    """The handler's run: who ended it, and who settles it (exactly one thread does)."""
+
+    def __init__(self, running: attempts.Running, timeout_s: float, grace_s: float) -> None:
+        self.running = running
+        self.timeout_s = timeout_s
+        self.grace_s = grace_s
+        self.deadline = time.monotonic() + timeout_s
+        self.ended_by: str | None = None
+        self.done = threading.Event()  # the handler returned
+        self._settle_lock = threading.Lock()
+        self._settled = False
+
+    def settle_once(self, decide: Any) -> dict[str, Any] | None:
+        with self._settle_lock:
+            if self._settled:
+                return None
+            self._settled = True
+        return decide()  # type: ignore[no-any-return]
+
+
+def _run(running: attempts.Running) -> dict[str, Any]:
+    job, fence = running.job, running.fence
     timing = TimingSettings.from_config(settings.RECEIPT)
     lease_ms = job.lease_ms or timing.job_lease_ms
-    timeout_s = execution_timeout_ms(lease_ms, job.kind, timing) / 1000
-    cadence_s = heartbeat_interval_ms(lease_ms, timing) / 1000
-    deadline = time.monotonic() + timeout_s
-    grace_s = min(cadence_s, STOP_GRACE_S)
+    cadence_ms = heartbeat_interval_ms(lease_ms, timing)
+    run = _Attempt(running, execution_timeout_ms(lease_ms, job.kind, timing) / 1000,
+                   min(cadence_ms / 1000, STOP_GRACE_S))
 
     def pull(types: Sequence[str] | None) -> list[Command]:
         taken = queue.consume_commands(job.job_id, fence=fence, types=types)
@@ -146,109 +149,98 @@ def _run(promise: promises.PromiseView, job: JobState, fence: Fence,
             ctx.stop("lease lost")
         return written.applied
 
-    ctx = HandlerContext(job=job, fence=fence, deadline_monotonic=deadline, pull=pull, report=report)
-    run = _Run()
+    ctx = HandlerContext(job=job, fence=fence, deadline_monotonic=run.deadline, pull=pull,
+                         report=report)
+    lease = keeper.Lease(running, cadence_ms)
+    watcher = threading.Thread(target=_watch, args=(run, ctx, lease), daemon=True,
+                               name=f"watch:{job.job_id}")
+    watcher.start()
+    result: Any = None
+    error: BaseException | None = None
+    try:
+        result, error = _call_handler(job, ctx)
+    finally:
+        run.done.set()
+        lease.release()
+    settled = run.settle_once(lambda: _settle_after(run, ctx, result, error))
+    if settled is None:  # the watcher settled it while the handler overran its grace
+        return {"status": run.ended_by or "settled_by_watcher", "jobId": job.job_id,
+                "attempt": fence.attempt}
+    return settled
 
-    def target() -> None:
+
+def _call_handler(job: Any, ctx: HandlerContext) -> tuple[Any, BaseException | None]:
+    """Run the handler. A transient error of the platform's own database (too many
+    clients, a dropped connection) is not the handler's failure: it runs again, so a job
+    never spends its attempts on it."""
+    handler = handlers.handler_for(job.agent_id)
+    assert handler is not None  # begin() failed the attempt otherwise
+    for retry in range(TRANSIENT_HANDLER_RETRIES + 1):
         try:
-            run.result = handler(job, ctx)
+            return handler(job, ctx), None
         except BaseException as error:  # a handler exception is a retryable failure (D-7)
-            run.error = error
-        finally:
-            close_old_connections()
-
-    thread = threading.Thread(target=target, name=f"handler:{job.job_id}", daemon=True)
-    thread.start()
-    ended_by: str | None = None
-    while thread.is_alive():
-        thread.join(timeout=max(0.0, min(cadence_s, deadline - time.monotonic())))
-        if not thread.is_alive():
-            break
-        if time.monotonic() >= deadline:
-            ended_by = "execution_timeout"
-            ctx.stop("execution timeout")
-            thread.join(grace_s)  # within one cadence, so the lease still holds when we settle
-            break
-        beat = queue.heartbeat(job.job_id, fence=fence)
-        if not beat.applied:
-            ended_by = "terminal_state" if beat.outcome is Outcome.TERMINAL else "lease_lost"
-            ctx.stop("lease lost")
-            break
-        if beat.job is not None and beat.job.abort_requested:
-            ended_by = "canceled"
-            ctx.stop(beat.job.abort_reason or queue.ABORT_REQUESTED_REASON)
-            thread.join(grace_s)
-            break
-    if ended_by in ("lease_lost", "terminal_state"):
-        return _done(ended_by, job.job_id, fence.attempt, promise_id=promise.id, state="rejected",
-                     worker_id=fence.worker_id)
-    if ended_by == "execution_timeout":
-        return _settle(promise, job, fence, "execution_timeout",
-                       error=f"execution timeout after {int(timeout_s * 1000)} ms")
-    if ended_by == "canceled":
-        return _settle(promise, job, fence, "canceled", reason=ctx.abort_reason)
-    if run.error is not None:
-        return _settle(promise, job, fence, "failed", error=f"{type(run.error).__name__}: {run.error}")
-    result = run.result
-    if not isinstance(result, JobResult):
-        return _settle(promise, job, fence, "failed", no_retry=True,
-                       error=f"handler for agent '{job.agent_id}' returned {type(result).__name__}, "
-                             "not JobResult")
-    if result.ok:
-        return _settle(promise, job, fence, "completed", result=result.result,
-                       after_complete=result.after_complete)
-    return _settle(promise, job, fence, "failed", error=result.error or "handler failed",
-                   no_retry=result.no_retry, result=result.result)
-
-
-def _settle(promise: promises.PromiseView, job: JobState, fence: Fence, status: str, *,
-            error: str | None = None, no_retry: bool = False, result: Any = None,
-            reason: str | None = None, after_complete: Any = None) -> dict[str, Any]:
-    """Re-read, then settle under the fence (storage retry); D-5 and D-6."""
-
-    def write() -> queue.WriteResult:
-        current = queue.get(job.job_id)
-        if current is None or current.is_terminal:
-            return queue.WriteResult(Outcome.TERMINAL, current)
-        if fence.check(current) is not FenceOutcome.OK:
-            return queue.WriteResult(Outcome.FENCE_LOST, current)
-        if status == "completed":
-            return queue.complete(job.job_id, result, fence=fence)
-        if status == "canceled":
-            return queue.cancel(job.job_id, reason=reason or queue.ABORT_REQUESTED_REASON,
-                                by=fence.worker_id, fence=fence)
-        will_retry = not no_retry and current.attempt < current.max_attempts
-        final = result if result is not None else None
-        if not will_retry:  # D-6: a non-retryable failure carries its status in the result
-            final = {"status": status, **(result if isinstance(result, dict) else {})}
-            if result is not None and not isinstance(result, dict):
-                final["value"] = result
-        return queue.fail(job.job_id, error or status, fence=fence, no_retry=no_retry,
-                          result=final)
-
-    def write_with_faults() -> queue.WriteResult:
-        faults.fail_once("settle_transient", OperationalError("database is locked"))
-        return write()
-
-    written = with_storage_retry(f"settle {job.job_id}", write_with_faults)
-    if written.outcome is Outcome.TERMINAL:
-        return _done("terminal_state", job.job_id, fence.attempt, promise_id=promise.id,
-                     state="rejected", worker_id=fence.worker_id)
-    if written.outcome is not Outcome.APPLIED:
-        return _done("settlement_conflict", job.job_id, fence.attempt, promise_id=promise.id,
-                     state="rejected", worker_id=fence.worker_id)
-    settled = written.job
-    assert settled is not None
-    outcome = _done(status, job.job_id, fence.attempt, promise_id=promise.id,
-                    worker_id=fence.worker_id, jobStatus=settled.status)
-    now = wall_clock_ms()
-    if settled.status in ("completed", "failed", "canceled"):
-        callbacks.post(settled.status, settled, at_ms=now)
-    if settled.status == "completed" and after_complete is not None:
-        try:
-            after_complete()
-        except Exception as hook_error:  # the job is settled; the hook cannot undo it
-            log_event(logger, "worker.after_complete_failed",
-                      f"after_complete of {job.job_id} failed: {hook_error}",
+            if retry == TRANSIENT_HANDLER_RETRIES or not is_transient(error) or ctx.aborted.is_set():
+                return None, error
+            log_event(logger, "worker.handler_storage_retry",
+                      f"handler of {job.job_id} hit a transient database error: {error}",
                       level=logging.WARNING, jobId=job.job_id)
-    return outcome
+            close_old_connections()
+            connection.close()
+            time.sleep(0.2 * (retry + 1))
+    raise AssertionError("unreachable")
+
+
+def _watch(run: _Attempt, ctx: HandlerContext, lease: keeper.Lease) -> None:
+    """Turn the keeper's stop order or the deadline into ctx.aborted; past the grace,
+    settle without the handler."""
+    while not run.done.wait(WATCH_S):
+        order = lease.stop_order()
+        if order is not None:
+            run.ended_by = order[1]
+            ctx.stop(order[0])
+            break
+        if time.monotonic() >= run.deadline:
+            run.ended_by = "execution_timeout"
+            ctx.stop("execution timeout")
+            break
+    else:
+        return
+    if run.done.wait(run.grace_s):
+        return
+    try:
+        outcome = run.settle_once(lambda: _settle_after(run, ctx, None, None))
+        if outcome is not None:
+            log_event(logger, "worker.handler_overran",
+                      f"handler of {run.running.job.job_id} ignored its stop for "
+                      f"{run.grace_s:.0f}s; settled {outcome['status']}", level=logging.WARNING,
+                      jobId=run.running.job.job_id)
+    finally:
+        connection.close()  # this thread's connection exists only for this settlement
+
+
+def _settle_after(run: _Attempt, ctx: HandlerContext, result: Any,
+                  error: BaseException | None) -> dict[str, Any]:
+    running = run.running
+    ended_by = run.ended_by
+    if ended_by in ("lease_lost", "terminal_state"):
+        return _finish(attempts.abandon(running, ended_by, now_ms=wall_clock_ms()))
+    if ended_by == "execution_timeout":
+        return _finish(attempts.settle(running, "execution_timeout", now_ms=wall_clock_ms,
+                                       error=f"execution timeout after {int(run.timeout_s * 1000)} ms"))
+    if ended_by == "canceled":
+        return _finish(attempts.settle(running, "canceled", now_ms=wall_clock_ms,
+                                       reason=ctx.abort_reason))
+    if error is not None:
+        return _finish(attempts.settle(running, "failed", now_ms=wall_clock_ms,
+                                       error=f"{type(error).__name__}: {error}"))
+    if not isinstance(result, JobResult):
+        return _finish(attempts.settle(
+            running, "failed", now_ms=wall_clock_ms, no_retry=True,
+            error=f"handler for agent '{running.job.agent_id}' returned "
+                  f"{type(result).__name__}, not JobResult"))
+    if result.ok:
+        return _finish(attempts.settle(running, "completed", now_ms=wall_clock_ms,
+                                       result=result.result), result.after_complete)
+    return _finish(attempts.settle(running, "failed", now_ms=wall_clock_ms,
+                                   error=result.error or "handler failed",
+                                   no_retry=result.no_retry, result=result.result))

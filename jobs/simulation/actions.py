@@ -274,7 +274,8 @@ def outage(world: World) -> Result:
 
 
 def crash_after_settle(world: World) -> Result:
-    """The process dies after its settlement committed, before it settled the promise."""
+    """The process dies right after its settlement committed (the job's receipt and the
+    promise, one transaction), before the callback."""
     attempt = _pick_attempt(world)
     step = worker.finish(world, attempt, "ok", crash_after=True)
     return _worker_step(step, attempt)

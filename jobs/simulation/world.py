@@ -21,6 +21,7 @@ from random import Random
 from typing import Any
 
 from jobs.core.reducer import Fence, JobState
+from jobs.runtime import attempt as attempts
 from jobs.runtime import promises, transport
 from jobs.runtime.dispatch import DRIVE_TASK
 from jobs.runtime.driver import EXECUTE_TASK
@@ -108,16 +109,27 @@ class Broker:
 
 @dataclass
 class Attempt:
-    """An attempt whose handler is running in a simulated worker process (D-5)."""
+    """An attempt whose handler is running in a simulated worker process (D-5): what
+    `attempt.begin` returned, and where and since when it runs."""
 
     process: Process
-    promise: promises.PromiseView
+    running: attempts.Running  # the promise id, the job as begin left it, the fence
     job_index: int
-    job: JobState  # the job as the worker saw it when the handler started
-    fence: Fence
     started_ms: int
     timeout_ms: int  # the execution timeout (K-7)
     stopped: str | None = None  # ctx.stop(reason): the handler was told to stop
+
+    @property
+    def job(self) -> JobState:
+        return self.running.job
+
+    @property
+    def fence(self) -> Fence:
+        return self.running.fence
+
+    @property
+    def promise_id(self) -> str:
+        return self.running.promise_id
 
     @property
     def deadline_ms(self) -> int:
@@ -139,7 +151,7 @@ class Process:
     slot: int
     pid: int
     # worker._running: attempts this process is executing; a duplicate delivery of one of
-    # them to the same process must not run beside it.
+    # them to the same process is refused before `attempt.begin` (stale_attempt).
     running: dict[tuple[str, int], Attempt] = field(default_factory=dict)
 
     @property

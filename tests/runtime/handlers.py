@@ -32,8 +32,18 @@ def _echo(job, ctx):
 
 
 register_handler("test-echo")(_echo)
-register_handler("codex")(_echo)  # routing tests: these agents route to codex / control
-register_handler("factory-control")(_echo)
+register_handler("factory-control")(_echo)  # routing tests: routes to control
+
+
+@register_handler("codex")  # routes to codex, with the codex lease (15 minutes by default)
+def codex(job, ctx):
+    """Echoes; with `sleepMs` sleeps like test-sleep, with `stubbornMs` ignores aborts."""
+    payload = job.payload or {}
+    if "stubbornMs" in payload:
+        return stubborn(job, ctx, sleep_ms=payload["stubbornMs"])
+    if "sleepMs" in payload:
+        return sleep_handler(job, ctx)
+    return _echo(job, ctx)
 
 
 @register_handler("test-sleep")
@@ -55,11 +65,11 @@ def sleep_handler(job, ctx):
 
 
 @register_handler("test-stubborn")
-def stubborn(job, ctx):
+def stubborn(job, ctx, sleep_ms=None):
     """Ignores abort and deadlines entirely (execution-timeout tests)."""
     _mark(job, ctx, "start")
     payload = job.payload or {}
-    sleep_ms = payload.get("sleepMs", 10_000)
+    sleep_ms = payload.get("sleepMs", 10_000) if sleep_ms is None else sleep_ms
     if ctx.attempt > 1 and "laterSleepMs" in payload:
         sleep_ms = payload["laterSleepMs"]
     time.sleep(sleep_ms / 1000)
@@ -89,3 +99,21 @@ def commands(job, ctx):
             return JobResult.success({"steered": pulled[0].payload})
         time.sleep(0.1)
     return JobResult.failure("no steer arrived")
+
+
+@register_handler("test-command")
+def command(job, ctx):
+    """Runs payload `command` through Factory's process runner (objectives.processes), as a
+    Factory task does, in payload `dir`; honours abort and the handler deadline."""
+    from pathlib import Path
+
+    from objectives import processes
+
+    _mark(job, ctx, "start")
+    payload = job.payload or {}
+    where = Path(payload["dir"])
+    ran = processes.run(payload["command"], cwd=where, env=processes.scrubbed_env({}),
+                        stdout_path=where / "stdout.log", stderr_path=where / "stderr.log",
+                        timeout_s=ctx.remaining_s(), aborted=ctx.aborted)
+    _mark(job, ctx, "end")
+    return JobResult.success({"exitCode": ran.exit_code, "pid": ran.pid})

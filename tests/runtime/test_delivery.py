@@ -6,7 +6,6 @@ import pytest
 
 from jobs import queue
 from jobs.models import DeliveryPromise
-from jobs.runtime import transport
 from receipts import store
 from tests.conftest import wait_for
 from tests.runtime.helpers import assert_settled_once, enqueue, receipt_types, wait_status
@@ -99,15 +98,15 @@ def test_driver_killed_after_opening_the_execute_promise_still_completes_once(st
     assert_settled_once(job.job_id)
 
 
-def test_dropped_broker_task_is_recovered_by_the_queued_redrive(stack):
-    from django_q.models import OrmQ
-
+def test_delivery_lost_after_the_take_is_recovered_by_the_queued_redrive(stack):
     stack.start("chat")
     job = enqueue("test-echo")  # dispatched to the driver cluster, which is not running
-    wait_for(lambda: OrmQ.objects.filter(key="driver").exists(), message="driver task queued")
-    OrmQ.objects.filter(key="driver").delete()  # the broker lost it
-    # The driver promise is still pending: let its timeout pass (as time would).
-    DeliveryPromise.objects.filter(job_id=job.job_id).update(timeout_at=0)
+    promise = wait_for(lambda: DeliveryPromise.objects.filter(job_id=job.job_id).first(),
+                       message="driver promise")
+    # A driver pusher took it and died before running it: invisible until far later...
+    DeliveryPromise.objects.filter(pk=promise.pk).update(available_at=2**62)
+    # ...and its timeout passed (as time would).
+    DeliveryPromise.objects.filter(pk=promise.pk).update(timeout_at=0)
     stack.start("driver")
     done = wait_status(job.job_id, "completed", timeout=30)
     promise_ids = set(DeliveryPromise.objects.filter(job_id=job.job_id, function="driver")
@@ -117,18 +116,18 @@ def test_dropped_broker_task_is_recovered_by_the_queued_redrive(stack):
 
 
 def test_duplicate_execute_delivery_settles_once(stack):
+    from jobs.runtime import tasks
+
     stack.start("driver")
     stack.start("chat")
     job = enqueue("test-sleep", sleepMs=1500)
     wait_for(lambda: stack.marks("start", job.job_id), message="attempt to start")
     execute = DeliveryPromise.objects.get(job_id=job.job_id, function="execute")
-    transport.send("worker-chat", "jobs.runtime.tasks.execute", execute.id)  # while running
+    # The same promise delivered again, to another process (this one), while it runs...
+    assert tasks.execute(execute.id)["status"] == "stale_attempt"
     wait_status(job.job_id, "completed")
-    transport.send("worker-chat", "jobs.runtime.tasks.execute", execute.id)  # after settling
-    from django_q.models import OrmQ
-
-    wait_for(lambda: not OrmQ.objects.filter(key="worker-chat").exists(),
-             message="duplicates to be consumed")
+    # ...and after it settled.
+    assert tasks.execute(execute.id)["status"] == "stale_attempt"
     assert len(stack.marks("start", job.job_id)) == 1
     assert receipt_types(job.job_id).count("job.completed") == 1
     assert_settled_once(job.job_id)

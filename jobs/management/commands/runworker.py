@@ -5,17 +5,28 @@ django-q2 reads its cluster name once at import (Q_CLUSTER_NAME), so the command
 re-executes itself with it set (same pid: a supervisor keeps signalling the right
 process). Our own signal handlers only record the signal: stopping from inside a
 signal handler deadlocks django-q2 (django-q2#346). SIGTERM drains in-flight attempts
-for up to RUNWORKER_STOP_GRACE_S seconds; past that the tree is killed and the leases
-expire (L-2) rather than anything being half-written.
+for up to RUNWORKER_STOP_GRACE_S seconds; past that the tree is killed and this
+process releases the leases its attempts held before it exits.
+
+Database connections (the budget is concurrency + 3): one per worker process (its
+handler's), the pusher's (takes promises and listens), the maintenance loops' thread,
+and the lease keeper's thread (heartbeats, aborts, the registry beat). django-q2's
+sentinel and monitor never touch the database: the promise broker has nothing to
+acknowledge, and schedules run in the loops thread.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
+import time
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -23,13 +34,14 @@ from django.core.management.base import BaseCommand, CommandError
 
 from jobs import handlers, recovery
 from jobs.core.timing import TimingSettings, concurrency_for
-from jobs.runtime import loops, processes
+from jobs.runtime import keeper, loops, processes
 from jobs.runtime.roles import ROLE_CLUSTERS, UnknownRole, group_of, normalize_role
 from receipt_site.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 
 logger = logging.getLogger("receipt.runtime")
 ALL = "all"
+HOLDER_RELEASE_INTERVAL_MS = 5_000  # gone after 3 beats (15 s) + this: released within 30 s
 
 
 def resolve_role(cli_role: str | None, env_role: str | None) -> tuple[str, str | None]:
@@ -61,6 +73,9 @@ def maintenance_loops(config: Any, role: str = ALL) -> list[loops.Loop]:
                    lambda now: recovery.expire_leases(now_ms=now)),
         loops.Loop("promise_sweep", 60_000, config.queued_redrive_startup_delay_ms,
                    lambda now: recovery.sweep_promises(now_ms=now)),
+        loops.Loop("holder_release", HOLDER_RELEASE_INTERVAL_MS,
+                   config.queued_redrive_startup_delay_ms,
+                   lambda now: recovery.release_gone_holders(now_ms=now)),
         loops.Loop("startup_resume", 0, config.startup_settle_ms,
                    lambda now: recovery.redrive_queued(now_ms=now), once=True),
         *[loop for provide in loops.providers for loop in provide(config, role)],
@@ -68,12 +83,27 @@ def maintenance_loops(config: Any, role: str = ALL) -> list[loops.Loop]:
 
 
 def _kill_tree(pid: int) -> None:
+    """SIGKILL the sentinel and everything under it, except, where parent-death signals
+    work, task commands' reapers and what they run (jobs.runtime.lifeline): a reaper kills
+    its command's whole tree once its worker is dead, including what the command starts
+    while this runs, which SIGKILLing the reaper from here would leave behind."""
     import psutil
+
+    from jobs.runtime import lifeline
 
     try:
         parent = psutil.Process(pid)
-        for child in parent.children(recursive=True):
-            child.kill()
+        spared: set[int] = set()
+        for child in parent.children(recursive=True):  # parents come before their children
+            try:
+                if child.pid in spared:
+                    continue
+                if lifeline.ARMED and lifeline.is_reaper(child.cmdline()):
+                    spared.update(p.pid for p in child.children(recursive=True))
+                    continue
+                child.kill()
+            except psutil.Error:
+                continue
         parent.kill()
     except psutil.NoSuchProcess:
         pass
@@ -111,10 +141,11 @@ class Command(BaseCommand):
                   group=group, concurrency=concurrency, processId=pid)
         from django.db import connections
 
+        self._prepare_children(config)
         connections.close_all()  # never hand a live socket to django-q2's forks
         cluster_obj = None
         if cluster != ALL:
-            from django_q.cluster import Cluster
+            from jobs.runtime.lifeline import Cluster  # dies with us: no orphans
 
             cluster_obj = Cluster()
         signal.signal(signal.SIGTERM, on_signal)
@@ -123,11 +154,13 @@ class Command(BaseCommand):
             cluster_obj.start()
             log_event(logger, "runtime.worker_connected", f"{role_name} cluster started",
                       role=role_name, sentinelPid=cluster_obj.sentinel.pid)
-        stop = threading.Event()
+        stop, keeper_stop = threading.Event(), threading.Event()
         threads = loops.start(maintenance_loops(config, cluster), pid, stop)
-        beat = threading.Thread(target=self._beat, args=(pid, group, cluster_obj, stop),
-                                name="registry-beat", daemon=True)
-        beat.start()
+        lease_keeper = keeper.Keeper(Path(os.environ[keeper.DIR_ENV]),
+                                     on_pass=self._registry_beat(pid))
+        keeper_thread = threading.Thread(target=lease_keeper.run, args=(keeper_stop,),
+                                         name="lease-keeper", daemon=True)
+        keeper_thread.start()
         while received["signal"] is None:
             if cluster_obj is not None:
                 cluster_obj.sentinel.join(0.5)
@@ -138,12 +171,56 @@ class Command(BaseCommand):
         log_event(logger, "runtime.shutting_down", f"{role_name} stopping", role=role_name,
                   signal=received["signal"])
         stop.set()
-        for thread in [*threads, beat]:
+        for thread in threads:
             thread.join(timeout=10)
-        exit_code = self._stop_cluster(cluster_obj)
+        exit_code = self._stop_cluster(cluster_obj)  # the keeper beats through the drain
+        keeper_stop.set()
+        keeper_thread.join(timeout=10)
+        self._release_own_leases(pid)
         processes.stopped(pid, now_ms=wall_clock_ms())
+        shutil.rmtree(os.environ[keeper.DIR_ENV], ignore_errors=True)
         if exit_code:
             sys.exit(exit_code)
+
+    @staticmethod
+    def _prepare_children(config: Any) -> None:
+        """What django-q2's forks inherit: worker ids name this process, attempts are
+        handed to this process's keeper, and an enqueue from a handler dispatches in its
+        own thread (no extra thread, no extra connection)."""
+        os.environ[processes.RUNWORKER_PID_ENV] = str(os.getpid())
+        os.environ[keeper.DIR_ENV] = tempfile.mkdtemp(prefix=f"receipt-keeper-{os.getpid()}-")
+        settings.RECEIPT = dataclasses.replace(config, dispatch_mode="inline")
+
+    @staticmethod
+    def _registry_beat(pid: str) -> Any:
+        last = [0.0]
+
+        def on_pass(held: list[keeper.Held]) -> None:
+            now = time.monotonic()
+            if now - last[0] < processes.BEAT_MS / 1000:
+                return
+            last[0] = now
+            processes.beat(pid, now_ms=wall_clock_ms(), attempts=[h.to_wire() for h in held])
+        return on_pass
+
+    @staticmethod
+    def _release_own_leases(pid: str) -> None:
+        """Whatever this runworker still holds (a drain that ran out of grace) is given
+        back now instead of when the leases run out."""
+        from jobs.models import WorkerProcess
+
+        row = WorkerProcess.objects.filter(pk=pid).first()
+        if row is None:
+            return
+        now = wall_clock_ms()
+        for job_id, fence in processes.attempts_held_by(row):
+            try:
+                recovery.release_holder(job_id, fence, now_ms=now,
+                                        reason=f"{processes.worker_prefix(row)} stopped")
+            except Exception as error:
+                log_event(logger, "runtime.release_failed", f"release of {job_id} failed: {error}",
+                          level=logging.WARNING, jobId=job_id)
+        processes.mark_released(row, now_ms=now)
 
     def _reexec_for(self, cluster: str) -> None:
         from django_q.conf import Conf
@@ -158,21 +235,6 @@ class Command(BaseCommand):
         if "--role" not in argv and not any(a.startswith("--role=") for a in argv):
             argv += ["--role", cluster]
         os.execve(sys.executable, argv, {**os.environ, "Q_CLUSTER_NAME": cluster})
-
-    def _beat(self, pid: str, group: str | None, cluster_obj: Any, stop: threading.Event) -> None:
-        import psutil
-        from django.db import close_old_connections
-
-        while not stop.wait(processes.BEAT_MS / 1000):
-            try:
-                children = [p.pid for p in psutil.Process().children(recursive=True)]
-                attempts = processes.current_attempts(group, children)
-                processes.beat(pid, now_ms=wall_clock_ms(), attempts=attempts)
-            except Exception as error:  # a missed beat is shown as staleness, not a crash
-                log_event(logger, "runtime.beat_failed", f"registry beat failed: {error}",
-                          level=logging.WARNING)
-            finally:
-                close_old_connections()
 
     def _stop_cluster(self, cluster_obj: Any) -> int:
         if cluster_obj is None:

@@ -13,6 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from jobs import projector, queue, recovery
+from jobs.core.reducer import Fence, FenceOutcome
 from jobs.models import DeliveryPromise, Job
 from jobs.runtime import promises
 from jobs.simulation import actions, world
@@ -101,10 +102,23 @@ def test_a_second_settlement_is_reported_with_its_step_and_seed(monkeypatch):
 
 
 def test_two_attempts_under_one_live_fence_are_caught(monkeypatch):
-    # Without the promise claim and with one worker id for every process, a duplicated
-    # execute delivery runs twice under the same fence: what claim() prevents (D-5).
+    # With one worker id for every process, without the promise claim, and with a
+    # start_attempt that lets redelivered work under its own fence start again (a
+    # start-fence heartbeat instead of stale_attempt), a duplicated execute delivery runs
+    # twice under the same fence: what claim() and start_attempt's STALE prevent (D-5).
     monkeypatch.setattr(world.Process, "worker_id", lambda self, key, job_id: f"{self.group}:one")
     monkeypatch.setattr(promises, "claim", lambda promise_id, worker_id: True)
+    original = queue.start_attempt
+
+    def start_attempt(job_id, *, worker_id, attempt, now_ms=None):
+        start, job = original(job_id, worker_id=worker_id, attempt=attempt, now_ms=now_ms)
+        if (start is queue.Start.STALE and job is not None
+                and Fence(worker_id, attempt).check(job) is FenceOutcome.OK):
+            beat = queue.heartbeat(job_id, fence=Fence(worker_id, attempt), now_ms=now_ms)
+            return queue.Start.LEASED, beat.job
+        return start, job
+
+    monkeypatch.setattr(queue, "start_attempt", start_attempt)
     report = simulate(4, 150)
     assert report.violation is not None and report.violation.invariant == "one_live_fence"
     assert report.violation_action == "deliver_execute"

@@ -1,0 +1,163 @@
+"""One attempt's durable steps (D-5, D-6): begin, beat, settle. No threads, no clock of
+its own: the real worker (`jobs.runtime.worker`, with the lease keeper) and the
+deterministic simulation (`jobs.simulation`) drive these same functions.
+
+- `begin`: claim the execute promise and start the attempt in ONE transaction (claim,
+  lease with its first heartbeat or a start-fence heartbeat for redelivered work; a
+  pending abort cancels and a missing handler fails in the same transaction).
+- `beat`: the heartbeat of a running attempt; says whether to stop (abort, lease lost).
+- `settle`: complete, fail or cancel under the fence and settle the promise in ONE
+  transaction, under the storage retry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import OperationalError, transaction
+
+from jobs import handlers, queue
+from jobs.core.reducer import Fence, JobState
+from jobs.queue import Outcome, Start
+from jobs.runtime import faults, promises
+from jobs.runtime.storage_retry import with_storage_retry
+
+_START_STATUS = {Start.MISSING: ("failed", "rejected"), Start.TERMINAL: ("terminal_state", "resolved"),
+                 Start.STALE: ("stale_attempt", "rejected"), Start.LEASE_LOST: ("lease_lost", "rejected")}
+
+
+@dataclass(frozen=True)
+class Ended:
+    """A final D-6 status and what the task returns; `job` is the job after a settlement
+    this step wrote (for callbacks), else None."""
+
+    status: str
+    outcome: dict[str, Any]
+    job: JobState | None = None
+
+
+@dataclass(frozen=True)
+class Running:
+    """The attempt holds its fence: run the handler."""
+
+    promise_id: str
+    job: JobState
+    fence: Fence
+
+
+def _outcome(status: str, job_id: str, attempt: int, **extra: Any) -> dict[str, Any]:
+    return {"status": status, "jobId": job_id, "attempt": attempt, **extra}
+
+
+def _settle_promise(promise_id: str, status: str, state: str, *, now_ms: int,
+                    worker_id: str | None = None, **extra: Any) -> None:
+    promises.settle(promise_id, state, now_ms=now_ms, result={"status": status, **extra},
+                    worker_id=worker_id)
+
+
+def begin(promise_id: str, *, job_id: str, attempt: int, worker_id: str,
+          now_ms: int) -> Ended | Running:
+    """Claim the promise and start the attempt: one transaction, retried as a unit on a
+    transient storage error (the platform's outage never costs the job an attempt)."""
+    return with_storage_retry(f"begin {job_id}", lambda: _begin(
+        promise_id, job_id=job_id, attempt=attempt, worker_id=worker_id, now_ms=now_ms))
+
+
+def _begin(promise_id: str, *, job_id: str, attempt: int, worker_id: str,
+           now_ms: int) -> Ended | Running:
+    with transaction.atomic():
+        if not promises.claim(promise_id, worker_id):  # the same delivery is running elsewhere
+            return Ended("stale_attempt", _outcome("stale_attempt", job_id, attempt))
+        start, job = queue.start_attempt(job_id, worker_id=worker_id, attempt=attempt, now_ms=now_ms)
+        if start in _START_STATUS:
+            status, state = _START_STATUS[start]
+            extra = {"error": "missing"} if start is Start.MISSING else {}
+            _settle_promise(promise_id, status, state, now_ms=now_ms, **extra)
+            return Ended(status, _outcome(status, job_id, attempt, **extra))
+        assert job is not None
+        fence = Fence(worker_id, attempt)
+        if job.abort_requested:
+            return _write_settlement(promise_id, job, fence, "canceled", now_ms=now_ms,
+                                     reason=job.abort_reason)
+        if handlers.handler_for(job.agent_id) is None:
+            return _write_settlement(promise_id, job, fence, "failed", now_ms=now_ms, no_retry=True,
+                                     error=f"No handler for agent '{job.agent_id}'")
+        return Running(promise_id, job, fence)
+
+
+@dataclass(frozen=True)
+class Beat:
+    stop: str | None  # None: carry on; else why the handler must stop
+    ended_by: str | None  # lease_lost / terminal_state / canceled
+
+
+def beat(job_id: str, fence: Fence, *, now_ms: int) -> Beat:
+    written = queue.heartbeat(job_id, fence=fence, now_ms=now_ms)
+    if not written.applied:
+        ended = "terminal_state" if written.outcome is Outcome.TERMINAL else "lease_lost"
+        return Beat("lease lost", ended)
+    if written.job is not None and written.job.abort_requested:
+        return Beat(written.job.abort_reason or queue.ABORT_REQUESTED_REASON, "canceled")
+    return Beat(None, None)
+
+
+def abandon(running: Running, status: str, *, now_ms: int) -> Ended:
+    """The attempt lost its fence (lease_lost / terminal_state): reject the promise only."""
+    _settle_promise(running.promise_id, status, "rejected", now_ms=now_ms,
+                    worker_id=running.fence.worker_id)
+    return Ended(status, _outcome(status, running.job.job_id, running.fence.attempt))
+
+
+def settle(running: Running, status: str, *, now_ms: Callable[[], int], error: str | None = None,
+           no_retry: bool = False, result: Any = None, reason: str | None = None,
+           sleep: Callable[[float], None] | None = None,
+           inject: Callable[[], None] | None = None) -> Ended:
+    """Settle under the fence with the storage retry (D-5, D-6): one transaction for the
+    job's receipt and the promise. `inject` lets fault tests fail a try."""
+
+    def once() -> Ended:
+        faults.fail_once("settle_transient", OperationalError("database is locked"))
+        if inject is not None:
+            inject()
+        return _write_settlement(running.promise_id, running.job, running.fence, status,
+                                 now_ms=now_ms(), error=error, no_retry=no_retry, result=result,
+                                 reason=reason)
+
+    kwargs = {"sleep": sleep} if sleep is not None else {}
+    return with_storage_retry(f"settle {running.job.job_id}", once, **kwargs)
+
+
+def _final_result(job: JobState, status: str, result: Any, no_retry: bool) -> Any:
+    """D-6: a non-retryable failure carries its status in the job's result."""
+    if not no_retry and job.attempt < job.max_attempts:
+        return result
+    final = {"status": status, **(result if isinstance(result, dict) else {})}
+    if result is not None and not isinstance(result, dict):
+        final["value"] = result
+    return final
+
+
+def _write_settlement(promise_id: str, job: JobState, fence: Fence, status: str, *, now_ms: int,
+                      error: str | None = None, no_retry: bool = False, result: Any = None,
+                      reason: str | None = None) -> Ended:
+    job_id = job.job_id
+    with transaction.atomic(savepoint=False):  # inside begin's transaction, or its own
+        if status == "completed":
+            written = queue.complete(job_id, result, fence=fence, now_ms=now_ms)
+        elif status == "canceled":
+            written = queue.cancel(job_id, reason=reason or queue.ABORT_REQUESTED_REASON,
+                                   by=fence.worker_id, fence=fence, now_ms=now_ms)
+        else:
+            written = queue.fail(job_id, error or status, fence=fence, no_retry=no_retry,
+                                 result=_final_result(job, status, result, no_retry), now_ms=now_ms)
+        if written.outcome is Outcome.TERMINAL:
+            status, state, settled = "terminal_state", "rejected", None
+        elif written.outcome is not Outcome.APPLIED:
+            status, state, settled = "settlement_conflict", "rejected", None
+        else:
+            state, settled = "resolved", written.job
+        extra = {"jobStatus": settled.status} if settled is not None else {}
+        _settle_promise(promise_id, status, state, now_ms=now_ms, worker_id=fence.worker_id, **extra)
+    return Ended(status, _outcome(status, job_id, fence.attempt, **extra), settled)

@@ -1,0 +1,253 @@
+"""The lease keeper (D-5, D-11): one thread per `runworker` that keeps the leases of
+every attempt its worker processes run, so a worker process needs exactly one database
+connection (its handler's) and abort reaches a handler within a second.
+
+Worker processes hand their attempts over through small files in the runworker's
+keeper directory (`RECEIPT_KEEPER_DIR`): `<n>.json` says which attempt runs in which
+pid; the keeper answers with `<n>.stop` when the handler must stop (abort requested,
+lease lost, job settled elsewhere). Every pass the keeper:
+- releases the lease of an attempt whose worker process died (fenced, at once: no
+  waiting for `leaseUntil`);
+- heartbeats attempts whose cadence (K-7) is due;
+- looks for abort requests on the running jobs (woken by `pg_notify('receipt_abort')`
+  on PostgreSQL; every half second anyway, which is the SQLite path);
+- beats the worker registry with the attempts it holds.
+A worker process not under a runworker (no keeper directory in its environment) starts
+a keeper thread of its own over a private directory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from django.db import close_old_connections, connection
+
+from jobs import queue
+from jobs.core.reducer import Fence, job_from_wire
+from jobs.models import Job
+from jobs.runtime import attempt as attempts
+from receipt_site.logs import log_event
+from receipts.clock import now_ms as wall_clock_ms
+
+logger = logging.getLogger("receipt.keeper")
+DIR_ENV = "RECEIPT_KEEPER_DIR"
+ABORT_CHANNEL = "receipt_abort"
+PASS_S = 0.5
+
+
+@dataclass
+class Held:
+    """An attempt a worker process registered."""
+
+    path: Path
+    job_id: str
+    attempt: int
+    worker_id: str
+    pid: int
+    promise_id: str
+    cadence_ms: int
+    last_beat: float = field(default_factory=time.monotonic)
+    stopped: bool = False
+
+    @property
+    def fence(self) -> Fence:
+        return Fence(self.worker_id, self.attempt)
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"jobId": self.job_id, "attempt": self.attempt, "workerId": self.worker_id,
+                "pid": self.pid}
+
+
+# ---- the worker process's side --------------------------------------------------------------
+
+_local: dict[str, Any] = {}
+_local_lock = threading.Lock()
+
+
+def directory() -> Path:
+    """This process's keeper directory: the runworker's, or a private one with its own
+    keeper thread (a worker outside runworker)."""
+    shared = os.environ.get(DIR_ENV)
+    if shared:
+        return Path(shared)
+    with _local_lock:
+        if _local.get("pid") != os.getpid():
+            path = Path(tempfile.mkdtemp(prefix="receipt-keeper-"))
+            keeper = Keeper(path)
+            thread = threading.Thread(target=keeper.run, args=(threading.Event(),),
+                                      name="lease-keeper", daemon=True)
+            thread.start()
+            _local.update(pid=os.getpid(), path=path)
+        return Path(_local["path"])
+
+
+class Lease:
+    """A registered attempt, from the worker process's side."""
+
+    def __init__(self, running: attempts.Running, cadence_ms: int) -> None:
+        name = f"{running.job.job_id}#{running.fence.attempt}"
+        self.path = directory() / f"{name}.json"
+        self._stop_path = self.path.with_suffix(".stop")
+        record = {"jobId": running.job.job_id, "attempt": running.fence.attempt,
+                  "workerId": running.fence.worker_id, "pid": os.getpid(),
+                  "promiseId": running.promise_id, "cadenceMs": cadence_ms}
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        tmp.replace(self.path)  # the keeper never reads half a file
+
+    def stop_order(self) -> tuple[str, str] | None:
+        """(reason, ended_by) once the keeper told this attempt to stop."""
+        try:
+            order = json.loads(self._stop_path.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return str(order["reason"]), str(order["endedBy"])
+
+    def release(self) -> None:
+        for path in (self.path, self._stop_path):
+            path.unlink(missing_ok=True)
+
+
+# ---- the keeper ------------------------------------------------------------------------------
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+class Keeper:
+    def __init__(self, path: Path, *, on_pass: Callable[[list[Held]], None] | None = None,
+                 pass_s: float = PASS_S) -> None:
+        self.path = path
+        self.on_pass = on_pass  # e.g. the registry beat, with the attempts held
+        self.pass_s = pass_s
+        self.held: dict[str, Held] = {}
+        self._listening: Any = None
+
+    def run(self, stop: threading.Event) -> None:
+        while not stop.is_set():
+            try:
+                self.one_pass()
+            except Exception as error:  # never die: a missed pass is a late beat
+                log_event(logger, "keeper.pass_failed", f"lease keeper pass failed: {error}",
+                          level=logging.WARNING, exc_info=True)
+                close_old_connections()
+            self._wait(stop)
+
+    def one_pass(self) -> None:
+        self._scan()
+        now = time.monotonic()
+        for held in list(self.held.values()):
+            if held.stopped:
+                continue
+            if not _alive(held.pid):
+                self._release_dead(held)
+            elif (now - held.last_beat) * 1000 >= held.cadence_ms:
+                self._beat(held)
+        self._check_aborts()
+        if self.on_pass is not None:
+            self.on_pass(list(self.held.values()))
+
+    def attempts(self) -> list[Held]:
+        return list(self.held.values())
+
+    def _scan(self) -> None:
+        seen = set()
+        for path in self.path.glob("*.json"):
+            seen.add(path.name)
+            if path.name in self.held:
+                continue
+            try:
+                record = json.loads(path.read_text())
+            except (FileNotFoundError, ValueError):
+                continue
+            self.held[path.name] = Held(path, record["jobId"], int(record["attempt"]),
+                                        record["workerId"], int(record["pid"]),
+                                        record["promiseId"], int(record["cadenceMs"]))
+        for name in set(self.held) - seen:  # the worker finished and released it
+            del self.held[name]
+
+    def _order_stop(self, held: Held, reason: str, ended_by: str) -> None:
+        held.stopped = True
+        stop_path = held.path.with_suffix(".stop")
+        tmp = held.path.with_suffix(".stoptmp")
+        tmp.write_text(json.dumps({"reason": reason, "endedBy": ended_by}))
+        tmp.replace(stop_path)
+        log_event(logger, "keeper.stop", f"{held.job_id} attempt {held.attempt}: {reason}",
+                  jobId=held.job_id, endedBy=ended_by)
+
+    def _beat(self, held: Held) -> None:
+        result = attempts.beat(held.job_id, held.fence, now_ms=wall_clock_ms())
+        held.last_beat = time.monotonic()
+        if result.stop is not None and result.ended_by is not None:
+            self._order_stop(held, result.stop, result.ended_by)
+
+    def _check_aborts(self) -> None:
+        live = {h.job_id: h for h in self.held.values() if not h.stopped}
+        if not live:
+            return
+        for wire in Job.objects.filter(pk__in=list(live)).values_list("state", flat=True):
+            job = job_from_wire(wire)
+            held = live[job.job_id]
+            if job.is_terminal or held.fence.check(job).value != "ok":
+                self._order_stop(held, "lease lost", "terminal_state" if job.is_terminal
+                                 else "lease_lost")
+            elif job.abort_requested:
+                self._order_stop(held, job.abort_reason or queue.ABORT_REQUESTED_REASON,
+                                 "canceled")
+
+    def _release_dead(self, held: Held) -> None:
+        """The worker process died mid-attempt: give the job back now (fenced)."""
+        from jobs import recovery
+
+        released = recovery.release_holder(held.job_id, held.fence, now_ms=wall_clock_ms(),
+                                           reason=f"worker process {held.pid} died")
+        log_event(logger, "keeper.released", f"{held.job_id} attempt {held.attempt}: worker "
+                  f"process {held.pid} died", level=logging.WARNING, jobId=held.job_id,
+                  outcome=released.outcome.value)
+        held.path.unlink(missing_ok=True)
+        held.path.with_suffix(".stop").unlink(missing_ok=True)
+        del self.held[held.path.name]
+
+    def _wait(self, stop: threading.Event) -> None:
+        """Until the next pass, or an abort notification (PostgreSQL)."""
+        if connection.vendor != "postgresql" or not self.held:
+            stop.wait(self.pass_s)
+            return
+        try:
+            pg = self._listen()
+            if select.select([pg.fileno()], [], [], self.pass_s)[0]:
+                with connection.cursor() as cursor:  # reads the notification off the socket
+                    cursor.execute("SELECT 1")
+        except Exception:
+            self._listening = None
+            stop.wait(self.pass_s)
+
+    def _listen(self) -> Any:
+        connection.ensure_connection()
+        raw = connection.connection
+        if self._listening is not raw:  # a new connection: listen again
+            raw.add_notify_handler(_ignore)  # the wake-up is the point, not the payload
+            with connection.cursor() as cursor:
+                cursor.execute(f"LISTEN {ABORT_CHANNEL}")
+            self._listening = raw
+        return raw
+
+
+def _ignore(notify: Any) -> None:
+    pass

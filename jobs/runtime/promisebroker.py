@@ -1,0 +1,228 @@
+"""The django-q2 broker of the database path: the delivery promise row is the task.
+
+django-q2's ORM broker keeps a second table of pickled tasks (insert on send, select and
+lock-update on take, delete on ack: four statements a hop on top of our promise). Here a
+cluster takes its unsettled, unclaimed promises straight from `jobs_delivery_promise`:
+one UPDATE ... RETURNING per batch, `FOR UPDATE SKIP LOCKED` on PostgreSQL so replicas of
+a role never wait on each other. The take pushes `available_at` forward (a visibility
+timeout): a process that dies after a take and before its worker claims the promise
+lets it come back. Settling or claiming a promise takes it out of the partial index, so
+there is nothing to acknowledge.
+
+Wake-ups: `transport.send` issues `pg_notify('receipt_q', <cluster>)` with the promise's
+transaction; a pusher waits on the same connection it takes with (one connection per
+pusher). SQLite has no notifications: the pusher polls every RECEIPT_BROKER_POLL_MS with
+a read, and writes only when there is something to take.
+
+The driver cluster gets up to DRIVER_BATCH promises per task, so one driver pass opens
+many execute promises in one transaction; worker clusters get one promise per task.
+"""
+
+from __future__ import annotations
+
+import select
+import time
+import uuid
+from typing import Any
+
+from django.db import connections
+from django.utils import timezone
+from django_q.brokers import Broker
+from django_q.conf import Conf
+from django_q.signing import SignedPackage
+
+CHANNEL = "receipt_q"
+VISIBILITY_MS = 30_000
+DRIVER_BATCH = 50
+IDLE_WAIT_S = 1.0  # the longest an idle pusher waits without looking (stop, missed notify)
+DRIVE_MANY = "jobs.runtime.tasks.drive_many"
+EXECUTE = "jobs.runtime.tasks.execute"
+
+_DELIVERABLE = ("target_group = %s AND settled_at IS NULL AND worker_id IS NULL "
+                "AND available_at <= %s")
+_TAKE_PG = (
+    "UPDATE jobs_delivery_promise SET available_at = %s WHERE id IN ("
+    f"SELECT id FROM jobs_delivery_promise WHERE {_DELIVERABLE} "
+    "ORDER BY available_at LIMIT %s FOR UPDATE SKIP LOCKED) "
+    "RETURNING id, job_id, attempt, dispatch_key, available_at"
+)
+_PEEK_SQLITE = (f"SELECT id FROM jobs_delivery_promise WHERE {_DELIVERABLE} "
+                "ORDER BY available_at LIMIT %s")
+
+
+def group_for_cluster(cluster: str) -> str:
+    return cluster.removeprefix("worker-")
+
+
+class PromiseBroker(Broker):
+    def __init__(self, list_key: str | None = None) -> None:
+        super().__init__(list_key=list_key)
+        self.group = group_for_cluster(self.list_key)
+        self._pg: Any = None  # psycopg connection of this process (PostgreSQL)
+        self._woken = False
+
+    def __getstate__(self) -> Any:  # sent to the pusher and monitor processes
+        return self.list_key, self.group
+
+    def __setstate__(self, state: Any) -> None:
+        self.list_key, self.group = state
+        self.connection = None
+        self._pg = None
+        self._woken = False
+
+    # ---- what django-q2 calls --------------------------------------------------------------
+
+    def enqueue(self, task: Any) -> str:
+        """A django-q2 schedule firing (`run_schedules`): run its function after the
+        schedule's transaction commits, in the calling thread. Receipt's own work never
+        comes here: it is sent as promises (jobs.runtime.dispatch)."""
+        from django.db import transaction
+        from django.utils.module_loading import import_string
+
+        unpacked = SignedPackage.loads(task)
+        func = import_string(unpacked["func"]) if isinstance(unpacked["func"], str) else unpacked["func"]
+        transaction.on_commit(lambda: func(*unpacked["args"], **unpacked["kwargs"]))
+        return str(unpacked["id"])
+
+    def dequeue(self) -> list[tuple[str, bytes]] | None:
+        self._woken = False
+        rows = self._take()
+        if not rows and not self._woken:  # a notification that came with the take: look again
+            self._wait()
+            rows = self._take()
+        return self._tasks(rows) if rows else None
+
+    def acknowledge(self, task_id: Any) -> None:
+        """Nothing to do: the task's own settle (or claim) took the promise out of reach."""
+
+    def fail(self, task_id: Any) -> None:
+        """A task that cannot be unpacked comes back after the visibility timeout."""
+
+    def delete(self, task_id: Any) -> None:
+        pass
+
+    def queue_size(self) -> int:
+        return len(self._select(_PEEK_SQLITE, [self.group, _now_ms(), 10_000]))
+
+    def lock_size(self) -> int:
+        return 0
+
+    def ping(self) -> bool:
+        return True
+
+    def info(self) -> str:
+        return f"promise broker ({self.group})"
+
+    def delete_queue(self) -> None:
+        pass
+
+    def purge_queue(self) -> None:
+        pass
+
+    @staticmethod
+    def get_connection(list_key: str | None = None) -> Any:
+        return 0
+
+    # ---- taking ----------------------------------------------------------------------------
+
+    def _limit(self) -> int:
+        return DRIVER_BATCH * max(1, Conf.WORKERS) if self.group == "driver" else max(1, Conf.WORKERS)
+
+    def _take(self) -> list[tuple[Any, ...]]:
+        now = _now_ms()
+        if self._postgres():
+            return self._select(_TAKE_PG, [now + VISIBILITY_MS, self.group, now, self._limit()])
+        ids = [row[0] for row in self._select(_PEEK_SQLITE, [self.group, now, self._limit()])]
+        if not ids:
+            return []
+        marks = ", ".join(["%s"] * len(ids))
+        return self._select(
+            f"UPDATE jobs_delivery_promise SET available_at = %s WHERE id IN ({marks}) "
+            "AND settled_at IS NULL AND worker_id IS NULL AND available_at <= %s "
+            "RETURNING id, job_id, attempt, dispatch_key, available_at",
+            [now + VISIBILITY_MS, *ids, now])
+
+    def _tasks(self, rows: list[tuple[Any, ...]]) -> list[tuple[str, bytes]]:
+        if self.group == "driver":
+            ids = [row[0] for row in rows]
+            chunks = [ids[i:i + DRIVER_BATCH] for i in range(0, len(ids), DRIVER_BATCH)]
+            return [self._pack(DRIVE_MANY, (chunk,)) for chunk in chunks]
+        return [self._pack(EXECUTE, (row[0],), {"job_id": row[1], "attempt": row[2],
+                                                 "dispatch_key": row[3], "group": self.group})
+                for row in rows]
+
+    def _pack(self, func: str, args: tuple[Any, ...],
+              kwargs: dict[str, Any] | None = None) -> tuple[str, bytes]:
+        task_id = uuid.uuid4().hex
+        task = {"id": task_id, "name": str(args[0])[:100], "func": func, "args": args,
+                "kwargs": kwargs or {}, "started": timezone.now(), "ack_failure": True,
+                "cluster": self.list_key}
+        return task_id, SignedPackage.dumps(task)
+
+    # ---- connections -----------------------------------------------------------------------
+
+    @staticmethod
+    def _postgres() -> bool:
+        return connections[Conf.ORM or "default"].vendor == "postgresql"
+
+    def _select(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        if not self._postgres():
+            with connections[Conf.ORM or "default"].cursor() as cursor:
+                cursor.execute(sql, params)
+                return list(cursor.fetchall())
+        try:
+            return list(self._connection().execute(sql, params, prepare=True).fetchall())
+        except Exception:
+            self._close()  # a broken connection is replaced on the next call
+            raise
+
+    def _connection(self) -> Any:
+        if self._pg is None or self._pg.closed:
+            import psycopg
+
+            params = connections[Conf.ORM or "default"].get_connection_params()
+            for key in ("cursor_factory", "context", "prepare_threshold"):
+                params.pop(key, None)
+            self._pg = psycopg.connect(**params, autocommit=True)
+            # psycopg reads notifications during any statement: the handler sees them all
+            self._pg.add_notify_handler(self._on_notify)
+            self._pg.execute(f"LISTEN {CHANNEL}")
+        return self._pg
+
+    def _on_notify(self, notify: Any) -> None:
+        self._woken = True
+
+    def _wait(self) -> None:
+        """Until a notification arrives (the next take reads it off the socket)."""
+        if not self._postgres():
+            time.sleep(Conf.POLL)
+            return
+        try:
+            pg = self._connection()
+            select.select([pg.fileno()], [], [], IDLE_WAIT_S)
+        except Exception:  # a broken connection must never stop the pusher
+            self._close()
+            time.sleep(Conf.POLL)
+
+    def _close(self) -> None:
+        if self._pg is not None:
+            try:
+                self._pg.close()
+            finally:
+                self._pg = None
+
+
+def run_schedules(now_ms: int) -> Any:
+    """django-q2's scheduler pass, run by a maintenance loop of the role (not by the
+    cluster's sentinel, so no process beyond the connection budget touches the database)."""
+    from django_q.brokers import get_broker
+    from django_q.scheduler import scheduler
+
+    from jobs.recovery import Report
+
+    scheduler(broker=get_broker())
+    return Report("schedules")
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
