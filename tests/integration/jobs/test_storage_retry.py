@@ -26,6 +26,7 @@ def test_a_refusal_is_not_transient():
     assert not is_transient(ValueError("too many clients"))
 
 
+@pytest.mark.django_db  # a transient error makes the retry look at the connection
 def test_retry_recovers_after_transient_errors_and_gives_up_on_others():
     calls = []
 
