@@ -48,9 +48,17 @@ def job_id_of(stream: str) -> str:
     return job_id
 
 
+_LOAD = f"SELECT state FROM {Job._meta.db_table} WHERE id = %s"
+
+
 def load_state(job_id: str) -> JobState | None:
-    wire = Job.objects.filter(pk=job_id).values_list("state", flat=True).first()
-    return job_from_wire(wire) if wire is not None else None
+    with connection.cursor() as cursor:  # read on every job write: no ORM on the hot path
+        cursor.execute(_LOAD, [job_id])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    wire = json.loads(row[0]) if isinstance(row[0], str | bytes) else row[0]
+    return job_from_wire(wire)
 
 
 class JobProjector:
@@ -70,9 +78,11 @@ class JobProjector:
             return  # J-3: a late failure/expiry of a job that never existed leaves no row
         row = row_for(after)
         if before is None:
-            Job.objects.create(**row)
-        else:
-            Job.objects.filter(pk=job_id).update(**{k: v for k, v in row.items() if k != "id"})
+            _insert([row])
+        else:  # the hot path of every job write: one prepared statement, no ORM
+            keys = tuple(k for k in row if k != "id")
+            handle.writer.execute(_update_sql(connection.vendor, keys),
+                                  [*_values(row, keys), job_id])
 
     def apply_many(self, batch: Sequence[tuple[StreamHandle, Sequence[Receipt]]]) -> None:
         """`apply` for many streams at once (`store.append_new_streams`): the rows of new
@@ -142,11 +152,26 @@ def _insert(rows: list[dict[str, Any]]) -> None:
         with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
             cursor.execute(sql, [json.dumps(rows)], prepare=True)
         return
-    json_keys = {f.name for f in Job._meta.get_fields() if f.get_internal_type() == "JSONField"}
-    values = [json.dumps(row[k]) if k in json_keys else row[k] for row in rows for k in keys]
+    values = [value for row in rows for value in _values(row, keys)]
     one = f"({', '.join(['%s'] * len(keys))})"
     with connection.cursor() as cursor:
         cursor.execute(sql.format(rows=", ".join([one] * len(rows))), values)
+
+
+_JSON_KEYS = frozenset(f.name for f in Job._meta.get_fields()
+                       if f.get_internal_type() == "JSONField")
+
+
+def _values(row: dict[str, Any], keys: Sequence[str]) -> list[Any]:
+    """Column values as Django's JSONField would send them."""
+    return [json.dumps(row[k]) if k in _JSON_KEYS else row[k] for k in keys]
+
+
+@cache
+def _update_sql(vendor: str, keys: tuple[str, ...]) -> str:
+    cast = "::jsonb" if vendor == "postgresql" else ""
+    sets = ", ".join(f"{k} = %s{cast if k in _JSON_KEYS else ''}" for k in keys)
+    return f"UPDATE {Job._meta.db_table} SET {sets} WHERE id = %s"
 
 
 def row_fields() -> list[str]:

@@ -122,6 +122,11 @@ class Writer:
                 self._cursor.execute(sql, params)
             return self._cursor.fetchall() if self._cursor.description else []
 
+    def execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """A statement of the append's transaction on the append's cursor (prepared on
+        PostgreSQL): projectors write their read-model rows through it."""
+        return self._run(sql, params)
+
     def lock(self, name: str) -> tuple[str | None, int]:
         head, count = self._run(_LOCK, [name])[0]
         return head, count

@@ -8,13 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
-from django.db.models import Q
 
 from jobs.models import DeliveryPromise
 
 TERMINAL_STATES = ("resolved", "rejected", "canceled", "timedout")
-# Unsettled: pending, or marked timed out by the sweep (which sets no settled_at).
-_OPEN = Q(state="pending") | Q(state="timedout", settled_at__isnull=True)
 
 
 @dataclass(frozen=True)
@@ -117,8 +114,7 @@ def settle_many(settlements: list[tuple[str, Any]], state: str, *, now_ms: int) 
     if not settlements:
         return
     assert state in TERMINAL_STATES
-    cast = "::jsonb" if connection.vendor == "postgresql" else ""
-    sql = (f"UPDATE jobs_delivery_promise SET state = %s, settled_at = %s, result = %s{cast} "
+    sql = (f"UPDATE jobs_delivery_promise SET state = %s, settled_at = %s, result = %s{_cast()} "
            "WHERE id = %s AND settled_at IS NULL AND state IN ('pending', 'timedout')")
     with connection.cursor() as cursor:
         cursor.executemany(sql, [[state, now_ms, json.dumps(result), pid]
@@ -130,6 +126,18 @@ def get_many(promise_ids: list[str], *, now_ms: int) -> dict[str, PromiseView]:
     return {row.id: view(row, now_ms) for row in rows}
 
 
+# Open (unsettled): pending, or marked timed out by the sweep (which sets no settled_at).
+_SETTLE = ("UPDATE jobs_delivery_promise SET state = %s, settled_at = %s, result = %s{cast}, "
+           "worker_id = COALESCE(%s, worker_id) "
+           "WHERE id = %s AND settled_at IS NULL AND state IN ('pending', 'timedout')")
+_CLAIM = ("UPDATE jobs_delivery_promise SET worker_id = %s WHERE id = %s AND function = 'execute' "
+          "AND worker_id IS NULL AND settled_at IS NULL AND state IN ('pending', 'timedout')")
+
+
+def _cast() -> str:
+    return "::jsonb" if connection.vendor == "postgresql" else ""
+
+
 def settle(promise_id: str, state: str, *, now_ms: int, result: Any = None,
            worker_id: str | None = None) -> bool:
     """Settle a promise once; a second settlement changes nothing.
@@ -138,10 +146,11 @@ def settle(promise_id: str, state: str, *, now_ms: int, result: Any = None,
     delivery, see `claim`) is settled too: the record then says what really happened.
     """
     assert state in TERMINAL_STATES
-    fields: dict[str, Any] = {"state": state, "settled_at": now_ms, "result": result}
-    if worker_id is not None:
-        fields["worker_id"] = worker_id
-    return DeliveryPromise.objects.filter(_OPEN, pk=promise_id).update(**fields) == 1
+    with connection.cursor() as cursor:  # every attempt settles one: no ORM on the hot path
+        cursor.execute(_SETTLE.format(cast=_cast()),
+                       [state, now_ms, None if result is None else json.dumps(result),
+                        worker_id, promise_id])
+        return cursor.rowcount == 1
 
 
 def claim(promise_id: str, worker_id: str) -> bool:
@@ -152,8 +161,9 @@ def claim(promise_id: str, worker_id: str) -> bool:
     promise names, so a late delivery either runs the job's next attempt or finds it
     taken. This is what lets a queue drain on its own after a long outage.
     """
-    return DeliveryPromise.objects.filter(_OPEN, pk=promise_id, worker_id__isnull=True,
-                                          function="execute").update(worker_id=worker_id) == 1
+    with connection.cursor() as cursor:
+        cursor.execute(_CLAIM, [worker_id, promise_id])
+        return cursor.rowcount == 1
 
 
 def read_execute(promise_id: str) -> tuple[str, int, str, str] | None:
