@@ -3,8 +3,8 @@
 `attempt.begin` claims the promise and starts the attempt in one transaction. The
 handler then runs in this thread, on this process's one database connection, while
 the runworker's lease keeper (`jobs.runtime.keeper`) heartbeats the lease and watches
-for aborts; a small watcher thread here (no database) turns the keeper's stop order or
-the execution timeout into `ctx.aborted`. When the handler returns, `attempt.settle`
+for aborts; one watcher thread per worker process (no database) turns the keeper's stop
+order or the execution timeout into `ctx.aborted`. When the handler returns, `attempt.settle`
 writes the settlement and the promise in one transaction; then the callback, and
 `after_complete` only after a real completion.
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import socket
 import threading
 import time
@@ -117,6 +118,7 @@ class _Attempt:
         self.grace_s = grace_s
         self.deadline = time.monotonic() + timeout_s
         self.ended_by: str | None = None
+        self.stop_at: float | None = None  # when the handler was told to stop
         self.done = threading.Event()  # the handler returned
         self._settle_lock = threading.Lock()
         self._settled = False
@@ -152,9 +154,7 @@ def _run(running: attempts.Running) -> dict[str, Any]:
     ctx = HandlerContext(job=job, fence=fence, deadline_monotonic=run.deadline, pull=pull,
                          report=report)
     lease = keeper.Lease(running, cadence_ms)
-    watcher = threading.Thread(target=_watch, args=(run, ctx, lease), daemon=True,
-                               name=f"watch:{job.job_id}")
-    watcher.start()
+    _WATCHER.watch(run, ctx, lease)
     result: Any = None
     error: BaseException | None = None
     try:
@@ -190,23 +190,61 @@ def _call_handler(job: Any, ctx: HandlerContext) -> tuple[Any, BaseException | N
     raise AssertionError("unreachable")
 
 
-def _watch(run: _Attempt, ctx: HandlerContext, lease: keeper.Lease) -> None:
-    """Turn the keeper's stop order or the deadline into ctx.aborted; past the grace,
-    settle without the handler."""
-    while not run.done.wait(WATCH_S):
+class _Watcher:
+    """One thread per worker process (started on first use, again after a fork) that
+    turns the keeper's stop order or the deadline into ctx.aborted for the attempts
+    running in this process, and past their grace settles them without the handler."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._watched: dict[int, tuple[_Attempt, HandlerContext, keeper.Lease]] = {}
+        self._pid = 0
+
+    def watch(self, run: _Attempt, ctx: HandlerContext, lease: keeper.Lease) -> None:
+        with self._lock:
+            self._watched[id(run)] = (run, ctx, lease)
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                threading.Thread(target=self._loop, name="attempt-watcher", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            time.sleep(WATCH_S)
+            with self._lock:
+                watched = list(self._watched.values())
+            for run, ctx, lease in watched:
+                if run.done.is_set():
+                    self._forget(run)
+                elif run.stop_at is None:
+                    self._check(run, ctx, lease)
+                elif time.monotonic() >= run.stop_at + run.grace_s:
+                    self._forget(run)
+                    _settle_overrun(run, ctx)
+
+    def _forget(self, run: _Attempt) -> None:
+        with self._lock:
+            self._watched.pop(id(run), None)
+
+    @staticmethod
+    def _check(run: _Attempt, ctx: HandlerContext, lease: keeper.Lease) -> None:
         order = lease.stop_order()
         if order is not None:
             run.ended_by = order[1]
             ctx.stop(order[0])
-            break
-        if time.monotonic() >= run.deadline:
+        elif time.monotonic() >= run.deadline:
             run.ended_by = "execution_timeout"
             ctx.stop("execution timeout")
-            break
-    else:
-        return
-    if run.done.wait(run.grace_s):
-        return
+        else:
+            return
+        run.stop_at = time.monotonic()
+
+
+_WATCHER = _Watcher()
+
+
+def _settle_overrun(run: _Attempt, ctx: HandlerContext) -> None:
+    """The handler ignored its stop past the grace: settle without it, on a connection of
+    this thread's own that exists only for this settlement."""
     try:
         outcome = run.settle_once(lambda: _settle_after(run, ctx, None, None))
         if outcome is not None:
@@ -214,8 +252,12 @@ def _watch(run: _Attempt, ctx: HandlerContext, lease: keeper.Lease) -> None:
                       f"handler of {run.running.job.job_id} ignored its stop for "
                       f"{run.grace_s:.0f}s; settled {outcome['status']}", level=logging.WARNING,
                       jobId=run.running.job.job_id)
+    except Exception as error:  # the lease keeper or expiry recovers the attempt
+        log_event(logger, "worker.overrun_settle_failed",
+                  f"settling {run.running.job.job_id} without its handler failed: {error}",
+                  level=logging.WARNING, jobId=run.running.job.job_id)
     finally:
-        connection.close()  # this thread's connection exists only for this settlement
+        connection.close()
 
 
 def _settle_after(run: _Attempt, ctx: HandlerContext, result: Any,
