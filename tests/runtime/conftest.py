@@ -108,3 +108,45 @@ def stack(transactional_db, tmp_path, monkeypatch):
     running = Stack(tmp_path, env)
     yield running
     running.stop_all()
+
+
+REDIS_URL = os.environ.get("RECEIPT_TEST_REDIS_URL", "redis://127.0.0.1:6379/11")
+
+
+def _redis_reachable() -> bool:
+    import redis
+
+    try:
+        return bool(redis.Redis.from_url(REDIS_URL, socket_connect_timeout=2).ping())
+    except redis.RedisError:
+        return False
+
+
+@pytest.fixture(params=["database", "redis"])
+def each_broker(request, stack, monkeypatch):
+    """The stack with the database broker, then with `RECEIPT_BROKER=redis://...` (needs a
+    Redis server: RECEIPT_TEST_REDIS_URL, default redis://127.0.0.1:6379/11; required when
+    CI=true, skipped elsewhere without one)."""
+    if request.param == "database":
+        yield stack
+        return
+    if not _redis_reachable():
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"Redis is not reachable at {REDIS_URL}; CI runs the Redis broker leg")
+        pytest.skip(f"Redis is not reachable at {REDIS_URL}")
+    import redis
+    from django_q.conf import Conf
+
+    from jobs.runtime import transport
+
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    # This process sends tasks too (the dispatch after an enqueue): the same broker.
+    cluster = {k: v for k, v in settings.Q_CLUSTER.items() if k not in ("orm", "broker_class")}
+    monkeypatch.setattr(settings, "Q_CLUSTER", {**cluster, "redis": REDIS_URL})
+    monkeypatch.setattr(Conf, "REDIS", REDIS_URL)
+    monkeypatch.setattr(Conf, "ORM", None)
+    monkeypatch.setattr(Conf, "BROKER_CLASS", None)
+    transport._broker.cache_clear()
+    stack.env["RECEIPT_BROKER"] = REDIS_URL
+    yield stack
+    transport._broker.cache_clear()
