@@ -17,6 +17,7 @@ from jobs.models import Job
 from receipts import registry
 from receipts.core.chain import Receipt
 from receipts.store import StreamHandle
+from receipts.writer import prepared
 
 CACHE_KEY = "job"  # StreamHandle.cache slot: the job's state as of the stream head
 
@@ -52,12 +53,10 @@ _LOAD = f"SELECT state FROM {Job._meta.db_table} WHERE id = %s"
 
 
 def load_state(job_id: str) -> JobState | None:
-    with connection.cursor() as cursor:  # read on every job write: no ORM on the hot path
-        cursor.execute(_LOAD, [job_id])
-        row = cursor.fetchone()
-    if row is None:
+    rows, _ = prepared(_LOAD, [job_id])  # read on every job write: no ORM on the hot path
+    if not rows:
         return None
-    wire = json.loads(row[0]) if isinstance(row[0], str | bytes) else row[0]
+    wire = json.loads(rows[0][0]) if isinstance(rows[0][0], str | bytes) else rows[0][0]
     return job_from_wire(wire)
 
 

@@ -34,7 +34,11 @@ def database_from_url(url: str | None, *, data_dir: Path, pool: bool = False) ->
         path = Path(raw[1:])
         return sqlite_database(path if path.is_absolute() else Path.cwd() / path)
     query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    options: dict[str, Any] = {}
+    # Django turns prepared statements off (prepare_threshold=None) for the sake of
+    # transaction-mode poolers, which also silences psycopg's `prepare=True`: the store's
+    # hot statements then pay parse and plan on every append. Turned back on; Django's own
+    # queries use client-side binding and are never prepared. `?prepare=off` for a pooler.
+    options: dict[str, Any] = {"prepare_threshold": None if query.get("prepare") == "off" else 100}
     if "sslmode" in query:
         options["sslmode"] = query["sslmode"]
     if pool:

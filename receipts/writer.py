@@ -100,6 +100,21 @@ def _rows(receipts: Sequence[Receipt], first_stream_seq: int,
     return params
 
 
+def prepared(sql: str, params: Sequence[Any]) -> tuple[list[tuple[Any, ...]], int]:
+    """(rows, rowcount) of one hot-path statement on the current connection: prepared and
+    server-side bound on PostgreSQL (no parse and plan per call), plain on SQLite."""
+    if connection.vendor != "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return (cursor.fetchall() if cursor.description else []), cursor.rowcount
+    import psycopg
+
+    connection.ensure_connection()
+    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(sql, params, prepare=True)
+        return (cursor.fetchall() if cursor.description else []), cursor.rowcount
+
+
 class Writer:
     """One stream's writes inside the current transaction."""
 

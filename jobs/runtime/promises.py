@@ -10,6 +10,7 @@ from typing import Any
 from django.db import connection
 
 from jobs.models import DeliveryPromise
+from receipts.writer import prepared
 
 TERMINAL_STATES = ("resolved", "rejected", "canceled", "timedout")
 
@@ -146,11 +147,10 @@ def settle(promise_id: str, state: str, *, now_ms: int, result: Any = None,
     delivery, see `claim`) is settled too: the record then says what really happened.
     """
     assert state in TERMINAL_STATES
-    with connection.cursor() as cursor:  # every attempt settles one: no ORM on the hot path
-        cursor.execute(_SETTLE.format(cast=_cast()),
-                       [state, now_ms, None if result is None else json.dumps(result),
-                        worker_id, promise_id])
-        return cursor.rowcount == 1
+    _, count = prepared(_SETTLE.format(cast=_cast()),  # every attempt settles one
+                        [state, now_ms, None if result is None else json.dumps(result),
+                         worker_id, promise_id])
+    return count == 1
 
 
 def claim(promise_id: str, worker_id: str) -> bool:
@@ -161,9 +161,7 @@ def claim(promise_id: str, worker_id: str) -> bool:
     promise names, so a late delivery either runs the job's next attempt or finds it
     taken. This is what lets a queue drain on its own after a long outage.
     """
-    with connection.cursor() as cursor:
-        cursor.execute(_CLAIM, [worker_id, promise_id])
-        return cursor.rowcount == 1
+    return prepared(_CLAIM, [worker_id, promise_id])[1] == 1
 
 
 def read_execute(promise_id: str) -> tuple[str, int, str, str] | None:

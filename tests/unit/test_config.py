@@ -59,7 +59,9 @@ def test_database_url_parsing(tmp_path):
     pg = database_from_url("postgres://me:p%40ss@h:5433/db?sslmode=require", data_dir=tmp_path)
     assert (pg["ENGINE"], pg["USER"], pg["PASSWORD"], pg["HOST"], pg["PORT"], pg["NAME"]) == (
         "django.db.backends.postgresql", "me", "p@ss", "h", "5433", "db")
-    assert pg["OPTIONS"] == {"sslmode": "require"}
+    assert pg["OPTIONS"] == {"sslmode": "require", "prepare_threshold": 100}
+    pooled = database_from_url("postgres://h/db?prepare=off", data_dir=tmp_path)
+    assert pooled["OPTIONS"]["prepare_threshold"] is None  # behind a transaction pooler
     lite = database_from_url(None, data_dir=tmp_path)
     assert lite["NAME"] == str(tmp_path / "receipt.sqlite3")
     assert lite["OPTIONS"]["transaction_mode"] == "IMMEDIATE"
