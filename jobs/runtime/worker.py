@@ -58,11 +58,6 @@ def worker_id_for(group: str, dispatch_key: str, job_id: str) -> str:
     return f"{base}:delivery:{hashlib.sha256(dispatch_key.encode()).hexdigest()[:16]}"
 
 
-def running_attempts() -> list[tuple[str, int]]:
-    with _running_lock:
-        return sorted(_running)
-
-
 def execute(promise_id: str, *, job_id: str | None = None, attempt: int | None = None,
             dispatch_key: str | None = None, group: str | None = None) -> dict[str, Any]:
     """Run one execute promise. The database broker passes what it read with the take;
