@@ -181,6 +181,9 @@ class Keeper:
                                         record["promiseId"], int(record["cadenceMs"]))
         for name in set(self.held) - seen:  # the worker finished and released it
             del self.held[name]
+        for stop in self.path.glob("*.stop"):  # ordered just as its attempt ended
+            if stop.with_suffix(".json").name not in seen:
+                stop.unlink(missing_ok=True)
 
     def _order_stop(self, held: Held, reason: str, ended_by: str) -> None:
         held.stopped = True
