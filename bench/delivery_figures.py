@@ -43,7 +43,9 @@ def _counts() -> dict:
     return {"jobs_after": jobs, "dispatched_after": delivery.dispatched()}
 
 
-def enqueue_single(n: int, kind: str) -> dict:
+def _warmed_up(kind: str) -> Noise:
+    """Empty tables, WARMUP jobs enqueued and dispatched (untimed), a checkpoint, and the
+    foreign-CPU meter started."""
     from jobs import queue
 
     delivery.reset()
@@ -51,7 +53,13 @@ def enqueue_single(n: int, kind: str) -> dict:
         queue.enqueue("bench-noop", enqueue_payload(kind, 900_000_000 + k))
     delivery.wait_dispatched(WARMUP, 60)
     delivery.sql("CHECKPOINT")
-    noise = Noise(delivery.server_roots())
+    return Noise(delivery.server_roots())
+
+
+def enqueue_single(n: int, kind: str) -> dict:
+    from jobs import queue
+
+    noise = _warmed_up(kind)
     started = time.perf_counter()
     t_mono = time.monotonic()
     for i in range(n):
@@ -70,12 +78,7 @@ def enqueue_single(n: int, kind: str) -> dict:
 def enqueue_bulk(n: int, kind: str) -> dict:
     from jobs import queue
 
-    delivery.reset()
-    for k in range(WARMUP):
-        queue.enqueue("bench-noop", enqueue_payload(kind, 900_000_000 + k))
-    delivery.wait_dispatched(WARMUP, 60)
-    delivery.sql("CHECKPOINT")
-    noise = Noise(delivery.server_roots())
+    noise = _warmed_up(kind)
     started = time.perf_counter()
     t_mono = time.monotonic()
     queue.enqueue_many([queue.build_request("bench-noop", enqueue_payload(kind, i)) for i in range(n)])

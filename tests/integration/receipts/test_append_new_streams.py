@@ -239,19 +239,9 @@ def test_concurrent_batches_over_one_name_let_exactly_one_win():
 
 @pytest.mark.postgres_only
 @pytest.mark.django_db(transaction=True)
-def test_each_new_receipt_is_notified_on_postgres():
-    import psycopg
-    from django.conf import settings as django_settings
-
-    db = django_settings.DATABASES["default"]
-    listener = psycopg.connect(host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"],
-                               password=db["PASSWORD"] or None, dbname=db["NAME"],
-                               autocommit=True)
-    try:
-        listener.execute("LISTEN receipt")
-        handles = store.append_new_streams([NewStream(f"notify/{i}", {"type": "ping"})
-                                            for i in range(3)])
-        payloads = [n.payload for n in listener.notifies(timeout=5, stop_after=3)]
-        assert sorted(payloads) == sorted(f"{h.appended[0].seq} {h.name} ping" for h in handles)
-    finally:
-        listener.close()
+def test_each_new_receipt_is_notified_on_postgres(receipt_listener):
+    listener = receipt_listener
+    handles = store.append_new_streams([NewStream(f"notify/{i}", {"type": "ping"})
+                                        for i in range(3)])
+    payloads = [n.payload for n in listener.notifies(timeout=5, stop_after=3)]
+    assert sorted(payloads) == sorted(f"{h.appended[0].seq} {h.name} ping" for h in handles)

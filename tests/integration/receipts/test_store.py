@@ -261,18 +261,8 @@ def test_concurrent_appends_with_one_event_id_write_once():
 
 @pytest.mark.postgres_only
 @pytest.mark.django_db(transaction=True)
-def test_append_notifies_listeners_on_postgres():
-    import psycopg
-    from django.conf import settings as django_settings
-
-    db = django_settings.DATABASES["default"]
-    listener = psycopg.connect(host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"],
-                               password=db["PASSWORD"] or None, dbname=db["NAME"],
-                               autocommit=True)
-    try:
-        listener.execute("LISTEN receipt")
-        [r] = store.append("notify/1", {"type": "ping"})
-        payloads = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
-        assert payloads == [f"{r.seq} notify/1 ping"]
-    finally:
-        listener.close()
+def test_append_notifies_listeners_on_postgres(receipt_listener):
+    listener = receipt_listener
+    [r] = store.append("notify/1", {"type": "ping"})
+    payloads = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
+    assert payloads == [f"{r.seq} notify/1 ping"]
