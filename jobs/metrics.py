@@ -35,19 +35,26 @@ def _family(name: str, kind: str, help_text: str, lines: Iterable[str]) -> list[
     return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *lines]
 
 
-def render(now_ms: int) -> str:
+def render(now_ms: int, *, organization_id: str | None = None) -> str:
+    """Every series; for an organization-bound caller only that organization's job
+    gauges (processes, loops and counters are the platform's, not any organization's)."""
     out: list[str] = []
-    active = (Job.objects.filter(status__in=ACTIVE_STATUSES)
+    jobs = Job.objects.all()
+    if organization_id is not None:
+        jobs = jobs.filter(organization_id=organization_id)
+    active = (jobs.filter(status__in=ACTIVE_STATUSES)
               .values("status", "lane", "worker_group").annotate(n=Count("id")))
     out += _family("receipt_jobs_active", "gauge", "Active jobs by status, lane and routed group.",
                    (_series("receipt_jobs_active", {"status": r["status"], "lane": r["lane"],
                                                     "group": r["worker_group"]}, r["n"])
                     for r in active))
-    settled = (Job.objects.filter(status__in=TERMINAL_STATUSES, updated_at__gte=now_ms - HOUR_MS)
+    settled = (jobs.filter(status__in=TERMINAL_STATUSES, updated_at__gte=now_ms - HOUR_MS)
                .values("status").annotate(n=Count("id")))
     out += _family("receipt_jobs_settled_last_hour", "gauge", "Jobs settled in the last hour.",
                    (_series("receipt_jobs_settled_last_hour", {"status": r["status"]}, r["n"])
                     for r in settled))
+    if organization_id is not None:
+        return "\n".join(out) + "\n"
     live = processes.live(now_ms=now_ms)
     roles: dict[str, int] = {}
     for row in live:
@@ -83,4 +90,5 @@ def metrics(request: HttpRequest) -> HttpResponse:
     if not principal.has_scope("jobs:read"):
         return JsonResponse({"ok": False, "error": "missing_scope",
                              "detail": "this token lacks the jobs:read scope"}, status=403)
-    return HttpResponse(render(wall_clock_ms()), content_type=CONTENT_TYPE)
+    text = render(wall_clock_ms(), organization_id=principal.organization_id)
+    return HttpResponse(text, content_type=CONTENT_TYPE)

@@ -151,6 +151,21 @@ class EnqueueResponseSerializer(serializers.Serializer):
 # ---- reads (A-3, A-4) ------------------------------------------------------------------------
 
 
+class KindContractSerializer(serializers.Serializer):
+    kind = serializers.CharField()
+    workerGroup = serializers.CharField(help_text="the worker group the kind runs on")
+    durableWorkflow = serializers.CharField(allow_null=True)
+    durableActivity = serializers.BooleanField()
+    objectiveScoped = serializers.BooleanField()
+    reconcileOnTerminalOrExpiredLease = serializers.BooleanField()
+    liveExecution = serializers.BooleanField()
+    terminalObjectiveAudit = serializers.BooleanField()
+
+
+class KindsSerializer(serializers.Serializer):
+    kinds = KindContractSerializer(many=True)
+
+
 class JobPageSerializer(serializers.Serializer):
     jobs = JobSerializer(many=True)
     nextCursor = serializers.CharField(allow_null=True,

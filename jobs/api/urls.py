@@ -8,6 +8,7 @@ from jobs.api import views
 urlpatterns = [
     path("agents/<str:agent_id>/jobs", views.EnqueueView.as_view(), name="job-enqueue"),
     path("jobs", views.JobListView.as_view(), name="job-list"),
+    path("kinds", views.KindsView.as_view(), name="kind-list"),
     path("jobs/<str:job_id>", views.JobDetailView.as_view(), name="job-detail"),
     path("jobs/<str:job_id>/receipts", views.JobReceiptsView.as_view(), name="job-receipts"),
     path("jobs/<str:job_id>/state", views.JobStateView.as_view(), name="job-state"),

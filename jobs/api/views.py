@@ -39,8 +39,10 @@ from jobs.api.serializers import (
     JobFilter,
     JobPageSerializer,
     JobSerializer,
+    KindsSerializer,
     ReceiptPageSerializer,
 )
+from jobs.core.contracts import contracts_table
 from jobs.core.vocabulary import ACTIVE_STATUSES, job_stream, validate_job_id
 from jobs.diagnosis import diagnosis
 from jobs.errors import InvalidRequest, JobsError
@@ -320,6 +322,18 @@ def _check_cursor(cursor: str) -> None:
         raise InvalidRequest("invalid_cursor", "cursor is not one this API returned") from None
     if not 0 <= created_at < 2**63:
         raise InvalidRequest("invalid_cursor", "cursor is not one this API returned")
+
+
+class KindsView(ApiView):
+    required_scope = "jobs:read"
+
+    @extend_schema(operation_id="list_kinds", tags=["jobs"],
+                   summary="The payload kinds and their contracts",
+                   description="Every payload kind the API accepts, with the worker group it "
+                               "runs on and the flags that govern its delivery and recovery.",
+                   responses={200: KindsSerializer})
+    def get(self, request: Request) -> Response:
+        return Response({"kinds": contracts_table()})
 
 
 class JobDetailView(ApiView):

@@ -50,3 +50,42 @@ def test_healthz_lists_loops_and_processes_and_flags_a_fallback_role(client):
     assert body["loops"][0]["loop"] == "queued_redrive" and body["loops"][0]["acted"] == 3
     assert body["clusters"][0]["role"] == "all" and body["clusters"][0]["live"] is True
     assert body["degraded"] is True and "chatt" in body["warnings"][0]
+
+
+def test_metrics_for_an_organization_bound_token_show_only_that_organization(client):
+    """X-2 with Q-2: an organization's token sees its own job figures, nothing of another
+    organization's, and none of the platform-wide series."""
+    queue.enqueue("factory", payload(), lane="chat")  # org-1
+    other = dict(payload(), authContext={"userId": "u-2", "organizationId": "org-2"})
+    queue.enqueue("factory", other, lane="collect")
+    queue.enqueue("factory", other, lane="collect")
+    processes.register(role="all", group=None, concurrency=0, now_ms=now_ms())
+    counters.incr("receipt_attempt_outcomes_total", 2, status="completed")
+    counters.flush(force=True)
+    mine = client.get("/metrics", **bearer(organization_id="org-1")).content.decode()
+    assert 'receipt_jobs_active{status="queued",lane="chat",group="chat"} 1' in mine
+    assert 'lane="collect"' not in mine
+    assert "receipt_worker_processes" not in mine and "receipt_attempt_outcomes_total" not in mine
+    everyone = client.get("/metrics", **bearer()).content.decode()
+    assert 'receipt_jobs_active{status="queued",lane="collect",group="chat"} 2' in everyone
+    assert 'receipt_worker_processes{role="all"} 1' in everyone
+
+
+def test_the_kind_contract_table_is_readable_through_the_api(client):
+    """K-3: the one table in code, served as is, to any token that may read jobs."""
+    from jobs.core.contracts import KINDS
+
+    assert client.get("/kinds").status_code == 401
+    assert client.get("/kinds", **bearer(scopes=["jobs:write"])).status_code == 403
+    response = client.get("/kinds", **bearer(organization_id="org-1", scopes=["jobs:read"]))
+    assert response.status_code == 200
+    rows = {row["kind"]: row for row in response.json()["kinds"]}
+    assert list(rows) == list(KINDS)
+    assert rows["factory.task.run"] == {
+        "kind": "factory.task.run", "workerGroup": "codex", "durableWorkflow": None,
+        "durableActivity": True, "objectiveScoped": True,
+        "reconcileOnTerminalOrExpiredLease": True, "liveExecution": True,
+        "terminalObjectiveAudit": False}
+    assert rows["factory.objective.control"]["durableWorkflow"] == "objective-control"
+    assert rows["factory.objective.control"]["terminalObjectiveAudit"] is True
+    assert rows["factory.dispatch"]["workerGroup"] == "control"
