@@ -5,7 +5,8 @@ registers their handlers in its AppConfig.ready(), and `load` never overwrites a
 registered handler; without that app they fall back to a handler that fails jobs
 non-retryably saying so. Integrators add agent ids with `@register_handler("agent-id")`
 in a module listed in RECEIPT_HANDLER_MODULES (imported when the app starts, in every
-process).
+process), and their own payload kinds beside them with `register_kind` (the API accepts
+a kind only once it is registered).
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from jobs.core.contracts import BUILTIN_AGENT_IDS
+from jobs.core.contracts import BUILTIN_AGENT_IDS, register_kind
 
 if TYPE_CHECKING:
     from jobs.core.reducer import JobState
     from jobs.runtime.context import HandlerContext, JobResult
 
+__all__ = ["Handler", "handler_for", "has_handler", "load", "register_handler", "register_kind",
+           "registered_agent_ids"]
 Handler = Callable[["JobState", "HandlerContext"], "JobResult"]
 F = TypeVar("F", bound=Callable[..., Any])
 _HANDLERS: dict[str, Handler] = {}

@@ -188,6 +188,7 @@ def build_request(
         raise InvalidRequest("session_key_required",
                              f"singletonMode {singleton_mode!r} needs a sessionKey")
     _check_text("invalid_by", "by", by, MAX_BY, required=False)
+    handlers.load()  # a deployment's own kinds are registered by its handler modules
     try:
         contracts.validate_payload(payload)
     except contracts.ContractError as error:

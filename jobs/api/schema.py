@@ -55,6 +55,8 @@ def filter_parameters(filterset: type[django_filters.FilterSet]) -> list[OpenApi
     out = []
     for name, declared in filterset.base_filters.items():
         choices = declared.extra.get("choices")
+        if callable(choices):  # open sets (payload kinds: the deployment may add its own)
+            choices = None
         enum = [value for value, _label in choices] if choices else None
         out.append(OpenApiParameter(name, OpenApiTypes.STR, OpenApiParameter.QUERY,
                                     enum=enum, description=f"only jobs whose {name} equals this"))

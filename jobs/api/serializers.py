@@ -13,7 +13,7 @@ from typing import Any
 import django_filters
 from rest_framework import serializers
 
-from jobs.core.contracts import KINDS, WORKER_GROUPS
+from jobs.core.contracts import KINDS, WORKER_GROUPS, all_kinds
 from jobs.core.vocabulary import LANES, SINGLETON_MODES, STATUSES
 from jobs.errors import InvalidRequest
 from jobs.queue import MAX_AGENT_ID, MAX_SESSION_KEY
@@ -96,9 +96,12 @@ class AuthContextSerializer(serializers.Serializer):
 class PayloadSerializer(serializers.Serializer):
     """A job payload: `kind` plus anything the handler reads (extra keys are kept)."""
 
-    kind = serializers.ChoiceField(choices=KINDS)
+    kind = serializers.CharField(help_text="one of the built-in kinds ("
+                                 + ", ".join(KINDS) + ") or a kind the deployment registered "
+                                 "(GET /kinds lists them all)")
     authContext = AuthContextSerializer(
-        required=False, help_text="required for every kind but factory.objective.watchdog (K-2)")
+        required=False, help_text="required for every kind but factory.objective.watchdog "
+                                  "and the deployment's kinds registered without it")
 
 
 class SingletonSerializer(serializers.Serializer):
@@ -160,6 +163,8 @@ class KindContractSerializer(serializers.Serializer):
     reconcileOnTerminalOrExpiredLease = serializers.BooleanField()
     liveExecution = serializers.BooleanField()
     terminalObjectiveAudit = serializers.BooleanField()
+    authContextRequired = serializers.BooleanField()
+    builtIn = serializers.BooleanField(help_text="false for a kind the deployment registered")
 
 
 class KindsSerializer(serializers.Serializer):
@@ -239,7 +244,7 @@ class JobFilter(django_filters.FilterSet):
     status = django_filters.ChoiceFilter(choices=_choices(STATUSES))
     agentId = django_filters.CharFilter(max_length=MAX_AGENT_ID)
     lane = django_filters.ChoiceFilter(choices=_choices(LANES))
-    kind = django_filters.ChoiceFilter(choices=_choices(KINDS))
+    kind = django_filters.ChoiceFilter(choices=lambda: _choices(all_kinds()))
     sessionKey = django_filters.CharFilter(max_length=MAX_SESSION_KEY)
     objectiveId = django_filters.CharFilter(max_length=128)
     organizationId = django_filters.CharFilter(max_length=128)

@@ -331,7 +331,7 @@ class KindsView(ApiView):
                    summary="The payload kinds and their contracts",
                    description="Every payload kind the API accepts, with the worker group it "
                                "runs on and the flags that govern its delivery and recovery.",
-                   responses={200: KindsSerializer})
+                   responses={200: KindsSerializer, **schema.errors()})
     def get(self, request: Request) -> Response:
         return Response({"kinds": contracts_table()})
 

@@ -18,10 +18,11 @@ Decided where the spec is silent:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final, Literal, TypeGuard
+from typing import Any, Final, Literal
 
 Kind = Literal[
     "factory.dispatch",
@@ -87,7 +88,7 @@ class ContractError(ValueError):
 class KindContract:
     """One row of the K-3 table."""
 
-    kind: Kind
+    kind: str
     worker_group: WorkerGroup
     durable_workflow: str | None  # "-" in the spec table
     durable_activity: bool
@@ -95,6 +96,8 @@ class KindContract:
     reconcile_on_terminal_or_expired_lease: bool
     live_execution: bool
     terminal_objective_audit: bool
+    auth_context_required: bool = True
+    built_in: bool = True
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -106,6 +109,8 @@ class KindContract:
             "reconcileOnTerminalOrExpiredLease": self.reconcile_on_terminal_or_expired_lease,
             "liveExecution": self.live_execution,
             "terminalObjectiveAudit": self.terminal_objective_audit,
+            "authContextRequired": self.auth_context_required,
+            "builtIn": self.built_in,
         }
 
 
@@ -128,6 +133,7 @@ def _row(
         reconcile_on_terminal_or_expired_lease=reconcile,
         live_execution=live,
         terminal_objective_audit=audit,
+        auth_context_required=kind not in AUTH_CONTEXT_OPTIONAL_KINDS,
     )
 
 
@@ -154,17 +160,61 @@ CONTRACTS: Final[Mapping[str, KindContract]] = MappingProxyType(
 del Y, N
 
 
-def is_kind(value: object) -> TypeGuard[Kind]:
-    return isinstance(value, str) and value in CONTRACTS
+# A deployment's own kinds, registered next to their handlers when the handler modules are
+# imported (at start-up, in every process); the built-in table above never changes.
+_CUSTOM: dict[str, KindContract] = {}
+CUSTOM_KIND_PATTERN: Final = re.compile(r"^[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)*$")
+MAX_KIND_LENGTH: Final = 100
+
+
+def register_kind(kind: str, *, worker_group: WorkerGroup = "chat",
+                  auth_context_required: bool = True,
+                  live_execution: bool = False) -> KindContract:
+    """Add a payload kind of the deployment's own (its handler is registered separately by
+    agent id). Factory's flags stay off: they describe Factory's own kinds. Registering
+    the same contract twice is a no-op; a different one under a taken name is an error."""
+    if not isinstance(kind, str) or len(kind) > MAX_KIND_LENGTH or not CUSTOM_KIND_PATTERN.match(kind):
+        raise ValueError(f"kind {kind!r} must be lowercase words separated by dots "
+                         f"(letters, digits, '-' and '_'), at most {MAX_KIND_LENGTH} characters")
+    if kind in CONTRACTS or kind.startswith("factory."):
+        raise ValueError(f"kind {kind!r} is reserved for the built-in factory kinds")
+    if worker_group not in WORKER_GROUPS:
+        raise ValueError(f"worker_group {worker_group!r} must be one of {', '.join(WORKER_GROUPS)}")
+    contract = KindContract(
+        kind=kind, worker_group=worker_group, durable_workflow=None, durable_activity=False,
+        objective_scoped=False, reconcile_on_terminal_or_expired_lease=False,
+        live_execution=live_execution, terminal_objective_audit=False,
+        auth_context_required=auth_context_required, built_in=False)
+    existing = _CUSTOM.setdefault(kind, contract)
+    if existing != contract:
+        raise ValueError(f"kind {kind!r} is already registered with another contract")
+    return contract
+
+
+def unregister_kind(kind: str) -> None:
+    """Tests only: forget a custom kind."""
+    _CUSTOM.pop(kind, None)
+
+
+def all_kinds() -> tuple[str, ...]:
+    """The built-in kinds in table order, then the deployment's own, by name."""
+    return (*KINDS, *sorted(_CUSTOM))
+
+
+def is_kind(value: object) -> bool:
+    return isinstance(value, str) and (value in CONTRACTS or value in _CUSTOM)
 
 
 def contract_for(kind: str | None) -> KindContract | None:
-    return CONTRACTS.get(kind) if kind is not None else None
+    if kind is None:
+        return None
+    return CONTRACTS.get(kind) or _CUSTOM.get(kind)
 
 
 def contracts_table() -> list[dict[str, Any]]:
-    """The K-3 table as JSON rows for the API and the admin, in K-1 order."""
-    return [CONTRACTS[kind].to_wire() for kind in KINDS]
+    """The kind-contract table as JSON rows for the API and the admin: the built-in kinds
+    in table order, then the deployment's own."""
+    return [contract.to_wire() for kind in all_kinds() if (contract := contract_for(kind))]
 
 
 def contract_group(kind: str | None) -> WorkerGroup | None:
@@ -174,14 +224,16 @@ def contract_group(kind: str | None) -> WorkerGroup | None:
 
 
 def routed_group(agent_id: str, kind: str | None) -> WorkerGroup:
-    """Where a job actually runs (K-5): agent id first, kind second."""
+    """Where a job actually runs (K-5): agent id first, kind second. A kind the deployment
+    registered runs on the group its contract names (unless its agent says otherwise)."""
     if agent_id == CODEX_AGENT_ID:
         return "codex"
     if kind is not None and kind.startswith(INTEGRATION_KIND_PREFIX):
         return "codex"
     if agent_id == FACTORY_CONTROL_AGENT_ID:
         return "control"
-    return "chat"
+    custom = _CUSTOM.get(kind) if kind is not None else None
+    return custom.worker_group if custom is not None else "chat"  # a deployment's kind: its group
 
 
 def validate_payload(payload: object) -> dict[str, Any]:
@@ -191,11 +243,12 @@ def validate_payload(payload: object) -> dict[str, Any]:
             "payload_not_object", f"payload must be a JSON object, got {_json_type(payload)}"
         )
     kind = payload.get("kind")
-    if not is_kind(kind):
+    contract = contract_for(kind) if isinstance(kind, str) else None
+    if contract is None:
         said = "payload has no kind" if kind is None else f"unknown payload kind {kind!r}"
-        raise ContractError("unknown_kind", f"{said}; expected one of: {', '.join(KINDS)}")
+        raise ContractError("unknown_kind", f"{said}; expected one of: {', '.join(all_kinds())}")
     auth = payload.get("authContext")
-    if auth is None and kind in AUTH_CONTEXT_OPTIONAL_KINDS:
+    if auth is None and not contract.auth_context_required:
         return payload
     _check_auth_context(auth, kind)
     return payload

@@ -10,7 +10,7 @@ import json
 import os
 import time
 
-from jobs.handlers import register_handler
+from jobs.handlers import register_handler, register_kind
 from jobs.runtime.context import JobResult
 
 
@@ -32,6 +32,15 @@ def _echo(job, ctx):
 
 
 register_handler("test-echo")(_echo)
+
+# A deployment's own kind, routed by its contract (P-6, K-3): the README's whole path.
+register_kind("test.report", worker_group="codex")
+
+
+@register_handler("test-report")
+def report(job, ctx):
+    _mark(job, ctx, "start")
+    return JobResult.success({"kind": job.kind, "group": ctx.worker_id.split(":", 1)[0]})
 register_handler("factory-control")(_echo)  # routing tests: routes to control
 
 

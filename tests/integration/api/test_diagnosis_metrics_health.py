@@ -42,11 +42,11 @@ def test_metrics_needs_a_token_and_reports_gauges_and_counters(client):
 
 def test_healthz_lists_loops_and_processes_and_flags_a_fallback_role(client):
     now = now_ms()
-    processes.register(role="all", group=None, concurrency=0, now_ms=now,
-                       info={"warning": "RECEIPT_PROCESS_ROLE='chatt' is not a role"})
-    loops.record("queued_redrive", "p1", started_ms=now, finished_ms=now + 5,
+    pid = processes.register(role="all", group=None, concurrency=0, now_ms=now,
+                             info={"warning": "RECEIPT_PROCESS_ROLE='chatt' is not a role"})
+    loops.record("queued_redrive", pid, started_ms=now, finished_ms=now + 5,
                  report=Report("queued_redrive", acted=3), error=None)
-    body = client.get("/healthz").json()
+    body = client.get("/healthz", **bearer()).json()
     assert body["loops"][0]["loop"] == "queued_redrive" and body["loops"][0]["acted"] == 3
     assert body["clusters"][0]["role"] == "all" and body["clusters"][0]["live"] is True
     assert body["degraded"] is True and "chatt" in body["warnings"][0]
@@ -85,7 +85,7 @@ def test_the_kind_contract_table_is_readable_through_the_api(client):
         "kind": "factory.task.run", "workerGroup": "codex", "durableWorkflow": None,
         "durableActivity": True, "objectiveScoped": True,
         "reconcileOnTerminalOrExpiredLease": True, "liveExecution": True,
-        "terminalObjectiveAudit": False}
+        "terminalObjectiveAudit": False, "authContextRequired": True, "builtIn": True}
     assert rows["factory.objective.control"]["durableWorkflow"] == "objective-control"
     assert rows["factory.objective.control"]["terminalObjectiveAudit"] is True
     assert rows["factory.dispatch"]["workerGroup"] == "control"

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from jobs.core import contracts
 from jobs.core.contracts import (
     BUILTIN_AGENT_IDS,
     CONTRACTS,
@@ -184,6 +185,7 @@ def test_kind_contract_matches_the_spec_table(row: tuple[Any, ...]) -> None:
         reconcile_on_terminal_or_expired_lease=reconcile,
         live_execution=live,
         terminal_objective_audit=audit,
+        auth_context_required=kind != "factory.objective.watchdog",  # K-2
     )
 
 
@@ -201,6 +203,8 @@ def test_contracts_table_is_json_rows_in_kind_order_with_camel_case_columns() ->
         "reconcileOnTerminalOrExpiredLease",
         "liveExecution",
         "terminalObjectiveAudit",
+        "authContextRequired",
+        "builtIn",
     ]
     assert table[5]["durableWorkflow"] == "objective-control"
     assert table[5]["terminalObjectiveAudit"] is True
@@ -261,3 +265,40 @@ def test_dispatch_on_agent_factory_is_a_visible_group_mismatch() -> None:
     """K-5: the job detail flags contractGroup != routedGroup."""
     kind = "factory.dispatch"
     assert (contract_group(kind), routed_group("factory", kind)) == ("control", "chat")
+
+
+# ---- a deployment's own kinds (P-6) ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(("kind", "options", "said"), [
+    ("factory.mine", {}, "reserved"),
+    ("factory.run", {}, "reserved"),
+    ("Acme.Report", {}, "lowercase"),
+    ("acme report", {}, "lowercase"),
+    ("acme..report", {}, "lowercase"),
+    ("a" * 101, {}, "at most 100"),
+    ("acme.report", {"worker_group": "gpu"}, "worker_group"),
+])
+def test_register_kind_refuses_bad_names_and_groups(kind, options, said):
+    with pytest.raises(ValueError, match=said):
+        contracts.register_kind(kind, **options)
+    assert contracts.contract_for(kind) is None or kind == "factory.run"
+
+
+def test_register_kind_is_idempotent_but_never_redefines():
+    try:
+        first = contracts.register_kind("acme.unit", worker_group="control")
+        assert contracts.register_kind("acme.unit", worker_group="control") == first
+        with pytest.raises(ValueError, match="another contract"):
+            contracts.register_kind("acme.unit", worker_group="chat")
+        assert contracts.routed_group("someone", "acme.unit") == "control"
+        assert contracts.validate_payload(
+            {"kind": "acme.unit", "authContext": {"userId": "u", "organizationId": "o"}})
+        with pytest.raises(contracts.ContractError) as refused:
+            contracts.validate_payload({"kind": "acme.unit"})
+        assert refused.value.code == "auth_context_required"
+    finally:
+        contracts.unregister_kind("acme.unit")
+    with pytest.raises(contracts.ContractError) as gone:
+        contracts.validate_payload({"kind": "acme.unit"})
+    assert gone.value.code == "unknown_kind"
