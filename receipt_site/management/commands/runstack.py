@@ -25,7 +25,9 @@ class Command(BaseCommand):
         if not no_api:
             children.append(Child("api", [python, "-m", "uvicorn", "receipt_site.asgi:application",
                                           "--host", host, "--port", str(port),
-                                          "--no-access-log"], env={"RECEIPT_PROCESS_ROLE": "api"}))
-        for role in WORKER_ROLES:
-            children.append(Child(role, [python, "manage.py", "runworker", "--role", role]))
+                                          "--no-access-log", "--lifespan", "off"],
+                                  env={"RECEIPT_PROCESS_ROLE": "api"}))
+        for role in WORKER_ROLES:  # the installed command, so any working directory will do
+            children.append(Child(role, [python, "-m", "receipt_site.cli", "runworker",
+                                         "--role", role]))
         raise SystemExit(Supervisor(children).run())
