@@ -14,14 +14,14 @@ from typing import Any
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 
 from objectives import dag_svg, ledger, presenters, selectors, services
-from objectives.core.board import SECTIONS
+from objectives.core.board import SECTIONS, with_queued
 from objectives.core.vocabulary import objective_stream
-from objectives.errors import ObjectivesError
+from objectives.errors import ObjectiveNotFound, ObjectivesError
 from objectives.models import Activity, ActivityAttempt, ObjectiveSummary, Signal, Workflow
 from receipts.admin import utc
 
@@ -71,10 +71,12 @@ class ObjectiveAdmin(_ReadOnly):
         if not self.has_view_permission(request):
             raise PermissionDenied
         board = selectors.board(limit=100)
+        queued = presenters.queued_by_objective(board)
         sections = [{"key": key, "title": title, "rows": [
             {"row": row, "url": reverse("admin:objectives_objectivesummary_change",
                                         args=(quote(row.id),)),
-             "updated": utc(row.updated_at), "blocked": (row.state or {}).get("blockedReason")}
+             "updated": utc(row.updated_at), "blocked": (row.state or {}).get("blockedReason"),
+             "task_counts": with_queued(row.task_counts or {}, queued.get(row.id, 0))}
             for row in board[key]]} for key, title in SECTIONS]
         context = {**self.admin_site.each_context(request), "title": "Objectives",
                    "opts": self.opts, "sections": sections, **(extra_context or {})}
@@ -86,20 +88,26 @@ class ObjectiveAdmin(_ReadOnly):
         if not self.has_view_permission(request):
             raise PermissionDenied
         objective_id = unquote(object_id)
+        try:
+            state = selectors.visible(objective_id)
+        except ObjectiveNotFound:
+            raise Http404(f"objective {objective_id} not found") from None
         if request.method == "POST":
             return self._act(request, objective_id)
-        state = selectors.visible(objective_id)
         jobs = selectors.objective_jobs(objective_id, limit=500)
         by_id = {job.job_id: job for job in jobs}
         depths = presenters.task_depths(state)
-        tasks = [{"task": task, "depth": depths.get(task.id, 0), "runs": [
-            {"run": run, "job": by_id.get(run.job_id), "url": job_admin_url(run.job_id),
-             "monitor_url": job_admin_url(run.monitor_job_id) if run.monitor_job_id else None}
-            for run in task.runs]} for task in state.tasks]
+        shown = presenters.shown_statuses(state, selectors.open_run_statuses(state))
+        tasks = [{"task": task, "depth": depths.get(task.id, 0), "shown": shown[task.id],
+                  "runs": [{"run": run, "job": by_id.get(run.job_id),
+                            "url": job_admin_url(run.job_id),
+                            "monitor_url": job_admin_url(run.monitor_job_id)
+                            if run.monitor_job_id else None} for run in task.runs]}
+                 for task in state.tasks]
         context = {
             **self.admin_site.each_context(request), "title": state.title, "opts": self.opts,
             "state": state, "summary": presenters.live_status(state),
-            "dag": dag_svg.render(state, job_admin_url), "legend": dag_svg.legend(),
+            "dag": dag_svg.render(state, job_admin_url, shown), "legend": dag_svg.legend(),
             "tasks": tasks, "jobs": [{"job": job, "url": job_admin_url(job.job_id),
                                       "updated": utc(job.updated_at)} for job in jobs],
             "audit_json": _pretty(state.audit.summary) if state.audit.summary else None,

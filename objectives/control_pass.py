@@ -18,7 +18,6 @@ from django.db import connection
 from objectives import planners, selectors, services
 from objectives.core import vocabulary as v
 from objectives.core.control import PassInput, PassPlan, PlanOutcome, decide, needs_plan, needs_slot
-from objectives.core.facts import COMPUTER_STALE_MS, LIVE_STALE_MS
 from objectives.core.state import ObjectiveState
 from objectives.core.watchdog import RECONCILE
 from receipts.clock import now_ms as wall_clock_ms
@@ -79,7 +78,7 @@ def run(objective_id: str, *, pass_job_id: str | None, reconcile: bool = False,
             plan=plan_once(state) if needs_plan(state) else None,
             slot_free=_slot_free() if wants_slot else False,
             reconcile=reconcile or any(r.reason == RECONCILE for r in state.pending_requests),
-            live_stale_ms=LIVE_STALE_MS, computer_stale_ms=COMPUTER_STALE_MS))
+            staleness=selectors.staleness()))
         outcome["plan"] = result
         takes_slot = any(e["type"] == v.SLOT_ACQUIRED for e in result.events)
         after: list[Any] = []

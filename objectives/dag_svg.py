@@ -1,9 +1,10 @@
 """The task DAG as an inline SVG picture (U-5): layered by topological depth, nodes coloured
-by task status, an edge per dependency, each node linked to its task's latest job."""
+by what each task is shown as (its status, or `queued`/`stopped`: objectives.core.board),
+an edge per dependency, each node linked to its task's latest job."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
@@ -13,9 +14,9 @@ from objectives.core.state import ObjectiveState
 
 NODE_W, NODE_H, GAP_X, GAP_Y, PAD = 180, 48, 64, 20, 16
 COLOURS = {
-    "pending": "#9e9e9e", "ready": "#42a5f5", "running": "#ffa000", "reviewing": "#ab47bc",
-    "approved": "#66bb6a", "integrated": "#2e7d32", "blocked": "#e53935",
-    "superseded": "#bdbdbd",
+    "pending": "#9e9e9e", "ready": "#42a5f5", "queued": "#90a4ae", "running": "#ffa000",
+    "reviewing": "#ab47bc", "approved": "#66bb6a", "integrated": "#2e7d32",
+    "blocked": "#e53935", "superseded": "#bdbdbd", "stopped": "#757575",
 }
 
 
@@ -23,7 +24,9 @@ def _clip(text: str, limit: int = 24) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def render(state: ObjectiveState, job_url: Callable[[str], str]) -> SafeString:
+def render(state: ObjectiveState, job_url: Callable[[str], str],
+           shown: Mapping[str, str] | None = None) -> SafeString:
+    """`shown`: task id -> shown status (presenters.shown_statuses); else the fold's."""
     if not state.tasks:
         return mark_safe('<p class="rcpt-none">No plan yet.</p>')
     graph = {t.id: t.depends_on for t in state.tasks}
@@ -56,23 +59,24 @@ def render(state: ObjectiveState, job_url: Callable[[str], str]) -> SafeString:
                 dep, task.id, sx, sy, mid, sy, mid, ey, ex, ey))
     for task in state.tasks:
         x, y = place[task.id]
-        colour = COLOURS.get(task.status, "#757575")
+        status = (shown or {}).get(task.id, task.status)
+        colour = COLOURS.get(status, "#757575")
         label = format_html(
             '<title>{}: {} ({}, {} pass{})</title>'
             '<rect x="{}" y="{}" width="{}" height="{}" rx="6" fill="{}"/>'
             '<text x="{}" y="{}" class="rcpt-dag-id">{}</text>'
             '<text x="{}" y="{}" class="rcpt-dag-status">{}</text>',
-            task.id, task.title, task.status, len(task.runs), "" if len(task.runs) == 1 else "es",
+            task.id, task.title, status, len(task.runs), "" if len(task.runs) == 1 else "es",
             x, y, NODE_W, NODE_H, colour, x + 10, y + 19, _clip(f"{task.id} · {task.title}"),
-            x + 10, y + 37, task.status)
+            x + 10, y + 37, status)
         jobs = [run.job_id for run in task.runs]
         if jobs:
             parts.append(format_html('<a class="rcpt-dag-node" data-task="{}" data-status="{}" '
-                                     'href="{}">{}</a>', task.id, task.status,
+                                     'href="{}">{}</a>', task.id, status,
                                      job_url(jobs[-1]), label))
         else:
             parts.append(format_html('<g class="rcpt-dag-node" data-task="{}" data-status="{}">'
-                                     '{}</g>', task.id, task.status, label))
+                                     '{}</g>', task.id, status, label))
     parts.append(mark_safe("</svg>"))
     return mark_safe("".join(str(p) for p in parts))
 

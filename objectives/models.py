@@ -22,7 +22,7 @@ class ObjectiveSummary(models.Model):
     archived = models.BooleanField(default=False)
     active = models.BooleanField(default=True)  # not settled-and-audited: the watchdog scans these
     organization_id = models.CharField(max_length=128, null=True)
-    task_counts = models.JSONField(default=dict)  # task status -> count
+    task_counts = models.JSONField(default=dict)  # shown task status -> count (core.board)
     slot_held = models.BooleanField(default=False)  # delivery repo slot (O-4)
     control_outbox_pending = models.BooleanField(default=False)  # requested, not enqueued (L-3)
     control_request_pending = models.BooleanField(default=False)  # requested, not consumed

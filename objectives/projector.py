@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from objectives.core.board import section_for
+from objectives.core.board import section_for, task_counts
 from objectives.core.reducer import fold_objective, reduce
 from objectives.core.state import ObjectiveState, objective_from_wire, objective_to_wire
 from objectives.core.vocabulary import (
@@ -36,7 +36,7 @@ def row_for(state: ObjectiveState) -> dict[str, Any]:
         # the watchdog's and the resume pass's scan: everything but settled-and-audited
         "active": not (state.is_terminal and state.audit.status == "recorded"),
         "organization_id": state.organization_id,
-        "task_counts": state.task_counts(),
+        "task_counts": task_counts(state),  # the board adds queued jobs (board.with_queued)
         "slot_held": state.slot_held,
         "control_outbox_pending": bool(state.unenqueued_requests),
         "control_request_pending": bool(state.pending_requests),

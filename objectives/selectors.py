@@ -9,12 +9,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from django.conf import settings
+from django.db.models import Count
+
 from jobs.core.reducer import JobState, job_from_wire
+from jobs.core.timing import TimingSettings
 from jobs.core.vocabulary import ACTIVE_STATUSES
 from jobs.models import Job
 from objectives.core.board import SECTION_KEYS
-from objectives.core.facts import JobFact
+from objectives.core.facts import JobFact, Staleness
 from objectives.core.state import ObjectiveState, objective_from_wire
+from objectives.core.vocabulary import KIND_TASK_RUN
 from objectives.errors import ObjectiveNotFound
 from objectives.models import ObjectiveSummary
 from receipts.models import Receipt as ReceiptRow
@@ -43,22 +48,46 @@ def visible(objective_id: str, *, organization_id: str | None = None) -> Objecti
     return state
 
 
-def fact_of(job: JobState) -> JobFact:
+def staleness(**floors: int) -> Staleness:
+    """The staleness judgement (L-4) with this deployment's heartbeat cadences (K-7)."""
+    return Staleness(timing=TimingSettings.from_config(settings.RECEIPT), **floors)
+
+
+def fact_of(job: JobState, *, canceled_by: str | None = None) -> JobFact:
+    """`canceled_by`: the `by` of the job's `job.canceled` receipt, which the job fold
+    does not keep; it names the aborter of a job canceled while queued (J-10)."""
     payload = job.payload if isinstance(job.payload, dict) else {}
     path = payload.get("executionPath")
+    aborts = [c for c in job.commands if c.command == "abort"]
     return JobFact(job_id=job.job_id, status=job.status, kind=job.kind, result=job.result,
                    last_error=job.last_error or job.cancel_reason, attempt=job.attempt,
                    created_at=job.created_at, updated_at=job.updated_at,
-                   lease_until=job.lease_until, abort_requested=job.abort_requested,
+                   lease_until=job.lease_until, lease_ms=job.lease_ms,
+                   abort_requested=job.abort_requested,
+                   aborted_by=aborts[-1].by if aborts else canceled_by,
+                   cancel_reason=job.cancel_reason,
                    execution_path=path if isinstance(path, str) else None, task_id=job.task_id)
+
+
+def _facts(jobs: list[JobState]) -> list[JobFact]:
+    """Facts of `jobs`; one extra query names who canceled any queued-canceled ones."""
+    unnamed = [j.job_id for j in jobs if j.status == "canceled"
+               and not any(c.command == "abort" for c in j.commands)]
+    by: dict[str, str | None] = {}
+    if unnamed:
+        rows = ReceiptRow.objects.filter(stream__in=[f"jobs/{i}" for i in unnamed],
+                                         event_type="job.canceled").values_list("stream", "body")
+        by = {stream[len("jobs/"):]: body.get("by") if isinstance(body, dict) else None
+              for stream, body in rows}
+    return [fact_of(job, canceled_by=by.get(job.job_id)) for job in jobs]
 
 
 def job_facts(job_ids: Iterable[str]) -> dict[str, JobFact]:
     ids = list(dict.fromkeys(job_ids))
     facts: dict[str, JobFact] = {}
     for start in range(0, len(ids), 500):
-        for wire in Job.objects.filter(pk__in=ids[start:start + 500]).values_list("state", flat=True):
-            fact = fact_of(job_from_wire(wire))
+        rows = Job.objects.filter(pk__in=ids[start:start + 500]).values_list("state", flat=True)
+        for fact in _facts([job_from_wire(wire) for wire in rows]):
             facts[fact.job_id] = fact
     return facts
 
@@ -91,6 +120,24 @@ def board(*, organization_id: str | None = None, limit: int = BOARD_LIMIT) -> di
         rows = rows.filter(organization_id=organization_id)
     return {key: list(rows.filter(section=key).order_by("-updated_at", "-id")[:limit])
             for key in SECTION_KEYS}
+
+
+def queued_task_jobs(objective_ids: Iterable[str]) -> dict[str, int]:
+    """Per objective, how many of its task jobs wait in the queue (U-5: shown `queued`)."""
+    ids = list(objective_ids)
+    if not ids:
+        return {}
+    rows = (Job.objects.filter(objective_id__in=ids, kind=KIND_TASK_RUN, status="queued")
+            .values("objective_id").annotate(n=Count("id")).values_list("objective_id", "n"))
+    return {objective_id: n for objective_id, n in rows}
+
+
+def open_run_statuses(state: ObjectiveState) -> dict[str, str]:
+    """job id -> status of each task's open run job (U-5: queued vs running)."""
+    ids = [t.open_run.job_id for t in state.tasks if t.open_run is not None]
+    if not ids or state.is_terminal:
+        return {}
+    return dict(Job.objects.filter(pk__in=ids).values_list("id", "status"))
 
 
 def last_progress(job_id: str) -> tuple[int, dict[str, Any]] | None:

@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from objectives.core import dag
 from objectives.core import vocabulary as v
-from objectives.core.facts import COMPUTER_STALE_MS, LIVE_STALE_MS, JobFact, is_stale
+from objectives.core.facts import JobFact, Staleness, is_stale
 from objectives.core.reducer import apply
 from objectives.core.state import ObjectiveState, Task, TaskRun
 
@@ -75,8 +75,7 @@ class PassInput:
     plan: PlanOutcome | None = None
     slot_free: bool = False
     reconcile: bool = False
-    live_stale_ms: int = LIVE_STALE_MS
-    computer_stale_ms: int = COMPUTER_STALE_MS
+    staleness: Staleness = field(default_factory=Staleness)
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +135,8 @@ def _repairs(run: _Pass) -> None:
     open_runs = {t.open_run.job_id for t in s.tasks if t.open_run}
     for ref in s.jobs:
         fact = facts.get(ref.job_id)
-        if fact is None or fact.abort_requested or not _stale(run, fact):
+        if fact is None or fact.abort_requested or not is_stale(fact, run.inp.now_ms,
+                                                                run.inp.staleness):
             continue
         if s.is_terminal or s.is_blocked:
             why = f"superseded: the objective is {s.status}"
@@ -149,11 +149,6 @@ def _repairs(run: _Pass) -> None:
         seconds = (run.inp.now_ms - fact.updated_at) // 1000
         run.effects.append(Abort(job_id=ref.job_id, reason=(
             f"{why}: no heartbeat or progress for {seconds} s (watchdog reconcile)")))
-
-
-def _stale(run: _Pass, fact: JobFact) -> bool:
-    return is_stale(fact, run.inp.now_ms, live_stale_ms=run.inp.live_stale_ms,
-                    computer_stale_ms=run.inp.computer_stale_ms)
 
 
 def current_jobs(s: ObjectiveState) -> list[Enqueue]:
@@ -227,12 +222,20 @@ def _record_outcomes(run: _Pass) -> bool:
 
 
 def outcome_body(task: Task, open_run: TaskRun, fact: JobFact) -> Body:
-    """`task.outcome.recorded` from a settled task job (O-6)."""
+    """`task.outcome.recorded` from a settled task job (O-6).
+
+    A job canceled by anyone but control itself was aborted by an operator (admin, API,
+    CLI, an `abort-job` action): that pass is `aborted` and the task stops there. Control's
+    own aborts (stalled, superseded) are `canceled`, a failed pass that is tried again."""
     result = fact.result if isinstance(fact.result, dict) else {}
+    extra: Body = {}
     if fact.status == "completed":
         outcome = result.get("outcome")
         if outcome not in (*v.OUTCOMES, v.FAILED_OUTCOME):
             outcome = v.FAILED_OUTCOME
+    elif fact.status == "canceled" and fact.aborted_by != v.CONTROL_AGENT:
+        outcome = v.ABORTED_OUTCOME
+        extra = {"abortedBy": fact.aborted_by, "abortReason": fact.cancel_reason}
     elif fact.status == "canceled":
         outcome = v.CANCELED_OUTCOME
     else:
@@ -242,7 +245,7 @@ def outcome_body(task: Task, open_run: TaskRun, fact: JobFact) -> Body:
             "summary": result.get("summary"), "exitCode": result.get("exitCode"),
             "stdoutTail": result.get("stdoutTail"), "stderrTail": result.get("stderrTail"),
             "completion": result.get("completion"),
-            "error": fact.last_error if fact.status != "completed" else None}
+            "error": fact.last_error if fact.status != "completed" else None, **extra}
 
 
 def _budget(run: _Pass) -> bool:

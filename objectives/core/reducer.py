@@ -7,10 +7,11 @@ bookkeeping, which the control pass uses to look ahead. Rules decided here:
   `InvariantError("Invariant: no objective <id> for <type>")`.
 - Status-changing receipts never move a terminal objective; the outbox, audit, archive,
   notes and checkpoints still apply after it settled.
-- A task outcome decides the task: `approved` approves; `blocked` blocks; anything else
-  (changes_requested, partial, failed, canceled) sends the task back to `ready` until
-  `maxCandidatePassesPerTask` passes since the last react, then blocks it with the last
-  stderr tail (else stdout tail) in the reason.
+- A task outcome decides the task: `approved` approves; `blocked` blocks; `aborted` (an
+  operator aborted its job) blocks it with "aborted by <who>: <reason>" until a react
+  runs it again; anything else (changes_requested, partial, failed, canceled) sends the
+  task back to `ready` until `maxCandidatePassesPerTask` passes since the last react,
+  then blocks it with the last stderr tail (else stdout tail) in the reason.
 - `integration.validation.failed` and `integration.publish.failed` block the objective
   (O-13). A react on a blocked objective unblocks it: blocked tasks become ready with a
   fresh pass budget, a failed validation or publication is retried, the time budget
@@ -43,6 +44,7 @@ from receipts.core.chain import Receipt
 MAX_NOTES: Final = 100
 KEEP_CONSUMED_REQUESTS: Final = 20
 TAIL_IN_REASON: Final = 1500
+ABORT_REQUESTED: Final = "abort requested"  # the queue's reason when an abort gives none
 
 Body = dict[str, Any]
 
@@ -186,6 +188,10 @@ def _outcome(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
         if outcome == "blocked":
             why = settled.summary or "the task reported blocked"
             return replace(t, status="blocked", blocked_reason=f"task '{t.id}' blocked: {why}")
+        if outcome == v.ABORTED_OUTCOME:  # an operator who aborts means stop
+            who = b.get("abortedBy") or "unknown"
+            why = b.get("abortReason") or ABORT_REQUESTED
+            return replace(t, status="blocked", blocked_reason=f"aborted by {who}: {why}")
         if t.passes_used >= limit:
             return replace(t, status="blocked", blocked_reason=_exhausted(t, settled, limit))
         return replace(t, status="ready")

@@ -228,12 +228,6 @@ class ObjectiveState:
         return (self.status == "integrating" and self.integration.status == "validated"
                 and not (self.policy.auto_promote or self.promote_requested))
 
-    def task_counts(self) -> dict[str, int]:
-        counts: dict[str, int] = {}
-        for task in self.tasks:
-            counts[task.status] = counts.get(task.status, 0) + 1
-        return counts
-
     def ref(self, job_id: str) -> JobRef | None:
         return next((r for r in self.jobs if r.job_id == job_id), None)
 

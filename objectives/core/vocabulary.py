@@ -45,7 +45,8 @@ IN_FLIGHT_TASK_STATUSES: Final[frozenset[str]] = frozenset({"running", "reviewin
 # O-6 task outcomes (result.json) plus the executor's own.
 OUTCOMES: Final[tuple[str, ...]] = ("approved", "changes_requested", "blocked", "partial")
 FAILED_OUTCOME: Final = "failed"  # non-zero exit without result.json, or the job failed
-CANCELED_OUTCOME: Final = "canceled"
+CANCELED_OUTCOME: Final = "canceled"  # Factory stopped the job itself (stalled, superseded)
+ABORTED_OUTCOME: Final = "aborted"  # someone else aborted the job: the task stops there
 
 # Phases: the step inside a status; jobs record the phase they serve (L-4 supersession).
 PHASE_PLAN, PHASE_SLOT, PHASE_EXECUTE = "plan", "slot", "execute"

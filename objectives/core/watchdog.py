@@ -4,7 +4,7 @@ Three reasons, checked in this order:
 
 - `phase_supersession_has_active_stale_job`: a job the objective dispatched for an
   earlier phase (or for an objective that is now blocked or settled) is still active
-  and stale;
+  and stale (silent for two of its own heartbeats, `objectives.core.facts`);
 - `active_objective_work_stalled`: a job of the current phase is active and stale;
 - `no_active_objective_work`: nothing is active at all (no control pass queued or
   running, no task, monitor, integration or audit job) although the objective still
@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from objectives.core.facts import COMPUTER_STALE_MS, LIVE_STALE_MS, JobFact, is_stale
+from objectives.core.facts import DEFAULT_STALENESS, JobFact, Staleness, is_stale
 from objectives.core.state import ObjectiveState
 
 NO_ACTIVE_WORK: Final = "no_active_objective_work"
@@ -39,12 +39,11 @@ def has_work_to_do(state: ObjectiveState) -> bool:
 
 
 def assess(state: ObjectiveState, active_jobs: Sequence[JobFact], now_ms: int, *,
-           live_stale_ms: int = LIVE_STALE_MS, computer_stale_ms: int = COMPUTER_STALE_MS,
+           staleness: Staleness = DEFAULT_STALENESS,
            quiet_ms: int | None = None) -> str | None:
     """The reason to reconcile `state`, or None. `active_jobs`: its active jobs' facts."""
-    quiet = live_stale_ms if quiet_ms is None else quiet_ms
-    stale = [f for f in active_jobs if f.is_active and is_stale(
-        f, now_ms, live_stale_ms=live_stale_ms, computer_stale_ms=computer_stale_ms)]
+    quiet = staleness.live_ms if quiet_ms is None else quiet_ms
+    stale = [f for f in active_jobs if f.is_active and is_stale(f, now_ms, staleness)]
     for fact in stale:
         ref = state.ref(fact.job_id)
         if ref is None or ref.phase is None:

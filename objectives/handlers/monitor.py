@@ -1,8 +1,10 @@
 """`factory.task.monitor` on `factory-monitor` (O-9).
 
-While its task job is active it records `monitor.checkpoint` receipts (liveness, last
+While its task job runs it records `monitor.checkpoint` receipts (liveness, last
 progress, output tails) every RECEIPT_FACTORY_MONITOR_INTERVAL_MS (10 s); it records a
-last one and ends when the task job settles. A monitor never outlives its own
+last one and ends when the task job settles. While the task job waits in the queue
+(not started yet, or requeued for a retry) it only watches: a checkpoint would say
+nothing new and move the objective's head every 10 s. A monitor never outlives its own
 execution timeout: near its deadline it hands over to a continuation monitor job.
 """
 
@@ -17,7 +19,7 @@ from jobs.core.reducer import JobState
 from jobs.runtime.context import HandlerContext, JobResult
 from objectives import selectors, services
 from objectives.core import vocabulary as v
-from objectives.core.facts import LIVE_STALE_MS
+from objectives.core.facts import liveness
 from objectives.core.state import ObjectiveState
 from receipts.clock import now_ms as wall_clock_ms
 
@@ -25,20 +27,13 @@ MISSING_GRACE_S = 60.0
 HANDOVER_MARGIN_S = 2.0  # time left for the last checkpoint and the handover itself
 
 
-def _liveness(task_job: JobState, now: int) -> str:
-    if task_job.is_terminal:
-        return "settled"
-    if task_job.status == "queued":
-        return "queued"
-    return "alive" if now - task_job.updated_at <= LIVE_STALE_MS else "stale"
-
-
 def checkpoint(objective_id: str, task_id: str, task_job: JobState, monitor_job_id: str) -> bool:
     now = wall_clock_ms()
     last = selectors.last_progress(task_job.job_id)
     progress: dict[str, Any] = last[1] if last else {}
     body = {"type": v.MONITOR_CHECKPOINT, "taskId": task_id, "jobId": task_job.job_id,
-            "monitorJobId": monitor_job_id, "liveness": _liveness(task_job, now),
+            "monitorJobId": monitor_job_id,
+            "liveness": liveness(selectors.fact_of(task_job), now, selectors.staleness()),
             "jobStatus": task_job.status, "attempt": task_job.attempt,
             "lastProgressAt": last[0] if last else None,
             "stdoutTail": (progress.get("stdoutTail") or "")[-1000:] or None,
@@ -66,7 +61,7 @@ def handle(job: JobState, ctx: HandlerContext) -> JobResult:
         if task_job is None:
             if waited > MISSING_GRACE_S:
                 return JobResult.success({"status": "missing", "checkpoints": checkpoints})
-        else:
+        elif task_job.status != "queued":
             checkpoints += checkpoint(objective_id, task_id, task_job, job.job_id)
             if task_job.is_terminal:
                 return JobResult.success({"status": "settled", "taskJobStatus": task_job.status,

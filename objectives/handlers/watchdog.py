@@ -4,8 +4,9 @@ Scans at most RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_SCAN_LIMIT (clamped 1..2000) ac
 objectives from their summary rows, least recently updated first, and requests control
 with reason `reconcile` for each that needs it (objectives.core.watchdog names the three
 reasons). The scan stops at its timeout (RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_TIMEOUT_MS,
-floor 10 s). A payload may lower the staleness thresholds (`liveStaleMs`,
-`computerStaleMs`, `quietMs`) and the scan limit, for operators and tests.
+floor 10 s). A payload may lower the staleness floors (`liveStaleMs`, `computerStaleMs`),
+the quiet window (`quietMs`) and the scan limit, for operators and tests; a job is still
+stale only after two missed beats of its own heartbeat (objectives.core.facts).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from django.conf import settings
 from jobs.core.reducer import JobState
 from jobs.runtime.context import HandlerContext, JobResult
 from objectives import selectors, services
-from objectives.core.facts import COMPUTER_STALE_MS, LIVE_STALE_MS
+from objectives.core.facts import COMPUTER_STALE_MS, LIVE_STALE_MS, Staleness
 from objectives.core.state import objective_from_wire
 from objectives.core.watchdog import RECONCILE, assess
 from objectives.models import ObjectiveSummary
@@ -40,10 +41,11 @@ def _int(payload: dict[str, Any], key: str, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
 
 
-def scan(*, now_ms: int | None = None, limit: int | None = None, live_stale_ms: int = LIVE_STALE_MS,
-         computer_stale_ms: int = COMPUTER_STALE_MS, quiet_ms: int | None = None,
+def scan(*, now_ms: int | None = None, limit: int | None = None,
+         staleness: Staleness | None = None, quiet_ms: int | None = None,
          deadline: float | None = None) -> dict[str, Any]:
     now = wall_clock_ms() if now_ms is None else now_ms
+    judge = selectors.staleness() if staleness is None else staleness
     rows = (ObjectiveSummary.objects.filter(active=True).order_by("updated_at")
             .values_list("id", "state")[:scan_limit(limit)])
     scanned, reconciled = 0, []
@@ -54,8 +56,7 @@ def scan(*, now_ms: int | None = None, limit: int | None = None, live_stale_ms: 
         try:
             state = objective_from_wire(wire)
             reason = assess(state, selectors.active_job_facts(objective_id), now,
-                            live_stale_ms=live_stale_ms, computer_stale_ms=computer_stale_ms,
-                            quiet_ms=quiet_ms)
+                            staleness=judge, quiet_ms=quiet_ms)
             if reason is None:
                 continue
             job_id = services.request_control(objective_id, RECONCILE, source=reason)
@@ -77,7 +78,8 @@ def handle(job: JobState, ctx: HandlerContext) -> JobResult:
     deadline = min(ctx.deadline, time.monotonic() + timeout_ms / 1000)
     quiet = payload.get("quietMs")
     result = scan(limit=payload.get("scanLimit"), deadline=deadline,
-                  live_stale_ms=_int(payload, "liveStaleMs", LIVE_STALE_MS),
-                  computer_stale_ms=_int(payload, "computerStaleMs", COMPUTER_STALE_MS),
+                  staleness=selectors.staleness(
+                      live_ms=_int(payload, "liveStaleMs", LIVE_STALE_MS),
+                      computer_ms=_int(payload, "computerStaleMs", COMPUTER_STALE_MS)),
                   quiet_ms=quiet if isinstance(quiet, int) and quiet >= 0 else None)
     return JobResult.success(result)

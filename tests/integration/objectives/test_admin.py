@@ -100,3 +100,39 @@ def test_posts_need_csrf_and_the_control_permission(factory):
     response = client.post(url, {"action": "archive", "csrfmiddlewaretoken": csrf(client, url)})
     assert response.status_code == 403
     assert not objective(oid).archived
+
+
+def _task_counts(html: str, oid: str) -> str:
+    row = html.split(f'data-objective="{oid}"')[1].split("</tr>")[0]
+    return " ".join(re.findall(r'<span class="rcpt-type">([^<]+)</span>', row))
+
+
+def _shown(html: str, task_id: str) -> str:
+    svg = html.split('<svg class="rcpt-dag"')[1].split("</svg>")[0]
+    return re.search(rf'data-task="{task_id}" data-status="([a-z_]+)"', svg).group(1)
+
+
+def test_queued_work_is_drawn_queued_and_a_canceled_objective_runs_nothing(operator, factory):
+    """U-5, O-3, O-11: a dispatched task whose job waits in the queue is `queued` on the
+    board, the graph and the task table; it is `running` once a worker started it; after
+    a cancel nothing is shown running."""
+    from jobs import queue
+    from tests.integration.objectives.conftest import dispatch, queued, work
+
+    oid = create(title="Not started", tasks=diamond())
+    work(queued()[0])  # the first control pass dispatches task a
+    job_id = v.task_job_id(oid, "a", 1)
+    assert queue.get(job_id).status == "queued"
+    assert _task_counts(operator.get(BOARD).content.decode(), oid) == "pending 3 queued 1"
+    html = operator.get(page(oid)).content.decode()
+    assert _shown(html, "a") == "queued"
+    assert 'rcpt-status-queued">queued</span>' in html.split('id="rcpt-tasks"')[1]
+    assert queue.lease(job_id, worker_id="w:1", start=True).job.status == "running"
+    assert _task_counts(operator.get(BOARD).content.decode(), oid) == "pending 3 running 1"
+    assert _shown(operator.get(page(oid)).content.decode(), "a") == "running"
+    assert dispatch("cancel", objectiveId=oid).status == "completed"
+    assert objective(oid).status == "canceled"
+    counts = _task_counts(operator.get(BOARD).content.decode(), oid)
+    assert counts == "pending 3 stopped 1"
+    html = operator.get(page(oid)).content.decode()
+    assert _shown(html, "a") == "stopped" and "running" not in html.split("<dt>Progress</dt>")[1][:200]

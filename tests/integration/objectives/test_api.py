@@ -87,3 +87,32 @@ def test_the_scope_is_objectives_read(api_for, anonymous, objectives):
     status, out = api_for("jobs-only", scopes=["jobs:read"]).get("/factory/api/objectives")
     assert (status, out["error"]) == (403, "missing_scope")
     assert anonymous.get("/factory/api/objectives")[0] == 401
+
+
+def test_queued_work_is_not_counted_running_and_a_canceled_objective_runs_nothing(api, factory):
+    """A-9, O-3, O-11: live status, task counts and tasks agree with the jobs: a task whose
+    job waits in the queue is queued; after a cancel nothing is running."""
+    from jobs import queue
+    from tests.integration.objectives.conftest import diamond, queued, work
+
+    oid = create(title="Counted", tasks=diamond())
+    work(queued()[0])
+    job_id = v.task_job_id(oid, "a", 1)
+    base = f"/factory/api/objectives/{oid}"
+
+    def seen() -> tuple[str, dict, str, dict]:
+        progress = api.get(f"{base}/live-status")[1]["objectiveProgress"]
+        detail = api.get(base)[1]
+        listed = next(o for o in api.get("/factory/api/objectives")[1]["objectives"]
+                      if o["id"] == oid)
+        shown = next(t["shownStatus"] for t in detail["tasks"] if t["id"] == "a")
+        return progress["summary"], detail["objective"]["taskCounts"], shown, listed["taskCounts"]
+
+    counts = {"queued": 1, "pending": 3}
+    assert seen() == ("executing: 0 of 4 tasks done, 1 queued", counts, "queued", counts)
+    queue.lease(job_id, worker_id="w:1", start=True)
+    counts = {"running": 1, "pending": 3}
+    assert seen() == ("executing: 0 of 4 tasks done, 1 running", counts, "running", counts)
+    assert dispatch("cancel", objectiveId=oid).status == "completed"
+    counts = {"stopped": 1, "pending": 3}
+    assert seen() == ("canceled: 0 of 4 tasks done", counts, "stopped", counts)

@@ -89,3 +89,16 @@ def test_objective_streams_replay_without_drift(factory):
     report = store.replay(v.objective_stream(oid))
     assert [d.fields for d in report.drift] == [["status"]]
     assert ObjectiveSummary.objects.get(pk=oid).status == "completed"
+
+
+def test_a_monitor_records_nothing_while_its_task_job_waits_in_the_queue(factory):
+    """O-9: no checkpoint every interval for a task that has not started; the monitor
+    watches, then hands over near its own deadline with nothing written."""
+    oid = create(title="Waiting", tasks=diamond())
+    work(queued()[0])
+    task_job = v.task_job_id(oid, "a", 1)
+    assert queue.get(task_job).status == "queued"
+    monitor = work(v.monitor_job_id(oid, "a", 1), deadline_s=1.0)
+    assert monitor.result["status"] == "handed_over" and monitor.result["checkpoints"] == 0
+    assert not [r for r in store.read(v.objective_stream(oid)) if r.type == v.MONITOR_CHECKPOINT]
+    assert objective(oid).task("a").last_checkpoint is None

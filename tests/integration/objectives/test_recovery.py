@@ -108,10 +108,12 @@ def queue_first_control(oid: str) -> str:
 
 
 def test_watchdog_active_objective_work_stalled(factory):
+    """L-4: a codex task job (lease 900 s, a beat every 200 s) silent for 430 s."""
     oid = create(title="Stalled", tasks=diamond())
     job_id = _running_task(oid)
     job = queue.get(job_id)
-    result = watchdog.scan(now_ms=job.updated_at + 91_000)
+    assert watchdog.scan(now_ms=job.updated_at + 400_000)["reconciled"] == []  # between beats
+    result = watchdog.scan(now_ms=job.updated_at + 431_000)
     assert [(r["objectiveId"], r["reason"]) for r in result["reconciled"]] == [
         (oid, "active_objective_work_stalled")]
     work(objective(oid).pending_requests[-1].job_id)  # the reconcile pass (real clock)
@@ -127,7 +129,9 @@ def test_watchdog_phase_supersession_has_active_stale_job(factory):
     drain()  # the task runs and is validated: the objective waits for promotion
     state = objective(oid)
     assert state.phase != v.PHASE_EXECUTE and queue.get(monitor).status == "leased"
-    result = watchdog.scan(now_ms=queue.get(monitor).updated_at + 91_000)
+    silent_since = queue.get(monitor).updated_at  # a monitor beats every 100 s (lease 300 s)
+    assert watchdog.scan(now_ms=silent_since + 150_000)["reconciled"] == []
+    result = watchdog.scan(now_ms=silent_since + 231_000)
     assert [r["reason"] for r in result["reconciled"]] == ["phase_supersession_has_active_stale_job"]
 
 

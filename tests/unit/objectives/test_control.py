@@ -158,17 +158,40 @@ def test_a_recorded_job_that_does_not_exist_is_enqueued_again():
 
 
 def test_reconcile_aborts_a_stalled_task_job():
+    """O-7, L-4: a task job silent past two missed beats (430 s at the codex lease)."""
     chain = Chain()
     chain.append(created(tasks=diamond()))
     run_pass(chain)
     job = T("obj-1", "a", 1)
-    facts = {job: fact(job, "running", updated_at=0),
-             v.monitor_job_id("obj-1", "a", 1): fact("m", "running", updated_at=199_000)}
-    plan = run_pass(chain, facts, now=200_000, reconcile=True)
+    facts = {job: fact(job, "running", updated_at=0, lease_ms=900_000),
+             v.monitor_job_id("obj-1", "a", 1): fact("m", "running", updated_at=499_000)}
+    plan = run_pass(chain, facts, now=500_000, reconcile=True)
     aborts = [e for e in plan.effects if isinstance(e, Abort)]
     assert [a.job_id for a in aborts] == [job]
-    assert aborts[0].reason.startswith("stalled: no heartbeat or progress for 200 s")
-    assert not run_pass(chain, facts, now=200_000).effects  # only on a reconcile
+    assert aborts[0].reason.startswith("stalled: no heartbeat or progress for 500 s")
+    assert not run_pass(chain, facts, now=500_000).effects  # only on a reconcile
+
+
+def test_reconcile_never_aborts_healthy_jobs_between_beats_at_default_cadences():
+    """O-7, L-4, K-7: with the production cadences (a beat every 100 s on a 300 s lease,
+    every 200 s on a codex lease), a monitor between beats, a task whose executor reports
+    no progress and a long audit of an earlier phase are all healthy."""
+    chain = Chain()
+    chain.append(created(tasks=diamond()[:1], checks=["make test"]))
+    run_pass(chain)
+    task, monitor = T("obj-1", "a", 1), v.monitor_job_id("obj-1", "a", 1)
+    now = 1_000_000
+    facts = {task: fact(task, "running", updated_at=now - 399_000, lease_ms=900_000),
+             monitor: fact(monitor, "running", updated_at=now - 150_000)}
+    assert not [e for e in run_pass(chain, facts, now=now, reconcile=True).effects
+                if isinstance(e, Abort)]
+    # the task settled and validation began: the monitor is of an earlier phase now
+    plan = run_pass(chain, {**done(task), monitor: facts[monitor]}, now=now, reconcile=True)
+    assert chain.state.phase == v.PHASE_VALIDATE
+    assert not [e for e in plan.effects if isinstance(e, Abort)]
+    plan = run_pass(chain, {**done(task), monitor: facts[monitor]}, now=now + 81_000,
+                    reconcile=True)
+    assert [e.job_id for e in plan.effects if isinstance(e, Abort)] == [monitor]
 
 
 def test_the_time_budget_fails_the_objective_and_aborts_its_jobs():
@@ -207,3 +230,60 @@ def test_cancel_in_progress_stops_the_pass():
     chain = Chain()
     chain.append(created(tasks=diamond()), {"type": v.CANCEL_REQUESTED, "by": "op"})
     assert types(run_pass(chain)) == []
+
+
+def test_an_operator_abort_blocks_the_task_and_nothing_is_redispatched():
+    """O-7, J-10: an operator who aborts a task's job means stop: the task and the
+    objective block with who and why, and no new pass is dispatched."""
+    chain = Chain()
+    chain.append(created(tasks=diamond()[:1]))
+    run_pass(chain)
+    job = T("obj-1", "a", 1)
+    aborted = {job: fact(job, "canceled", aborted_by="op", cancel_reason="wrong branch",
+                         last_error="wrong branch"),
+               v.monitor_job_id("obj-1", "a", 1): fact("m")}
+    plan = run_pass(chain, aborted)
+    assert types(plan) == [v.TASK_OUTCOME, v.OBJECTIVE_BLOCKED]
+    assert plan.events[0]["outcome"] == v.ABORTED_OUTCOME
+    assert enqueued(plan) == []
+    task = chain.state.task("a")
+    assert (task.status, task.blocked_reason) == ("blocked", "aborted by op: wrong branch")
+    assert chain.state.status == "blocked"
+    assert chain.state.blocked_reason == "aborted by op: wrong branch"
+    assert types(run_pass(chain, aborted)) == [] and enqueued(run_pass(chain, aborted)) == []
+
+
+def test_an_abort_without_a_name_or_reason_still_says_aborted():
+    """O-7: the blocked reason names an unknown aborter and the default reason."""
+    chain = Chain()
+    chain.append(created(tasks=diamond()[:1]))
+    run_pass(chain)
+    job = T("obj-1", "a", 1)
+    run_pass(chain, {job: fact(job, "canceled")})
+    assert chain.state.task("a").blocked_reason == "aborted by unknown: abort requested"
+
+
+def test_a_task_aborted_by_control_itself_is_tried_again():
+    """O-7, L-4: control's own abort of a stalled task job is a failed pass, retried."""
+    chain = Chain()
+    chain.append(created(tasks=diamond()[:1]))
+    run_pass(chain)
+    job = T("obj-1", "a", 1)
+    stalled = fact(job, "canceled", aborted_by=v.CONTROL_AGENT,
+                   cancel_reason="stalled: no heartbeat or progress for 500 s")
+    plan = run_pass(chain, {job: stalled, v.monitor_job_id("obj-1", "a", 1): fact("m")})
+    assert plan.events[0]["outcome"] == v.CANCELED_OUTCOME
+    assert enqueued(plan)[0] == T("obj-1", "a", 2)
+
+
+def test_a_react_runs_an_aborted_task_again():
+    """O-2, O-11: react is how an operator re-runs a task they aborted."""
+    chain = Chain()
+    chain.append(created(tasks=diamond()[:1]))
+    run_pass(chain)
+    job = T("obj-1", "a", 1)
+    run_pass(chain, {job: fact(job, "canceled", aborted_by="op", cancel_reason="pause")})
+    chain.append({"type": v.REACT_REQUESTED, "by": "op"})
+    plan = run_pass(chain, {job: fact(job, "canceled", aborted_by="op")})
+    assert enqueued(plan)[0] == T("obj-1", "a", 2)
+    assert chain.state.task("a").status == "running"

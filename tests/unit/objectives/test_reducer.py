@@ -78,6 +78,17 @@ def test_react_unblocks_with_a_fresh_pass_budget():
     assert _attempt(chain, 2, "approved").task("a").status == "approved"
 
 
+def test_an_aborted_pass_blocks_its_task_at_once_and_a_canceled_one_retries():
+    """O-3, O-7: `aborted` (an operator's abort) stops the task whatever its pass budget;
+    `canceled` (control's own abort, and every such receipt written before) retries."""
+    chain = Chain()
+    _running_task(chain, passes=4)
+    assert _attempt(chain, 1, "canceled", error="stalled").task("a").status == "ready"
+    task = _attempt(chain, 2, "aborted", abortedBy="op", abortReason="wrong input").task("a")
+    assert (task.status, task.blocked_reason) == ("blocked", "aborted by op: wrong input")
+    assert task.runs[-1].outcome == "aborted"
+
+
 def test_job_settled_marks_the_task_reviewing_only_for_its_open_run():
     chain = Chain()
     _running_task(chain)
