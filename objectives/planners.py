@@ -22,6 +22,7 @@ from objectives import processes
 from objectives.core.control import PlanOutcome
 from objectives.core.dag import PlanError, validate_plan
 from objectives.core.state import ObjectiveState
+from receipts.core.storable import storable
 
 DEFAULT_TIMEOUT_S = 120.0
 TASK_FORMAT = "[{id, title, command | prompt, dependsOn?, timeoutMs?, executor?}]"
@@ -63,6 +64,7 @@ def default_plan(state: ObjectiveState, *, timeout_s: float = DEFAULT_TIMEOUT_S)
 
 
 def _validated(tasks: Any, *, source: str) -> PlanOutcome:
+    tasks = storable(tasks)  # a planner's output is handler output: NUL and lone surrogates go
     try:
         return PlanOutcome(tasks=tuple(validate_plan(tasks)), source=source)
     except PlanError as error:

@@ -25,10 +25,11 @@ from pathlib import Path
 from typing import IO
 
 from jobs.runtime import lifeline
+from receipts.core.storable import storable_text
 
 TAIL_CHARS = 4000
 REPORT_EVERY_S = 1.0  # output tails reach job.progress at most this often
-ALIVE_EVERY_S = 30.0  # a quiet command still reports progress (L-4 staleness is 90 s)
+ALIVE_EVERY_S = 30.0  # a quiet command still reports progress (its output tails stay fresh)
 KILL_GRACE_S = lifeline.KILL_GRACE_S  # the reaper's SIGTERM -> SIGKILL of the command's tree
 REAPER_MARGIN_S = 5.0  # a reaper still there this long after its grace is SIGKILLed
 SAFE_ENV = ("PATH", "HOME", "LANG")
@@ -67,8 +68,9 @@ class _Tail:
             self.version += 1
 
     def text(self, limit: int = TAIL_CHARS) -> str:
+        """The tail as text a receipt can hold: invalid UTF-8 and NUL become U+FFFD."""
         with self.lock:
-            return bytes(self.data).decode("utf-8", errors="replace")[-limit:]
+            return storable_text(bytes(self.data).decode("utf-8", errors="replace")[-limit:])
 
 
 def _pump(source: IO[bytes], sink: Path, tail: _Tail) -> None:

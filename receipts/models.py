@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from django.db import models
 
-from receipts.core.chain import Receipt as ReceiptValue
-
 
 class Stream(models.Model):
     name = models.CharField(max_length=255, primary_key=True)
@@ -36,8 +34,11 @@ class Receipt(models.Model):
     prev = models.CharField(max_length=64, null=True)
     hash = models.CharField(max_length=64)
     event_type = models.CharField(max_length=100)
-    body = models.JSONField()
+    body = models.JSONField()  # for queries; PostgreSQL's jsonb may respell numbers
     context = models.JSONField(null=True)
+    # The exact canonical text the hash covers (S-2): what readers and verify trust.
+    # NULL on rows written before 0004, which verify from the jsonb columns as before.
+    sealed = models.TextField(null=True)
     hints = models.JSONField(null=True)
     event_id = models.CharField(max_length=255, null=True)
 
@@ -56,10 +57,3 @@ class Receipt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.stream}#{self.stream_seq} {self.event_type}"
-
-    def to_value(self) -> ReceiptValue:
-        return ReceiptValue(
-            id=self.receipt_id, ts=self.ts, stream=self.stream, prev=self.prev, body=self.body,
-            hash=self.hash, context=self.context, hints=self.hints, seq=self.seq,
-            stream_seq=self.stream_seq,
-        )

@@ -4,6 +4,9 @@ Appends lock the stream row (an upsert that returns the head: a row lock on
 PostgreSQL, the database write lock of an IMMEDIATE transaction on SQLite), seal the
 receipts onto the head, insert them, run the family's projector in the same
 transaction (S-5), move the head and, on PostgreSQL, `pg_notify` (S-9).
+Each row keeps the canonical text its hash covers (`sealed`) beside the jsonb columns:
+reads decode body and context from that text, so every reader (folds, the API, the
+admin) gets exactly what was sealed on either database, and verification checks both.
 `append_new_streams` does the same for many new streams at once, set-based. Nothing here
 updates or deletes a receipt row.
 """
@@ -14,18 +17,20 @@ import re
 import secrets
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 
 from receipts import registry
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.core.canonical import CanonicalJSONError, check_json
-from receipts.core.chain import Receipt, Verification, seal
+from receipts.core.chain import Receipt, Verification, as_sealed, seal, unseal
 from receipts.core.chain import fold as fold_receipts
 from receipts.core.chain import state_at as state_at_receipts
 from receipts.core.chain import verify as verify_receipts
+from receipts.core.storable import first_unstorable
 from receipts.errors import ExpectedPrevMismatch, InvalidEvent, PartialEventIds, ReplayRefused
 from receipts.models import Receipt as ReceiptRow
 from receipts.models import Stream as StreamRow
@@ -39,6 +44,7 @@ class _Any:
 
 ANY: Any = _Any()  # expected_prev default: no head check (None means "the stream must be new")
 MAX_STREAM_NAME = 255
+_NUL_ESCAPE = "\\u0000"  # how canonical JSON writes U+0000
 _SPACE_OR_CONTROL = re.compile(r"[\s\x00-\x1f]")  # \s is str.isspace()
 
 
@@ -82,6 +88,7 @@ class StreamHandle:
         if expected_prev is not ANY and expected_prev != self.head:
             raise ExpectedPrevMismatch(expected_prev, self.head)
         ts = wall_clock_ms() if now_ms is None else now_ms
+        _check_hints(hints, event_id, self.name)
         sealed = []
         prev = self.head
         for index, body in enumerate(batch):
@@ -100,6 +107,7 @@ class StreamHandle:
                 raise InvalidEvent(f"event {index} of {self.name}: {error}") from None
             if len(receipt.type) > 100:
                 raise InvalidEvent(f"event type longer than 100 characters on {self.name}")
+            _refuse_nul(receipt, index)
             sealed.append(receipt)
             prev = receipt.hash
         first = self.count + 1
@@ -116,6 +124,25 @@ class StreamHandle:
         return written
 
 
+def _refuse_nul(receipt: Receipt, index: int) -> None:
+    """PostgreSQL's jsonb and text refuse U+0000: refuse it on both databases alike (S-3).
+    The escape in the sealed text may also be a string's own backslash and "u0000", so
+    the walk (naming the path) decides; a clean receipt costs one substring search."""
+    if receipt.sealed is None or _NUL_ESCAPE not in receipt.sealed:
+        return
+    found = first_unstorable({"body": receipt.body, "context": receipt.context})
+    if found is not None:
+        raise InvalidEvent(f"event {index} of {receipt.stream}: {found[1]} at {found[0]}")
+
+
+def _check_hints(hints: dict[str, Any] | None, event_id: str | None, stream: str) -> None:
+    """Hints are stored, not sealed: refuse text no database stores in them here."""
+    found = first_unstorable(hints, "$.hints") if hints else None
+    found = found or (first_unstorable(event_id, "event_id") if event_id else None)
+    if found is not None:
+        raise InvalidEvent(f"{found[1]} at {found[0]} on {stream}")
+
+
 def _event_ids(event_id: str | None, n: int) -> list[str]:
     if event_id is None:
         return []
@@ -126,7 +153,7 @@ def _event_ids(event_id: str | None, n: int) -> list[str]:
 
 def _existing_for_event_ids(stream: str, event_ids: list[str]) -> list[Receipt]:
     rows = ReceiptRow.objects.filter(stream=stream, event_id__in=event_ids).order_by("stream_seq")
-    return [row.to_value() for row in rows]
+    return _receipts(rows)
 
 
 def _positioned(receipts: list[Receipt], first_stream_seq: int,
@@ -134,9 +161,7 @@ def _positioned(receipts: list[Receipt], first_stream_seq: int,
     out = []
     for offset, r in enumerate(receipts):
         stream_seq = first_stream_seq + offset
-        out.append(Receipt(id=r.id, ts=r.ts, stream=r.stream, prev=r.prev, body=r.body,
-                           hash=r.hash, context=r.context, hints=r.hints,
-                           seq=positions[stream_seq], stream_seq=stream_seq))
+        out.append(replace(r, seq=positions[stream_seq], stream_seq=stream_seq))
     return out
 
 
@@ -277,6 +302,7 @@ def _seal_first(new: Sequence[NewStream], ts: int, heads: dict[str, str]) -> lis
             raise InvalidEvent(f"event 0 of {item.name}: {error}") from None
         if len(receipt.type) > 100:
             raise InvalidEvent(f"event type longer than 100 characters on {item.name}")
+        _refuse_nul(receipt, 0)
         if item.name in heads:  # the second append of the pair would find a head
             raise ExpectedPrevMismatch(None, heads[item.name])
         heads[item.name] = receipt.hash
@@ -345,18 +371,52 @@ def list_streams(prefix: str = "", *, after: str | None = None, limit: int = 100
     return [_info(r) for r in rows.order_by("name")[: max(1, min(limit, 1000))]]
 
 
-def read(stream: str, *, after: int = 0, limit: int | None = None) -> list[Receipt]:
-    """Receipts of `stream` with stream_seq > `after`, in order."""
+_FIELDS = ("seq", "stream", "stream_seq", "receipt_id", "ts", "prev", "hash", "hints", "sealed")
+
+
+def _receipts(rows: QuerySet[ReceiptRow], *, stored: bool = False) -> list[Receipt]:
+    """`rows` (ordered, perhaps sliced) as receipts.
+
+    By default body and context are exactly what was sealed, decoded from the sealed
+    text; the jsonb columns, which PostgreSQL may respell, are not even selected. Rows
+    from before the sealed text (NULL) take their jsonb columns, in one more query.
+    `stored=True` gives the jsonb columns as the database holds them, beside the sealed
+    text: what verification compares.
+    """
+    if stored:
+        return [_receipt(*row[:-2], body=row[-2], context=row[-1])
+                for row in rows.values_list(*_FIELDS, "body", "context")]
+    found = list(rows.values_list(*_FIELDS))
+    legacy = [row[0] for row in found if row[-1] is None]
+    columns = {seq: (body, context) for seq, body, context in ReceiptRow.objects.filter(
+        seq__in=legacy).values_list("seq", "body", "context")} if legacy else {}
+    out = []
+    for row in found:
+        body, context = unseal(row[-1]) if row[-1] is not None else columns[row[0]]
+        out.append(_receipt(*row, body=body, context=context))
+    return out
+
+
+def _receipt(seq: int, stream: str, stream_seq: int, receipt_id: str, ts: int, prev: str | None,
+             hash: str, hints: dict[str, Any] | None, sealed: str | None, *,
+             body: dict[str, Any], context: dict[str, Any] | None) -> Receipt:
+    return Receipt(id=receipt_id, ts=ts, stream=stream, prev=prev, body=body, hash=hash,
+                   context=context, hints=hints, seq=seq, stream_seq=stream_seq, sealed=sealed)
+
+
+def read(stream: str, *, after: int = 0, limit: int | None = None,
+         stored: bool = False) -> list[Receipt]:
+    """Receipts of `stream` with stream_seq > `after`, in order (`stored`: see `_receipts`)."""
     rows = ReceiptRow.objects.filter(stream=stream, stream_seq__gt=after).order_by("stream_seq")
     if limit is not None:
         rows = rows[:limit]
-    return [row.to_value() for row in rows]
+    return _receipts(rows, stored=stored)
 
 
-def iter_receipts(stream: str, *, chunk: int = 1000) -> Iterator[Receipt]:
+def iter_receipts(stream: str, *, chunk: int = 1000, stored: bool = False) -> Iterator[Receipt]:
     after = 0
     while True:
-        page = read(stream, after=after, limit=chunk)
+        page = read(stream, after=after, limit=chunk, stored=stored)
         yield from page
         if len(page) < chunk:
             return
@@ -368,7 +428,7 @@ def read_global(*, after_seq: int = 0, prefix: str = "", limit: int = 500) -> li
     rows = ReceiptRow.objects.filter(seq__gt=after_seq)
     if prefix:
         rows = rows.filter(stream__startswith=prefix)
-    return [row.to_value() for row in rows.order_by("seq")[:limit]]
+    return _receipts(rows.order_by("seq")[:limit])
 
 
 def last_seq() -> int:
@@ -377,7 +437,9 @@ def last_seq() -> int:
 
 
 def verify(stream: str) -> Verification:
-    return verify_receipts(stream, iter_receipts(stream))
+    """S-6 over what the database holds: each sealed text must hash to its receipt's hash
+    and the jsonb columns must still hold the values it seals."""
+    return verify_receipts(stream, iter_receipts(stream, stored=True))
 
 
 def _reducer_for(stream: str, reducer: Any) -> Any:
@@ -439,11 +501,12 @@ def rebuild(projector: registry.Projector, streams: Sequence[str], *,
     """
     report = RebuildReport()
     for stream in streams:
-        receipts = list(iter_receipts(stream))
+        receipts = list(iter_receipts(stream, stored=True))
         verification = verify_receipts(stream, receipts)
         if not verification.ok:
             report.refused.append(verification)
             continue
+        receipts = [as_sealed(r) for r in receipts]  # project what was sealed, as reads do
         report.checked += 1
         with transaction.atomic():
             before = projector.snapshot(stream)

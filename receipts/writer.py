@@ -4,7 +4,8 @@ PostgreSQL: statements go through one server-side-binding psycopg cursor and are
 prepared (the hot path runs the same few statements millions of times), and the receipt
 insert, the head update and `pg_notify` travel as ONE statement (data-modifying CTEs), so
 an append costs three round trips: lock, write, commit. SQLite: the same steps as plain
-statements (it has no data-modifying CTEs and nothing to notify).
+statements (it has no data-modifying CTEs and nothing to notify). Each receipt row carries
+its sealed text (S-2) in the same INSERT as its jsonb columns.
 
 Opening many new streams at once (`create_streams`, `write_first`, or both as
 `send_first` inside `pipeline`) is set-based: one statement for the stream rows and one
@@ -25,7 +26,8 @@ from receipts.core.chain import Receipt
 from receipts.errors import ExpectedPrevMismatch
 
 NOTIFY_CHANNEL = "receipt"
-_COLUMNS = "stream, stream_seq, receipt_id, ts, prev, hash, event_type, body, context, hints, event_id"
+_COLUMNS = ("stream, stream_seq, receipt_id, ts, prev, hash, event_type, body, context, hints, "
+            "event_id, sealed")
 _LOCK = (
     "INSERT INTO receipt_stream (name, head, receipt_count, last_ts, updated_at) "
     "VALUES (%s, NULL, 0, NULL, 0) "
@@ -51,8 +53,9 @@ _CREATE_SQLITE = ("INSERT INTO receipt_stream (name, head, receipt_count, last_t
                   "VALUES {rows} ON CONFLICT (name) DO NOTHING RETURNING name")
 _WRITE_FIRST_PG = (
     f"WITH ins AS (INSERT INTO receipt_receipt (seq, {_COLUMNS}) "
-    "SELECT q, s, 1, i, t, p, h, e, b, c, x, NULL FROM json_to_recordset(%s::json) AS v("
-    "q bigint, s text, i text, t bigint, p text, h text, e text, b jsonb, c jsonb, x jsonb) "
+    "SELECT q, s, 1, i, t, p, h, e, b, c, x, NULL, z FROM json_to_recordset(%s::json) AS v("
+    "q bigint, s text, i text, t bigint, p text, h text, e text, b jsonb, c jsonb, x jsonb, "
+    "z text) "
     "RETURNING seq, stream, event_type) "
     f"SELECT pg_notify('{NOTIFY_CHANNEL}', "
     "ins.seq::text || ' ' || ins.stream::text || ' ' || ins.event_type) FROM ins"
@@ -83,7 +86,8 @@ def _streams_json(receipts: Sequence[Receipt]) -> str:
 
 def _receipts_json(receipts: Sequence[Receipt]) -> str:
     return _json([{"q": r.seq, "s": r.stream, "i": r.id, "t": r.ts, "p": r.prev, "h": r.hash,
-                   "e": r.type, "b": r.body, "c": r.context, "x": r.hints} for r in receipts])
+                   "e": r.type, "b": r.body, "c": r.context, "x": r.hints, "z": r.sealed}
+                  for r in receipts])
 
 
 def _first(receipts: Sequence[Receipt], seqs: Sequence[int]) -> list[Receipt]:
@@ -96,7 +100,7 @@ def _rows(receipts: Sequence[Receipt], first_stream_seq: int,
     params: list[Any] = []
     for offset, (r, event_id) in enumerate(zip(receipts, event_ids, strict=True)):
         params += [r.stream, first_stream_seq + offset, r.id, r.ts, r.prev, r.hash, r.type,
-                   _dump(r.body), _dump(r.context), _dump(r.hints), event_id]
+                   _dump(r.body), _dump(r.context), _dump(r.hints), event_id, r.sealed]
     return params
 
 
@@ -153,7 +157,7 @@ class Writer:
         params = _rows(receipts, first_stream_seq, event_ids)
         try:
             if self.postgres:
-                one = "(%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s::jsonb, %s)"
+                one = "(%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s::jsonb, %s, %s)"
                 sql = (
                     f"WITH ins AS (INSERT INTO receipt_receipt ({_COLUMNS}) VALUES "
                     f"{', '.join([one] * len(receipts))} RETURNING seq, stream_seq, event_type), "
@@ -165,7 +169,7 @@ class Writer:
                 )
                 rows = self._run(sql, [*params, head, count, last_ts, last_ts, stream, stream])
             else:
-                one = "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+                one = "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 sql = (f"INSERT INTO receipt_receipt ({_COLUMNS}) VALUES "
                        f"{', '.join([one] * len(receipts))} RETURNING seq, stream_seq")
                 rows = self._run(sql, params)
@@ -213,13 +217,13 @@ class Writer:
                 placed = _first(receipts, reserved)
                 self._run(_WRITE_FIRST_PG, [_receipts_json(placed)])
                 return placed
-            for part in chunks(receipts, 11):
+            for part in chunks(receipts, 12):
                 params: list[Any] = []
                 for r in part:
                     params += [r.stream, 1, r.id, r.ts, r.prev, r.hash, r.type, _dump(r.body),
-                               _dump(r.context), _dump(r.hints), None]
+                               _dump(r.context), _dump(r.hints), None, r.sealed]
                 sql = _WRITE_FIRST_SQLITE.format(
-                    rows=", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(part)))
+                    rows=", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(part)))
                 by_stream = {stream: seq for seq, stream in self._run(sql, params)}
                 placed += _first(part, [by_stream[r.stream] for r in part])
         except IntegrityError as error:

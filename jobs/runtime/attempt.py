@@ -7,7 +7,8 @@ deterministic simulation (`jobs.simulation`) drive these same functions.
   pending abort cancels and a missing handler fails in the same transaction).
 - `beat`: the heartbeat of a running attempt; says whether to stop (abort, lease lost).
 - `settle`: complete, fail or cancel under the fence and settle the promise in ONE
-  transaction, under the storage retry.
+  transaction, under the storage retry. The handler's result and error text go through
+  `storable` first (NUL and lone surrogates become U+FFFD; see `jobs.runtime.context`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from jobs.core.reducer import Fence, JobState
 from jobs.queue import Outcome, Start
 from jobs.runtime import faults, promises
 from jobs.runtime.storage_retry import with_storage_retry
+from receipts.core.storable import storable
 
 _START_STATUS = {Start.MISSING: ("failed", "rejected"), Start.TERMINAL: ("terminal_state", "resolved"),
                  Start.STALE: ("stale_attempt", "rejected"), Start.LEASE_LOST: ("lease_lost", "rejected")}
@@ -116,6 +118,7 @@ def settle(running: Running, status: str, *, now_ms: Callable[[], int], error: s
            inject: Callable[[], None] | None = None) -> Ended:
     """Settle under the fence with the storage retry (D-5, D-6): one transaction for the
     job's receipt and the promise. `inject` lets fault tests fail a try."""
+    error, result, reason = storable(error), storable(result), storable(reason)
 
     def once() -> Ended:
         faults.fail_once("settle_transient", OperationalError("database is locked"))

@@ -1,4 +1,9 @@
-"""The handler contract (D-7): `handler(job, ctx) -> JobResult`."""
+"""The handler contract (D-7): `handler(job, ctx) -> JobResult`.
+
+What a handler writes (progress here; results and error text in `attempt.settle`) passes
+through `receipts.core.storable.storable` on its way to a receipt: a NUL or a lone
+surrogate, which no database stores, becomes U+FFFD instead of failing the write.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobs.core.reducer import Command, Fence, JobState
+from receipts.core.storable import storable
 
 
 @dataclass(frozen=True)
@@ -58,7 +64,7 @@ class HandlerContext:
 
     def progress(self, data: Any) -> bool:
         """Record `job.progress`; False when the fence was lost (stop working)."""
-        return self._report(data)
+        return self._report(storable(data))
 
     def stop(self, reason: str) -> None:
         if not self.aborted.is_set():

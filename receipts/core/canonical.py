@@ -77,3 +77,34 @@ def canonical_json(value: JSONValue) -> str:
 def sha256_hex(value: JSONValue) -> str:
     """sha256 of the UTF-8 canonical JSON of `value`, as 64 lowercase hex chars."""
     return hashlib.sha256(canonical_json(value).encode("utf-8")).hexdigest()
+
+
+def same_json(sealed: JSONValue, stored: JSONValue) -> bool:
+    """Whether `stored`, a value as a database gave it back, is the JSON value `sealed`.
+
+    PostgreSQL's jsonb keeps numbers as decimals and respells them (`1e16` comes back as
+    `10000000000000000`, `-0.0` as `0.0`), so a sealed float agrees with any number that
+    reads back as the same double (negative zero included: jsonb cannot keep the sign).
+    Everything else must be equal and of the same JSON type: an int stays an int, a bool
+    a bool, and objects have the same keys.
+    """
+    if sealed is None:
+        return stored is None
+    if isinstance(sealed, (bool, str)):
+        return isinstance(stored, type(sealed)) and stored == sealed
+    if isinstance(sealed, float):
+        if isinstance(stored, bool) or not isinstance(stored, (int, float)):
+            return False
+        try:
+            return float(stored) == sealed
+        except OverflowError:  # an int past the float range is no float we sealed
+            return False
+    if isinstance(sealed, int):
+        return isinstance(stored, int) and not isinstance(stored, bool) and stored == sealed
+    if isinstance(sealed, list):
+        return (isinstance(stored, list) and len(stored) == len(sealed)
+                and all(same_json(a, b) for a, b in zip(sealed, stored, strict=True)))
+    if isinstance(sealed, dict):
+        return (isinstance(stored, dict) and stored.keys() == sealed.keys()
+                and all(same_json(value, stored[key]) for key, value in sealed.items()))
+    return False

@@ -1,12 +1,28 @@
-"""Receipts, their hashes and chain verification (S-1, S-2, S-6, S-7)."""
+"""Receipts, their hashes and chain verification (S-1, S-2, S-6, S-7).
+
+A sealed receipt keeps the exact canonical text its hash covers (`sealed`); the store
+writes it beside the jsonb columns, because PostgreSQL respells numbers in jsonb
+(`1e16` becomes `10000000000000000`) and the hash of the respelled value differs.
+Verification hashes that text, then checks that the receipt's fields (as the database
+gave them back) still hold the values it seals.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from receipts.core.canonical import JSONValue, sha256_hex
+from receipts.core.canonical import (
+    CanonicalJSONError,
+    JSONValue,
+    canonical_json,
+    same_json,
+    sha256_hex,
+)
+from receipts.core.storable import first_unstorable
 
 _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 
@@ -29,15 +45,27 @@ def receipt_id(ts_ms: int, random_hex16: str) -> str:
     return f"{base36(ts_ms)}-{random_hex16}"
 
 
+def _material(*, id: str, ts: int, stream: str, prev: str | None, body: JSONValue,
+              context: JSONValue | None) -> dict[str, Any]:
+    material: dict[str, Any] = {"id": id, "ts": ts, "stream": stream, "prev": prev, "body": body}
+    if context is not None:
+        material["context"] = context
+    return material
+
+
+def text_hash(text: str) -> str:
+    """sha256 hex of `text` as UTF-8 (a surrogate, which no sealed text holds, is hashed
+    as is rather than raising, so it shows as a mismatch)."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def receipt_hash(
     *, id: str, ts: int, stream: str, prev: str | None, body: JSONValue,
     context: JSONValue | None = None,
 ) -> str:
     """S-2: sha256 over {id, ts, stream, prev, body, context?}; hints are not hashed."""
-    material: dict[str, Any] = {"id": id, "ts": ts, "stream": stream, "prev": prev, "body": body}
-    if context is not None:
-        material["context"] = context
-    return sha256_hex(material)
+    return sha256_hex(_material(id=id, ts=ts, stream=stream, prev=prev, body=body,
+                                context=context))
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,14 +82,38 @@ class Receipt:
     hints: dict[str, Any] | None = None
     seq: int | None = None
     stream_seq: int | None = None
+    # The canonical text the hash covers; None for rows stored before it was kept.
+    sealed: str | None = field(default=None, repr=False, compare=False)
 
     @property
     def type(self) -> str:
         return str(self.body["type"])
 
     def expected_hash(self) -> str:
+        """The hash of the sealed text, or recomputed from the fields when there is none."""
+        if self.sealed is not None:
+            return text_hash(self.sealed)
         return receipt_hash(id=self.id, ts=self.ts, stream=self.stream, prev=self.prev,
                             body=self.body, context=self.context)
+
+    def unsealed_field(self) -> str | None:
+        """The first field whose value is not the one the sealed text holds, or None."""
+        if self.sealed is None:
+            return None
+        try:
+            material = json.loads(self.sealed)
+        except ValueError:
+            return "sealed"
+        if not isinstance(material, dict):
+            return "sealed"
+        mine = _material(id=self.id, ts=self.ts, stream=self.stream, prev=self.prev,
+                         body=self.body, context=self.context)
+        if material.keys() != mine.keys():
+            return "context" if "context" in material.keys() ^ mine.keys() else "sealed"
+        for name in ("id", "ts", "stream", "prev", "body", "context"):
+            if name in mine and not same_json(material[name], mine[name]):
+                return name
+        return None
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {"id": self.id, "ts": self.ts, "stream": self.stream,
@@ -87,9 +139,30 @@ def seal(
     if context is not None and not isinstance(context, dict):
         raise ValueError("a receipt context is a JSON object")
     rid = receipt_id(ts, random_hex16)
-    digest = receipt_hash(id=rid, ts=ts, stream=stream, prev=prev, body=body, context=context)
+    material = _material(id=rid, ts=ts, stream=stream, prev=prev, body=body, context=context)
+    text = canonical_json(material)
+    try:
+        data = text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: the text has no UTF-8 bytes to hash
+        found = first_unstorable(material)
+        raise CanonicalJSONError(*(found or ("$", "text that is not UTF-8"))) from None
+    digest = hashlib.sha256(data).hexdigest()
     return Receipt(id=rid, ts=ts, stream=stream, prev=prev, body=body, hash=digest,
-                   context=context, hints=hints)
+                   context=context, hints=hints, sealed=text)
+
+
+def unseal(sealed: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(body, context) exactly as sealed, from a receipt's sealed text."""
+    material = json.loads(sealed)
+    return material["body"], material.get("context")
+
+
+def as_sealed(receipt: Receipt) -> Receipt:
+    """`receipt` with body and context decoded from its sealed text (itself without one)."""
+    if receipt.sealed is None:
+        return receipt
+    body, context = unseal(receipt.sealed)
+    return replace(receipt, body=body, context=context)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,17 +190,29 @@ class Verification:
         return f"{self.reason} at index {self.index}"
 
 
+def fault(receipt: Receipt, prev: str | None) -> tuple[str, dict[str, Any]] | None:
+    """Why `receipt` does not follow head `prev` (S-6), or None when it does.
+
+    `hash mismatch` covers both a sealed text that does not hash to the stored hash and
+    a field whose stored value is not the sealed one (an edited jsonb column)."""
+    if receipt.prev != prev:
+        return "broken prev", {"expected": prev, "found": receipt.prev}
+    if receipt.expected_hash() != receipt.hash:
+        return "hash mismatch", {"stored": receipt.hash}
+    differs = receipt.unsealed_field()
+    if differs is not None:
+        return "hash mismatch", {"stored": receipt.hash, "field": differs}
+    return None
+
+
 def verify(stream: str, receipts: Iterable[Receipt]) -> Verification:
     """Walk the chain in order; report the first index whose prev or hash is wrong (S-6)."""
     prev: str | None = None
     count = 0
     for index, receipt in enumerate(receipts):
-        if receipt.prev != prev:
-            return Verification(stream, False, count, prev, index, "broken prev",
-                                {"expected": prev, "found": receipt.prev})
-        if receipt.expected_hash() != receipt.hash:
-            return Verification(stream, False, count, prev, index, "hash mismatch",
-                                {"stored": receipt.hash})
+        found = fault(receipt, prev)
+        if found is not None:
+            return Verification(stream, False, count, prev, index, found[0], found[1])
         prev = receipt.hash
         count += 1
     return Verification(stream, True, count, prev)

@@ -160,6 +160,21 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def test_a_task_printing_nul_bytes_and_a_lone_surrogate_completes(factory):
+    """O-6, S-3, D-7: output no database stores reaches every receipt as U+FFFD (progress
+    tails, the verdict, the task's outcome) and the objective completes with sound chains."""
+    start(factory, *ROLES)
+    command = r"printf 'out\000put \355\240\200 end'; printf 'err\000' >&2"
+    oid = create(title="Noisy", tasks=[{"id": "t", "title": "T", "command": command}])
+    state = until(oid, "completed", "blocked", "failed", timeout=60)
+    assert state.status == "completed", state.blocked_reason
+    run = state.task("t").runs[-1]
+    assert (run.stdout_tail, run.stderr_tail) == ("out\ufffdput \ufffd\ufffd\ufffd end",
+                                                  "err\ufffd")
+    assert store.verify(v.objective_stream(oid)).ok
+    assert store.verify(f"jobs/{run.job_id}").ok
+
+
 def test_cancel_kills_the_running_task_and_cancels_the_objective(factory, tmp_path):
     start(factory, *ROLES)
     pid_file = tmp_path / "pid"

@@ -13,6 +13,7 @@ from objectives import processes
 from objectives.core import vocabulary as v
 from objectives.core.control import PlanOutcome
 from objectives.core.dag import TaskSpec
+from receipts import store
 from tests.integration.objectives.conftest import configure, create, drain, objective
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -147,3 +148,16 @@ def test_the_planner_command_output_is_validated_like_an_explicit_plan(factory, 
     drain()
     state = objective(oid)
     assert state.blocked_reason == "plan rejected: task 'a' depends on unknown task 'zz'"
+
+
+def test_a_command_printing_nul_bytes_and_a_lone_surrogate_settles_normally(factory):
+    """O-6, S-3: output no database stores reaches the tails as U+FFFD; the task's job
+    completes and every chain verifies (PostgreSQL refused the NUL before)."""
+    oid = run_one(r"printf 'out\000put \355\240\200 end'; printf 'err\000' >&2")
+    state = objective(oid)
+    run = state.task("t").runs[-1]
+    assert (run.job_status, run.outcome) == ("completed", "approved")
+    assert run.stdout_tail == "out\ufffdput \ufffd\ufffd\ufffd end"
+    assert run.stderr_tail == "err\ufffd"
+    assert store.verify(v.objective_stream(oid)).ok
+    assert store.verify(f"jobs/{run.job_id}").ok

@@ -1,4 +1,5 @@
-"""S-2: canonical JSON and hashing, checked against the reference json.dumps form."""
+"""S-2: canonical JSON and hashing, checked against the reference json.dumps form; S-6: how a
+value read back from a database is compared with the sealed one."""
 
 import datetime
 import hashlib
@@ -9,7 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from receipts.core.canonical import CanonicalJSONError, canonical_json, check_json, sha256_hex
+from receipts.core.canonical import (
+    CanonicalJSONError,
+    canonical_json,
+    check_json,
+    same_json,
+    sha256_hex,
+)
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
@@ -84,3 +91,50 @@ def test_depth_limit_is_enforced_when_asked():
     check_json(deep, max_depth=20)
     with pytest.raises(CanonicalJSONError, match="nesting deeper than 5 levels"):
         check_json(deep, max_depth=5)
+
+
+# ---- same_json: a value read back from a database against the sealed one (S-6) ------------
+
+
+@pytest.mark.parametrize(
+    ("sealed", "stored"),
+    [
+        (1e16, 10_000_000_000_000_000),  # jsonb spells a float's decimal value in full
+        (-0.0, 0.0),  # jsonb has no negative zero
+        (-0.0, 0),
+        (1.7976931348623157e308, int(float.fromhex("0x1.fffffffffffffp+1023"))),
+        (1.7976931348623157e308, 179769313486231570 * 10**291),
+        (5e-324, 5e-324),
+        (12345678901234567890, 12345678901234567890),
+        ({"a": [1, 2.5, "x", None, True]}, {"a": [1, 2.5, "x", None, True]}),
+    ],
+)
+def test_respelled_numbers_agree_with_what_was_sealed(sealed, stored):
+    assert same_json(sealed, stored)
+
+
+@pytest.mark.parametrize(
+    ("sealed", "stored"),
+    [
+        (1, 1.0),  # an int stays an int
+        (1, True),
+        (True, 1),
+        (0.0, False),
+        (1e16, 10_000_000_000_000_002),  # a different double
+        (1.5, 10**400),  # past the float range
+        ("1", 1),
+        (None, 0),
+        ({"a": 1}, {"a": 1, "b": 2}),
+        ({"a": 1}, {"b": 1}),
+        ([1, 2], [1]),
+        ([1], (1,)),
+        ({"a": 1}, [("a", 1)]),
+    ],
+)
+def test_edited_values_do_not_agree(sealed, stored):
+    assert not same_json(sealed, stored)
+
+
+@given(json_values)
+def test_every_value_agrees_with_its_own_json_round_trip(value):
+    assert same_json(json.loads(canonical_json(value)), value)
