@@ -2,7 +2,8 @@
 staff session): every endpoint but health is authenticated (Q-1).
 
 Gauges come from indexed queries over active jobs only (never a full-table COUNT);
-counters are the per-process `jobs_counter` rows summed.
+counters are the per-process `jobs_counter` rows summed. Callback gauges count the
+callback records (pending, and delivered or given up in the last hour).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from django.db.models import Count, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from access.principals import BadCredentials, principal_for_request
+from jobs import callback_records
 from jobs.core.vocabulary import ACTIVE_STATUSES, TERMINAL_STATUSES
 from jobs.models import Counter, Job, LoopRun
 from jobs.runtime import processes
@@ -67,6 +69,7 @@ def render(now_ms: int, *, organization_id: str | None = None) -> str:
                    (_series("receipt_loop_last_duration_seconds",
                             {"loop": r["loop"], "process": r["process_id"]},
                             (r["duration_ms"] or 0) / 1000) for r in loops))
+    out += _callbacks(now_ms)
     sums = Counter.objects.values("name", "labels").annotate(total=Sum("value")).order_by("name")
     by_name: dict[str, list[str]] = {}
     for row in sums:
@@ -75,6 +78,22 @@ def render(now_ms: int, *, organization_id: str | None = None) -> str:
     for name, lines in by_name.items():
         out += _family(name, "counter", "Summed over processes (flushed every few seconds).", lines)
     return "\n".join(out) + "\n"
+
+
+def _callbacks(now_ms: int) -> list[str]:
+    """D-8 from the callback records, so every process's callbacks count."""
+    by_event = callback_records.counts(now_ms=now_ms)["byEvent"]
+    out = _family("receipt_callbacks_pending", "gauge",
+                  "Callbacks waiting for delivery or a retry, by event.",
+                  (_series("receipt_callbacks_pending", {"event": event}, cell["pending"])
+                   for event, cell in by_event.items()))
+    out += _family("receipt_callbacks_finished_last_hour", "gauge",
+                   "Callbacks delivered or given up in the last hour, by event.",
+                   (_series("receipt_callbacks_finished_last_hour", {"event": event, "state": state},
+                            cell[key])
+                    for event, cell in by_event.items()
+                    for state, key in callback_records.FINISHED.items()))
+    return out
 
 
 def metrics(request: HttpRequest) -> HttpResponse:

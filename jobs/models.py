@@ -143,3 +143,40 @@ class Counter(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}{{{self.labels}}}@{self.process_id}"
+
+
+class Callback(models.Model):
+    """D-8: one job event callback, written in the transaction of the write that caused
+    it (a transactional outbox) and posted after commit, retried with backoff until it is
+    delivered or its deadline passes (`jobs.runtime.callbacks`). Delivery bookkeeping
+    only: settled rows are pruned after a retention period."""
+
+    STATES = (("pending", "pending"), ("delivered", "delivered"), ("gave_up", "gave up"))
+
+    id = models.BigAutoField(primary_key=True)
+    job_id = models.CharField(max_length=128)
+    event = models.CharField(max_length=16)  # dispatched | completed | failed | canceled
+    url = models.TextField()  # where it goes, as configured when it was recorded
+    body = models.JSONField()  # exactly what is posted, on every try
+    state = models.CharField(max_length=10, choices=STATES, default="pending")
+    attempts = models.IntegerField(default=0)  # tries started (a claim counts one)
+    last_status = models.IntegerField(null=True)  # HTTP status of the last try; null: no answer
+    last_error = models.TextField(null=True)
+    created_at = models.BigIntegerField()
+    next_at = models.BigIntegerField(null=True)  # next try; null once delivered or given up
+    give_up_at = models.BigIntegerField()
+    finished_at = models.BigIntegerField(null=True)  # delivered or given up
+
+    class Meta:
+        db_table = "jobs_callback"
+        indexes = [
+            models.Index(fields=["job_id", "-id"], name="callback_job_newest"),
+            # the retry loop's scan: only pending rows are in it, so it stays small
+            models.Index(fields=["next_at"], name="callback_due",
+                         condition=models.Q(state="pending")),
+            # counts of the last hour and the retention prune, by state
+            models.Index(fields=["state", "finished_at"], name="callback_finished"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event} of {self.job_id} ({self.state})"

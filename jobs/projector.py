@@ -1,5 +1,9 @@
 """The jobs read-model projector (J-5, S-5): folds new receipts of `jobs/<id>` onto the
-job row inside the append transaction. Nothing else writes `jobs_job`."""
+job row inside the append transaction. Nothing else writes `jobs_job`.
+
+It is also where a settlement is seen whoever wrote it, so it records the D-8 callback
+of every settlement in the same transaction (`jobs.runtime.callbacks.record`). A rebuild
+(`compute`/`write`) records nothing: replaying history posts no callback again."""
 
 from __future__ import annotations
 
@@ -10,10 +14,12 @@ from typing import Any
 
 from django.db import connection
 
+from jobs.core.callbacks import settlement_event
 from jobs.core.contracts import routed_group
 from jobs.core.reducer import JobState, fold_job, job_from_wire, job_to_wire, reduce
 from jobs.core.vocabulary import JOB_STREAM_PREFIX, job_id_from_stream
 from jobs.models import Job
+from jobs.runtime import callbacks
 from receipts import registry
 from receipts.core.chain import Receipt
 from receipts.store import StreamHandle
@@ -75,6 +81,9 @@ class JobProjector:
         handle.cache[CACHE_KEY] = after
         if after is None:
             return  # J-3: a late failure/expiry of a job that never existed leaves no row
+        event = settlement_event(before, after)
+        if event is not None:  # D-8: every settlement, whoever wrote it, with its receipt
+            callbacks.record([(event, after, after.updated_at)], execute=handle.writer.execute)
         row = row_for(after)
         if before is None:
             _insert([row])

@@ -54,6 +54,7 @@ class Config:
     resonate_callback_url: str | None
     event_callback_url: str | None
     callback_token: str | None
+    callback_retry_for_ms: int
     repo_slot_concurrency: int
     factory_planner: str | None
     factory_executor: str | None
@@ -165,6 +166,7 @@ _SPECS = (
     _Spec("RECEIPT_RESONATE_CALLBACK_URL", "resonate_callback_url", "optstr"),
     _Spec("RECEIPT_EVENT_CALLBACK_URL", "event_callback_url", "optstr"),
     _Spec("RECEIPT_CALLBACK_TOKEN", "callback_token", "optstr"),
+    _Spec("RECEIPT_CALLBACK_RETRY_FOR_MS", "callback_retry_for_ms", "int", 3_600_000, 1000, _MS),
     _Spec("RECEIPT_FACTORY_REPO_SLOT_CONCURRENCY", "repo_slot_concurrency", "int", 20, 1, 10_000),
     _Spec("RECEIPT_FACTORY_PLANNER", "factory_planner", "optstr"),
     _Spec("RECEIPT_FACTORY_EXECUTOR", "factory_executor", "optstr"),

@@ -13,6 +13,8 @@ from typing import Any
 import django_filters
 from rest_framework import serializers
 
+from jobs.core.callbacks import EVENTS as CALLBACK_EVENTS
+from jobs.core.callbacks import STATES as CALLBACK_STATES
 from jobs.core.contracts import KINDS, WORKER_GROUPS, all_kinds
 from jobs.core.vocabulary import LANES, SINGLETON_MODES, STATUSES
 from jobs.errors import InvalidRequest
@@ -194,6 +196,34 @@ class ReceiptPageSerializer(serializers.Serializer):
     receipts = ReceiptSerializer(many=True)
     head = serializers.CharField(allow_null=True, help_text="hash of the stream's last receipt")
     receiptCount = serializers.IntegerField()
+
+
+class CallbackSerializer(serializers.Serializer):
+    """One recorded job event callback and its delivery."""
+
+    id = serializers.IntegerField()
+    event = serializers.ChoiceField(choices=list(CALLBACK_EVENTS))
+    state = serializers.ChoiceField(choices=list(CALLBACK_STATES),
+                                    help_text="pending (waiting for a try or a retry), delivered "
+                                              "(a 2xx answer), gave_up (still failing at its "
+                                              "deadline)")
+    url = serializers.CharField(allow_null=True, help_text="scheme, host and port only")
+    attempts = serializers.IntegerField(help_text="tries so far")
+    lastStatus = serializers.IntegerField(allow_null=True,
+                                          help_text="HTTP status of the last try; null: no answer")
+    lastError = serializers.CharField(allow_null=True)
+    createdAt = serializers.IntegerField(help_text="ms since epoch: the event")
+    nextAt = serializers.IntegerField(allow_null=True,
+                                      help_text="ms since epoch of the next try; null once finished")
+    giveUpAt = serializers.IntegerField(help_text="ms since epoch: no try starts after this")
+    finishedAt = serializers.IntegerField(allow_null=True, help_text="ms since epoch")
+    body = serializers.JSONField(help_text="the JSON posted: {event, jobId, stream, status, "
+                                           "attempt, agentId, kind, at}")
+
+
+class JobCallbacksSerializer(serializers.Serializer):
+    jobId = serializers.CharField()
+    callbacks = CallbackSerializer(many=True, help_text="newest first, at most 100")
 
 
 class JobAtSerializer(serializers.Serializer):

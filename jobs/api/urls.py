@@ -13,6 +13,7 @@ urlpatterns = [
     path("jobs/<str:job_id>/receipts", views.JobReceiptsView.as_view(), name="job-receipts"),
     path("jobs/<str:job_id>/state", views.JobStateView.as_view(), name="job-state"),
     path("jobs/<str:job_id>/diagnosis", views.JobDiagnosisView.as_view(), name="job-diagnosis"),
+    path("jobs/<str:job_id>/callbacks", views.JobCallbacksView.as_view(), name="job-callbacks"),
     path("jobs/<str:job_id>/steer", views.SteerView.as_view(), name="job-steer"),
     path("jobs/<str:job_id>/follow-up", views.FollowUpView.as_view(), name="job-follow-up"),
     path("jobs/<str:job_id>/abort", views.AbortView.as_view(), name="job-abort"),

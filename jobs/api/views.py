@@ -26,7 +26,7 @@ from rest_framework.views import APIView
 
 from access.permissions import principal_of, require_organization, visible_job_or_404
 from access.principals import Principal
-from jobs import queue, selectors
+from jobs import callback_records, queue, selectors
 from jobs.api import schema
 from jobs.api.serializers import (
     AbortRequestSerializer,
@@ -36,6 +36,7 @@ from jobs.api.serializers import (
     EnqueueRequestSerializer,
     EnqueueResponseSerializer,
     JobAtSerializer,
+    JobCallbacksSerializer,
     JobFilter,
     JobPageSerializer,
     JobSerializer,
@@ -363,6 +364,22 @@ class JobDiagnosisView(ApiView):
     def get(self, request: Request, job_id: str) -> Response:
         visible_job_or_404(principal_of(request), job_id)
         return Response(diagnosis(job_id))
+
+
+class JobCallbacksView(ApiView):
+    required_scope = "jobs:read"
+
+    @extend_schema(operation_id="list_job_callbacks", tags=["jobs"],
+                   summary="The job's event callbacks and their delivery",
+                   description="Every callback recorded for the job (dispatched, completed, "
+                               "failed, canceled), newest first: the body posted, the tries, the "
+                               "last answer and the next try. Empty when no callback URL is "
+                               "configured.",
+                   parameters=[schema.JOB_ID],
+                   responses={200: JobCallbacksSerializer, **schema.errors(404)})
+    def get(self, request: Request, job_id: str) -> Response:
+        visible_job_or_404(principal_of(request), job_id)
+        return Response({"jobId": job_id, "callbacks": callback_records.for_job(job_id)})
 
 
 class JobReceiptsView(ApiView):

@@ -1,54 +1,237 @@
-"""D-8: job event callbacks. A JSON POST to the configured URL; a failure is logged and
-counted and never fails the job."""
+"""D-8 job event callbacks, durable: a transactional outbox and its sender.
+
+`record` writes a `jobs_callback` row in the transaction of the write that caused the
+event: the jobs projector records every settlement (a worker's, the driver's, any cancel,
+a lease expiry that used up the attempts), the driver records `dispatched` with the
+execute promise it opens. With no URL configured nothing is written: no statement.
+
+`deliver_due` (the `callbacks` maintenance loop) and `deliver_jobs` (the worker's and
+the driver's quick try right after their commit) claim due rows, post them and write
+the outcome. A claim moves the row's next try past the post's timeout, under
+FOR UPDATE SKIP LOCKED on PostgreSQL and a conditional UPDATE on SQLite, so two processes
+never post one row at once, and a process that dies after its commit or mid-post leaves
+a row the loop tries again. A failure is logged, counted and retried with backoff until
+RECEIPT_CALLBACK_RETRY_FOR_MS after the event; it never fails the job.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
+import time
 import urllib.error
 import urllib.request
-from typing import Any
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
+from django.db import connection
 
+from jobs.core import callbacks as core
 from jobs.core.reducer import JobState
+from jobs.models import Callback
 from jobs.runtime import counters
 from receipt_site.logs import log_event
 
+if TYPE_CHECKING:
+    from jobs.recovery import Report
+
 logger = logging.getLogger("receipt.callbacks")
+EVENTS = core.EVENTS
 TIMEOUT_S = 5.0
-EVENTS = ("dispatched", "completed", "failed", "canceled")
+DELIVER_INTERVAL_MS = 2_000  # the retry loop's cadence: a pass with nothing due is one query
+CLAIM_MS = 30_000  # a claimed row is due again after this: longer than one post can take
+ROUND = 16  # rows claimed and posted at once (one thread each: a hung receiver costs 5 s)
+PASS_BUDGET_S = 2.0  # a loop pass starts no new round after this: the other loops wait
+PASS_LIMIT = 512
+KEEP_MS = 7 * 24 * 3_600_000  # delivered and given-up rows are pruned after a week
 FAILURES = "receipt_callback_failures_total"
 
-
-def failure_count() -> int:
-    """Failures seen by this process (all processes: the receipt_callback_failures_total
-    series of /metrics)."""
-    return int(sum(counters.value(FAILURES, event=e) for e in EVENTS))
+Execute = Callable[[str, Sequence[Any]], Any]
 
 
-def body_for(event: str, job: JobState, *, at_ms: int) -> dict[str, Any]:
-    return {"event": event, "jobId": job.job_id, "stream": job.stream, "status": job.status,
-            "attempt": job.attempt, "agentId": job.agent_id, "kind": job.kind, "at": at_ms}
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None  # a redirect is an answer, not a delivery: urllib would re-send a GET
 
 
-def post(event: str, job: JobState, *, at_ms: int) -> bool:
-    """POST the callback if a URL is configured; True when it was delivered (2xx)."""
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
+# ---- recording (inside the writer's transaction) ---------------------------------------
+
+
+def record(events: Sequence[tuple[str, JobState, int]], *, execute: Execute | None = None) -> None:
+    """Record (event, job, at_ms) callbacks in the current transaction. `execute` runs
+    the statement (the append's own cursor, for the projector); else a Django cursor."""
     config = settings.RECEIPT
     url = config.callback_url
-    if not url:
-        return False
-    data = json.dumps(body_for(event, job, at_ms=at_ms)).encode("utf-8")
-    request = urllib.request.Request(url, data=data, method="POST",
-                                     headers={"Content-Type": "application/json"})
-    if config.callback_token:
-        request.add_header("Authorization", f"Bearer {config.callback_token}")
+    if not url or not events:
+        return
+    cast = "::jsonb" if connection.vendor == "postgresql" else ""
+    row = f"(%s, %s, %s, %s{cast}, 'pending', 0, %s, %s, %s)"
+    params: list[Any] = []
+    for event, job, at_ms in events:
+        params += [job.job_id, event, url, json.dumps(core.body(event, job, at_ms=at_ms)),
+                   at_ms, at_ms, at_ms + config.callback_retry_for_ms]
+    sql = ("INSERT INTO jobs_callback (job_id, event, url, body, state, attempts, created_at, "
+           f"next_at, give_up_at) VALUES {', '.join([row] * len(events))}")
+    if execute is not None:
+        execute(sql, params)
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+
+
+# ---- delivery ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Claimed:
+    id: int
+    job_id: str
+    event: str
+    url: str
+    body: Any
+    attempts: int
+    give_up_at: int
+
+
+@dataclass(frozen=True)
+class _Answer:
+    ok: bool
+    status: int | None
+    error: str | None
+
+
+def deliver_jobs(job_ids: Sequence[str], *, now_ms: int) -> None:
+    """The quick try after a commit: post the due callbacks of these jobs now. Costs
+    nothing without a URL; never raises (the loop retries whatever this leaves)."""
+    if not settings.RECEIPT.callback_url or not job_ids:
+        return
     try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+        _deliver(_claim(now_ms, ROUND, job_ids=list(job_ids)), now_ms)
+    except Exception as error:
+        log_event(logger, "callback.quick_try_failed",
+                  f"posting callbacks of {', '.join(job_ids[:5])} failed: {error}",
+                  level=logging.WARNING, jobIds=list(job_ids[:20]))
+
+
+def deliver_due(*, now_ms: int, limit: int = PASS_LIMIT) -> Report:
+    """The `callbacks` loop: post every due callback, rounds of ROUND rows, until none is
+    due, `limit` were claimed or the pass ran PASS_BUDGET_S."""
+    from jobs.recovery import Report  # the recovery module imports the queue, which imports us
+
+    report = Report("callbacks")
+    started = time.monotonic()
+    while report.examined < limit and time.monotonic() - started < PASS_BUDGET_S:
+        claimed = _claim(now_ms, min(ROUND, limit - report.examined))
+        report.examined += len(claimed)
+        report.acted += _deliver(claimed, now_ms)
+        if len(claimed) < ROUND:
+            break
+    return report
+
+
+def prune(*, now_ms: int, limit: int = 1000) -> Report:
+    """Delete delivered and given-up rows older than KEEP_MS, so the table stays bounded."""
+    from jobs.recovery import Report
+
+    ids = list(Callback.objects.filter(state__in=("delivered", "gave_up"),
+                                       finished_at__lt=now_ms - KEEP_MS)
+               .values_list("id", flat=True)[:limit])
+    deleted, _ = Callback.objects.filter(id__in=ids).delete() if ids else (0, {})
+    return Report("callback_prune", examined=len(ids), acted=deleted)
+
+
+_DUE = "state = 'pending' AND next_at <= %s"
+_TAKEN = "RETURNING id, job_id, event, url, body, attempts, give_up_at"
+
+
+def _claim(now_ms: int, limit: int, *, job_ids: list[str] | None = None) -> list[_Claimed]:
+    """Take up to `limit` due rows: each try counts, and its row is due again after
+    CLAIM_MS (a process that dies mid-post leaves it to the loop)."""
+    jobs_sql, jobs_params = "", []
+    if job_ids:
+        jobs_sql = f" AND job_id IN ({', '.join(['%s'] * len(job_ids))})"
+        jobs_params = job_ids
+    take = "SET attempts = attempts + 1, next_at = %s"
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                f"UPDATE jobs_callback {take} WHERE id IN (SELECT id FROM jobs_callback "
+                f"WHERE {_DUE}{jobs_sql} ORDER BY next_at LIMIT %s FOR UPDATE SKIP LOCKED) "
+                f"{_TAKEN}", [now_ms + CLAIM_MS, now_ms, *jobs_params, limit])
+        else:  # SQLite: one writer at a time; the WHERE refuses a row another took first
+            cursor.execute(f"SELECT id FROM jobs_callback WHERE {_DUE}{jobs_sql} "
+                           "ORDER BY next_at LIMIT %s", [now_ms, *jobs_params, limit])
+            ids = [row[0] for row in cursor.fetchall()]
+            if not ids:
+                return []
+            cursor.execute(
+                f"UPDATE jobs_callback {take} WHERE id IN ({', '.join(['%s'] * len(ids))}) "
+                f"AND {_DUE} {_TAKEN}", [now_ms + CLAIM_MS, *ids, now_ms])
+        rows = cursor.fetchall()
+    return sorted((_Claimed(row[0], row[1], row[2], row[3],
+                            json.loads(row[4]) if isinstance(row[4], str | bytes) else row[4],
+                            row[5], row[6]) for row in rows), key=lambda c: c.id)
+
+
+def _deliver(claimed: list[_Claimed], now_ms: int) -> int:
+    """Post the claimed rows (at once, one thread each: HTTP only, no database) and write
+    each outcome; the number delivered."""
+    if not claimed:
+        return 0
+    token = settings.RECEIPT.callback_token
+    if len(claimed) == 1:
+        answers = [_post(claimed[0], token)]
+    else:
+        with ThreadPoolExecutor(max_workers=len(claimed), thread_name_prefix="callback") as pool:
+            answers = list(pool.map(lambda row: _post(row, token), claimed))
+    for row, answer in zip(claimed, answers, strict=True):
+        _settle(row, answer, now_ms)
+    return sum(answer.ok for answer in answers)
+
+
+def _post(row: _Claimed, token: str | None) -> _Answer:
+    data = json.dumps(row.body).encode("utf-8")
+    request = urllib.request.Request(row.url, data=data, method="POST", headers={
+        "Content-Type": "application/json", "X-Receipt-Callback-Id": str(row.id)})
+    if token:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with _OPENER.open(request, timeout=TIMEOUT_S) as response:
             response.read(1024)
-        return True
+            return _Answer(True, response.status, None)
+    except urllib.error.HTTPError as error:  # a non-2xx answer
+        error.close()
+        return _Answer(False, error.code, f"HTTP {error.code} {error.reason}"[:500])
     except (urllib.error.URLError, OSError, ValueError) as error:
-        counters.incr(FAILURES, event=event)
-        log_event(logger, "callback.failed", f"{event} callback for {job.job_id} failed: {error}",
-                  level=logging.WARNING, jobId=job.job_id, callbackEvent=event)
-        return False
+        return _Answer(False, None, str(getattr(error, "reason", error))[:500])
+
+
+def _settle(row: _Claimed, answer: _Answer, now_ms: int) -> None:
+    """Write a try's outcome, fenced by the try's number (a later claim of the same row
+    has moved it on)."""
+    mine = Callback.objects.filter(pk=row.id, state="pending", attempts=row.attempts)
+    if answer.ok:
+        mine.update(state="delivered", last_status=answer.status, last_error=None,
+                    next_at=None, finished_at=now_ms)
+        return
+    counters.incr(FAILURES, event=row.event)
+    next_at = core.next_try_ms(row.attempts, now_ms=now_ms, give_up_at_ms=row.give_up_at)
+    if next_at is None:
+        mine.update(state="gave_up", last_status=answer.status, last_error=answer.error,
+                    next_at=None, finished_at=now_ms)
+        log_event(logger, "callback.gave_up",
+                  f"{row.event} callback for {row.job_id} given up after {row.attempts} "
+                  f"tries: {answer.error}", level=logging.ERROR, jobId=row.job_id,
+                  callbackEvent=row.event, attempts=row.attempts)
+        return
+    mine.update(last_status=answer.status, last_error=answer.error, next_at=next_at)
+    log_event(logger, "callback.failed",
+              f"{row.event} callback for {row.job_id} failed (try {row.attempts}): "
+              f"{answer.error}", level=logging.WARNING, jobId=row.job_id,
+              callbackEvent=row.event, attempts=row.attempts, nextAt=next_at)

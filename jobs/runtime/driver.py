@@ -85,13 +85,15 @@ def _open_many(batch: list[tuple[promises.PromiseView, JobState]], now: int) -> 
             status = "dispatched" if execute_id in opened else "already_dispatched"
             settled.append((view.id, {"status": status, "execute": execute_id}))
         promises.settle_many(settled, "resolved", now_ms=now)
+        callbacks.record([("dispatched", job, now) for view, job in batch
+                          if routes[view.id][0] in opened])
     faults.crash("driver_after_execute_sent")
+    callbacks.deliver_jobs([job.job_id for view, job in batch if routes[view.id][0] in opened],
+                           now_ms=now)
     results = []
     for view, job in batch:
         execute_id, group = routes[view.id]
         status = "dispatched" if execute_id in opened else "already_dispatched"
-        if status == "dispatched":
-            callbacks.post("dispatched", job, at_ms=now)
         counters.incr("receipt_driver_outcomes_total", status=status)
         results.append({"status": status, "jobId": job.job_id, "execute": execute_id})
     return results
@@ -117,8 +119,8 @@ def _drive(promise_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
         canceled = queue.cancel(job.job_id, reason=job.abort_reason or queue.ABORT_REQUESTED_REASON,
                                 by="driver", now_ms=now)
         promises.settle(promise_id, "resolved", now_ms=now, result={"status": "canceled"})
-        if canceled.applied and canceled.job is not None:
-            callbacks.post("canceled", canceled.job, at_ms=now)
+        if canceled.applied:  # the cancel recorded its callback: try it now
+            callbacks.deliver_jobs([job.job_id], now_ms=now)
         return {"status": "canceled", "jobId": job.job_id}
     return _open_execute(promise_id, job, now)
 
@@ -152,9 +154,11 @@ def _open_execute(promise_id: str, job: JobState, now: int) -> dict[str, Any]:
         promises.settle(promise_id, "resolved", now_ms=now,
                         result={"status": "dispatched" if opened else "already_dispatched",
                                 "execute": execute_id})
+        if opened:  # D-8: with the execute promise, so a crash below loses no callback
+            callbacks.record([("dispatched", job, now)])
     faults.crash("driver_after_execute_sent")
     if opened:
-        callbacks.post("dispatched", job, at_ms=now)
+        callbacks.deliver_jobs([job.job_id], now_ms=now)
         log_event(logger, "delivery.dispatched", f"{job.job_id} attempt {attempt} -> {group}",
                   level=logging.DEBUG, jobId=job.job_id, group=group)
     return {"status": "dispatched" if opened else "already_dispatched", "jobId": job.job_id,

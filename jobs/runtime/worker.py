@@ -5,8 +5,9 @@ handler then runs in this thread, on this process's one database connection, whi
 the runworker's lease keeper (`jobs.runtime.keeper`) heartbeats the lease and watches
 for aborts; one watcher thread per worker process (no database) turns the keeper's stop
 order or the execution timeout into `ctx.aborted`. When the handler returns, `attempt.settle`
-writes the settlement and the promise in one transaction; then the callback, and
-`after_complete` only after a real completion.
+writes the settlement and the promise in one transaction (the D-8 callback is recorded
+with it); then a quick try at posting the callback, and `after_complete` only after a
+real completion.
 
 A handler that ignores a stop for longer than its grace is not waited for: the watcher
 settles the attempt itself (on a connection of its own, closed right after) and the
@@ -92,8 +93,8 @@ def _count(outcome: dict[str, Any]) -> dict[str, Any]:
 
 def _finish(ended: attempts.Ended, after_complete: Any = None) -> dict[str, Any]:
     settled = ended.job
-    if settled is not None and settled.status in ("completed", "failed", "canceled"):
-        callbacks.post(settled.status, settled, at_ms=wall_clock_ms())
+    if settled is not None and settled.is_terminal:  # the loop retries what this leaves
+        callbacks.deliver_jobs([settled.job_id], now_ms=wall_clock_ms())
     if settled is not None and settled.status == "completed" and after_complete is not None:
         try:
             after_complete()
