@@ -3,8 +3,9 @@ actions and the dashboard.
 
 Reads come from the read model, the receipt store and the runtime selectors; every write
 goes through the service that owns it: `queue` (abort, steer, follow-up: receipts with
-`by = <admin username>`), `dispatch.start_driver` (redrive) and `store.replay` (rebuild).
-Nothing here writes a job row or a receipt itself.
+`by = <admin username>`), `dispatch.start_driver` (redrive) and `store.replay` (rebuild);
+redrive, replay and verify are put on record by `receipts.audit`. Nothing here writes a
+job row or a receipt itself. Other apps add to the job page through `page_sections`.
 
 The changelist stays on an index at a million jobs: fixed filter choices (never a
 DISTINCT scan), exact-match search, newest-first on `job_newest`, and the streams
@@ -35,9 +36,9 @@ from django.http import (
 )
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 
-from jobs import dashboard, handlers, queue
+from jobs import callback_records, dashboard, handlers, page_sections, queue, selectors
 from jobs.core.contracts import KINDS, WORKER_GROUPS, contract_for, contract_group
 from jobs.core.diagnosis import human_ms
 from jobs.core.reducer import JobState
@@ -48,7 +49,7 @@ from jobs.models import Job
 from jobs.presenters import job_json
 from jobs.runtime import dispatch, promises
 from receipt_site.logs import log_event
-from receipts import store
+from receipts import audit, store
 from receipts.admin import (
     NONE_HTML,
     PAGE_SIZE,
@@ -253,6 +254,31 @@ def command_rows(job: JobState) -> list[dict[str, Any]]:
     ]
 
 
+def progress_panel(job_id: str) -> dict[str, Any] | None:
+    """The latest progress report; a task's stdout and stderr tails shown as text."""
+    progress = selectors.last_progress(job_id)
+    if progress is None:
+        return None
+    report = progress.report if isinstance(progress.report, dict) else {}
+    stdout, stderr = report.get("stdoutTail"), report.get("stderrTail")
+    return {
+        "at": utc(progress.at),
+        "attempt": progress.attempt,
+        "worker": progress.worker_id,
+        "stdout": stdout if isinstance(stdout, str) else None,
+        "stderr": stderr if isinstance(stderr, str) else None,
+        "json": pretty_json(progress.report),
+    }
+
+
+def operator_actions(stream: str) -> list[dict[str, Any]]:
+    """Redrives, replays and verifications recorded on the job's audit stream, newest first."""
+    return [
+        {"by": r.body.get("by"), "at": utc(r.ts), "text": audit.describe(r.body)}
+        for r in reversed(audit.history(stream))
+    ]
+
+
 def parse_payload(text: str) -> tuple[Any, str | None]:
     """The steer/follow-up textarea as JSON, or an error sentence (Q-3)."""
     if not text.strip():
@@ -276,7 +302,7 @@ def parse_payload(text: str) -> tuple[Any, str | None]:
 class Column:
     key: str
     label: str
-    format: str = "text"  # text | num | status | utc | ago | ms | live | job | len
+    format: str = "text"  # text | num | status | utc | ago | ms | live | job | jobs | len
 
 
 @dataclass(frozen=True)
@@ -391,6 +417,20 @@ DASHBOARD_TABLES = (
         "No runworker process seen in the last 5 minutes.",
     ),
     Table(
+        "held",
+        "Jobs held by gone processes",
+        "heldByGone",
+        (
+            Column("process", "gone process"),
+            Column("lastSeen", "last seen", "ago"),
+            Column("jobs", "jobs held", "num"),
+            Column("jobIds", "jobs (first 20)", "jobs"),
+        ),
+        "No job is held by a gone process.",
+        "A live worker releases a gone process's leases within seconds (D-11); a row here "
+        "means none has yet, so these jobs wait for their leases to run out.",
+    ),
+    Table(
         "loops",
         "Recovery loops (L-6)",
         "loops",
@@ -404,7 +444,8 @@ DASHBOARD_TABLES = (
             Column("lastError", "last error"),
             Column("lastErrorAt", "error at (UTC)", "utc"),
         ),
-        "No loop has run yet.",
+        "No loop has run in a live process yet.",
+        "Loops of live processes only.",
     ),
 )
 
@@ -430,6 +471,10 @@ def format_cell(value: Any, fmt: str, *, now_ms: int) -> str:
     if fmt == "job":
         url = reverse("admin:jobs_job_change", args=(quote(value),))
         return format_html('<a href="{}"><code>{}</code></a>', url, value)
+    if fmt == "jobs":
+        return format_html_join(
+            ", ", "{}", ((format_cell(v, "job", now_ms=now_ms),) for v in value)
+        )
     return str(value)
 
 
@@ -659,10 +704,11 @@ class JobAdmin(admin.ModelAdmin):
                 skipped.append(f"{job_id} ({job.status if job else 'missing'})")
                 continue
             try:
-                dispatch.start_driver(job, dispatch_key=admin_key(job_id, wall_clock_ms()))
+                result = dispatch.start_driver(job, dispatch_key=admin_key(job_id, wall_clock_ms()))
             except JobsError as error:
                 failed.append(f"{job_id} ({error})")
                 continue
+            audit.record_redrive(job_stream(job_id), result, by=by)
             started.append(job_id)
         log_event(
             logger,
@@ -756,6 +802,7 @@ class JobAdmin(admin.ModelAdmin):
             if not can_verify(request):
                 raise PermissionDenied
             panels["verification"] = store.verify(stream)
+            audit.record_verify(stream, panels["verification"], by=by)
             log_event(
                 logger,
                 "admin.job_verified",
@@ -770,6 +817,13 @@ class JobAdmin(admin.ModelAdmin):
                 raise PermissionDenied
             dry_run = request.POST.get("dry_run") == "1"
             panels["replay"] = replay_panel(stream, dry_run=dry_run)
+            audit.record_replay(
+                stream,
+                by=by,
+                dry_run=dry_run,
+                drift=len(panels["replay"].get("drift", [])),
+                refused=panels["replay"].get("refused"),
+            )
             log_event(
                 logger,
                 "admin.job_replayed",
@@ -820,6 +874,7 @@ class JobAdmin(admin.ModelAdmin):
         now = wall_clock_ms()
         pending = promises.pending_for_job(job_id, now_ms=now)
         result = dispatch.start_driver(job, dispatch_key=admin_key(job_id, now), now_ms=now)
+        audit.record_redrive(job_stream(job_id), result, by=by, now_ms=now)
         log_event(
             logger,
             "admin.job_redriven",
@@ -854,6 +909,7 @@ class JobAdmin(admin.ModelAdmin):
         wire = job_json(job)
         contract = contract_for(job.kind)
         diagnosed = diagnosis(job_id, now_ms=now)
+        page_links, page_parts, page_errors = page_sections.collect(job)
         default_after = max(0, count - PAGE_SIZE)
         after = max(0, min(_int_param(request.GET.get("after"), default_after), count))
         page = store.read(stream, after=after, limit=PAGE_SIZE)
@@ -896,7 +952,16 @@ class JobAdmin(admin.ModelAdmin):
             "promises": promise_rows(job_id, now_ms=now),
             "commands": command_rows(job),
             "pending_commands": len(job.pending_commands),
+            "progress": progress_panel(job_id),
+            "operator_actions": operator_actions(stream),
+            "audit_stream_url": reverse(
+                "admin:receipts_stream_change", args=(quote(audit.stream_for(stream)),)
+            ),
+            "page_links": page_links,
+            "page_sections": page_parts,
+            "page_errors": page_errors,
             "callbacks": dashboard.callbacks_block(),
+            "callback_rows": callback_records.admin_rows(job_id),
             "verification": verification,
             "replay": panels.get("replay"),
             "command_error": panels.get("command_error"),

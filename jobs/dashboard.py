@@ -18,7 +18,6 @@ any `/healthz`-like consumer can share it. This module reads; it never writes.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 from typing import Any
@@ -27,6 +26,7 @@ from urllib.parse import urlsplit, urlunsplit
 from django.conf import settings
 from django.db.models import Count, Min, Q
 
+from jobs import callback_records
 from jobs.core.contracts import WORKER_GROUPS
 from jobs.core.diagnosis import slot_state
 from jobs.core.vocabulary import ACTIVE_STATUSES, LANES, STATUSES, TERMINAL_STATUSES
@@ -226,14 +226,11 @@ def mask_url(url: str | None) -> str | None:
     return urlunsplit((parts.scheme, host, masked_path, "", ""))
 
 
-def callbacks_block() -> dict[str, Any]:
-    """D-8 configuration and the failure counter of *this* process only.
-
-    Callbacks are posted by driver and worker processes, each counting its own failures
-    in memory; those counts are not recorded anywhere this process can read.
-    """
+def callbacks_block(*, now_ms: int | None = None) -> dict[str, Any]:
+    """D-8 configuration; with `now_ms`, the counts of the callback records too (rows
+    every process writes, so they are the whole deployment's)."""
     config = settings.RECEIPT
-    return {
+    block: dict[str, Any] = {
         "url": mask_url(config.callback_url),
         "source": (
             "RECEIPT_RESONATE_CALLBACK_URL"
@@ -244,10 +241,10 @@ def callbacks_block() -> dict[str, Any]:
         ),
         "tokenSet": bool(config.callback_token),
         "events": list(callbacks.EVENTS),
-        "failuresThisProcess": callbacks.failure_count(),
-        "process": os.getpid(),
-        "scope": "per process",
     }
+    if now_ms is not None:
+        block["records"] = callback_records.counts(now_ms=now_ms)
+    return block
 
 
 CALLBACK_URL_NAMES = ("RECEIPT_RESONATE_CALLBACK_URL", "RECEIPT_EVENT_CALLBACK_URL")
@@ -271,15 +268,18 @@ def snapshot(*, now_ms: int | None = None, include_config: bool = True) -> dict[
     """Everything the dashboard shows, as JSON."""
     now = wall_clock_ms() if now_ms is None else now_ms
     depth = queue_depth(now_ms=now)
+    workers = processes_block(now_ms=now)
     out: dict[str, Any] = {
         "now": now,
         "depth": depth,
         "recent": recent_terminal(now_ms=now),
         "runningByCluster": running_by_cluster(depth),
         "capacity": capacity(depth, now_ms=now),
-        "processes": processes_block(now_ms=now),
-        "loops": loops.summary(),
-        "callbacks": callbacks_block(),
+        "processes": workers,
+        # L-6: a gone process's loop rows describe loops nobody runs any more
+        "loops": loops.summary(process_ids=[r["id"] for r in workers["rows"] if r["live"]]),
+        "heldByGone": processes.held_by_gone(now_ms=now),
+        "callbacks": callbacks_block(now_ms=now),
     }
     if include_config:
         out["config"] = config_rows()

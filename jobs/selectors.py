@@ -1,4 +1,5 @@
-"""Reads of the jobs read model: filtered, newest-first keyset pages (A-3, U-1).
+"""Reads of the jobs read model: filtered, newest-first keyset pages (A-3, U-1), and a
+job's latest progress report (U-2).
 
 No OFFSET and no COUNT: a page is `created_at, id` strictly below the cursor, served by
 the `(filter, -created_at, -id)` indexes.
@@ -14,8 +15,10 @@ from typing import Any
 from django.db.models import Q, QuerySet
 
 from jobs.core.reducer import JobState, job_from_wire
+from jobs.core.vocabulary import JOB_PROGRESS, job_stream
 from jobs.errors import InvalidRequest
 from jobs.models import Job
+from receipts.models import Receipt as ReceiptRow
 
 FILTERS = {
     "status": "status",
@@ -89,3 +92,24 @@ def page(filters: dict[str, Any], *, limit: Any = None, cursor: str | None = Non
         last = jobs[-1]
         next_cursor = encode_cursor(last.created_at, last.job_id)
     return Page(jobs, next_cursor)
+
+
+@dataclass(frozen=True)
+class Progress:
+    at: int  # ms, the receipt's ts
+    attempt: int | None
+    worker_id: str | None
+    report: Any  # the handler's progress value, as reported
+
+
+def last_progress(job_id: str) -> Progress | None:
+    """The job's latest `job.progress` receipt: the fold keeps no progress, the receipts do.
+    One backward walk of the (stream, stream_seq) index, stopping at the first match."""
+    row = (ReceiptRow.objects.filter(stream=job_stream(job_id), event_type=JOB_PROGRESS)
+           .order_by("-stream_seq").values_list("ts", "body").first())
+    if row is None:
+        return None
+    ts, body = row
+    body = body if isinstance(body, dict) else {}
+    return Progress(at=ts, attempt=body.get("attempt"), worker_id=body.get("workerId"),
+                    report=body.get("progress"))

@@ -9,9 +9,10 @@ class ObjectivesConfig(AppConfig):
     def ready(self) -> None:
         from jobs import queue
         from jobs.runtime import loops
-        from objectives import handlers, ledger, listeners, projector, runtime
+        from objectives import handlers, job_page, ledger, listeners, projector, runtime
 
         projector.register()
+        job_page.register()  # the admin job page's objective links and ledger (U-2, W-3)
         handlers.register()  # the four built-in agent ids (K-4)
         for listener in (ledger.on_job_mutation, listeners.on_job_mutation):
             if listener not in queue.mutation_listeners:

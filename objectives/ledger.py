@@ -180,10 +180,15 @@ def _attempts(key: str, job: JobState, now: int) -> None:
         attempt.save(update_fields=["status", "error", "ended_at"])
 
 
-def rows_for_job(job_id: str) -> dict[str, Any]:
-    """Ledger rows about one job, for the admin and the API (W-3: shown beside receipts)."""
-    key = activity_key(job_id)
+def rows_for_job(job: JobState) -> dict[str, Any]:
+    """Ledger rows about one job, for the admin (W-3: shown beside the receipts): its
+    workflow and the signals this job sent it, its activity and the activity's attempts."""
+    key = activity_key(job.job_id)
+    workflow = workflow_key_for(job)
     return {
+        "workflow": Workflow.objects.filter(key=workflow).values().first() if workflow else None,
+        "signals": list(Signal.objects.filter(workflow_key=workflow, job_id=job.job_id)
+                        .order_by("-id").values()[:50]) if workflow else [],
         "activity": Activity.objects.filter(key=key).values().first(),
         "attempts": list(ActivityAttempt.objects.filter(activity_key=key)
                          .order_by("attempt").values()),

@@ -2,8 +2,12 @@
 
 The queue block counts active jobs (an indexed range: few rows) every QUEUE_CACHE_SECONDS
 and settled ones (the bulk of a large table) only every TERMINAL_CACHE_SECONDS, per
-process, so a polling load balancer never turns health into a query storm. `loops` are
-the recovery loops' last runs, `clusters` the runworker processes seen recently.
+process, so a polling load balancer never turns health into a query storm.
+
+Anyone gets status and counts. Where things run (the database file under the data
+directory, host names, PIDs, job ids) needs a token or a staff session (Q-1): then
+`loops` are the recovery loops' last runs in live processes, `clusters` the runworker
+processes seen recently, `heldByGone` the jobs still held by processes that are gone.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from django.db import connection
 from django.db.models import Count
 from django.http import HttpRequest, JsonResponse
 
+from access.principals import BadCredentials, principal_for_request
 from jobs.core.vocabulary import ACTIVE_STATUSES, STATUSES, TERMINAL_STATUSES
 from jobs.models import Job
 from jobs.runtime import loops, processes
@@ -69,15 +74,52 @@ def reset_queue_cache() -> None:
         _terminal_cache.clear()
 
 
-def _runtime() -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
-    """(loops, clusters, warnings); never raises."""
+def _runtime() -> dict[str, Any]:
+    """Loops of live processes, processes, jobs held by gone ones, and the warnings in
+    two wordings: `public` names no host or process, `detailed` does. Never raises."""
     try:
-        clusters = processes.summary(now_ms=now_ms())
-        warnings = [f"{c['id']}: {w}" for c in clusters if c["live"]
-                    for w in [(c.get("info") or {}).get("warning")] if w]
-        return loops.summary(), clusters, warnings
+        now = now_ms()
+        clusters = processes.summary(now_ms=now)
+        live = [c for c in clusters if c["live"]]
+        held = processes.held_by_gone(now_ms=now)
+        loop_runs = loops.summary(process_ids=[c["id"] for c in live])
     except Exception as error:
-        return [], [], [f"runtime state unavailable: {type(error).__name__}"]
+        return _no_runtime(f"runtime state unavailable: {type(error).__name__}")
+    public, detailed = [], []
+    for c in live:
+        warning = (c.get("info") or {}).get("warning")
+        if warning:
+            public.append(f"a {c['role']} process: {warning}")
+            detailed.append(f"{c['id']}: {warning}")
+    if held:
+        jobs = sum(entry["jobs"] for entry in held)
+        public.append(f"{jobs} job(s) held by {len(held)} gone process(es); a live worker "
+                      "releases them (D-11), else their leases run out")
+        detailed += [f"{entry['process']} is gone and still holds {entry['jobs']} job(s): "
+                     + ", ".join(entry["jobIds"]) for entry in held]
+    return {"loops": loop_runs, "clusters": clusters, "held": held, "public": public,
+            "detailed": detailed}
+
+
+def _no_runtime(*warnings: str) -> dict[str, Any]:
+    return {"loops": [], "clusters": [], "held": [], "public": list(warnings),
+            "detailed": list(warnings)}
+
+
+def _may_see_detail(request: HttpRequest) -> bool:
+    try:
+        return principal_for_request(request) is not None
+    except BadCredentials:  # a bad token gets the open answer, like no token
+        return False
+
+
+def _counts(runtime: dict[str, Any]) -> dict[str, int]:
+    live = sum(1 for c in runtime["clusters"] if c["live"])
+    failing = sum(1 for r in runtime["loops"]
+                  if r["lastErrorAt"] is not None and r["lastErrorAt"] >= r["lastStartedAt"])
+    return {"processesLive": live, "processesGone": len(runtime["clusters"]) - live,
+            "loops": len(runtime["loops"]), "loopsFailing": failing,
+            "jobsHeldByGone": sum(entry["jobs"] for entry in runtime["held"])}
 
 
 def _database() -> dict[str, Any]:
@@ -97,22 +139,33 @@ def _database() -> dict[str, Any]:
 
 def healthz(request: HttpRequest) -> JsonResponse:
     database = _database()
-    loop_runs, clusters, warnings = _runtime() if database["ok"] else ([], [], [])
-    return JsonResponse({
+    runtime = _runtime() if database["ok"] else _no_runtime()
+    detail = database["ok"] and _may_see_detail(request)
+    body: dict[str, Any] = {
         "ok": True,
         "ready": database["ok"],
-        "degraded": not database["ok"] or bool(warnings),
-        "warnings": warnings,
+        "degraded": not database["ok"] or bool(runtime["public"]),
+        "warnings": runtime["detailed" if detail else "public"],
         "uptimeSec": int(time.monotonic() - _STARTED),
         "processRole": settings.RECEIPT.process_role or "api",
         "queue": queue_counts(),
-        "database": database,
-        "loops": loop_runs,
-        "clusters": clusters,
-    })
+        "runtime": _counts(runtime),
+        "database": database if detail else _without_target(database),
+        "detail": detail,
+    }
+    if detail:
+        body.update(loops=runtime["loops"], clusters=runtime["clusters"],
+                    heldByGone=runtime["held"])
+    return JsonResponse(body)
+
+
+def _without_target(database: dict[str, Any]) -> dict[str, Any]:
+    """The database block for an open answer: its target names the data directory."""
+    return {key: value for key, value in database.items() if key != "target"}
 
 
 def readyz(request: HttpRequest) -> JsonResponse:
     database = _database()
-    return JsonResponse({"ok": database["ok"], "database": database},
+    shown = database if database["ok"] and _may_see_detail(request) else _without_target(database)
+    return JsonResponse({"ok": database["ok"], "database": shown},
                         status=200 if database["ok"] else 503)

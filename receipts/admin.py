@@ -2,7 +2,8 @@
 
 Owns the Streams and Receipts changelists and the stream page (the chain with verified
 badges, Verify chain, the state at any receipt, Replay). It never writes a receipt row:
-replay goes through `store.replay`, which rebuilds read models only. Every list stays
+replay goes through `store.replay`, which rebuilds read models only, and `audit` puts
+each verify and replay on record (U-3). Every list stays
 on an index at any size: prefix lookups instead of `icontains`, keyset pages on the
 stream page, and a paginator that never counts a whole table.
 """
@@ -30,8 +31,8 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
 from receipt_site.logs import log_event
-from receipts import registry, store
-from receipts.core.chain import Receipt, Verification
+from receipts import audit, registry, store
+from receipts.core.chain import Receipt, Verification, fault
 from receipts.errors import ReplayRefused
 from receipts.models import Receipt as ReceiptRow
 from receipts.models import Stream as StreamRow
@@ -200,8 +201,9 @@ class ReceiptLine:
 def chain_marks(name: str, page: list[Receipt], *, after: int) -> tuple[dict[int, bool], int]:
     """Verified flag per stream_seq of `page`, walking the chain up to the page's end.
 
-    A flag is False at the first receipt whose prev does not link or whose hash does not
-    recompute, and at every receipt after it (S-6). Returns the flags and the position
+    A flag is False at the first receipt that breaks the chain as `store.verify` sees it
+    (prev does not link, the hash does not match, a stored column is not what was
+    sealed), and at every receipt after it (S-6). Returns the flags and the position
     the walk started from: 0, or `after` when the page lies past BADGE_WALK_LIMIT and the
     walk trusts the receipt just before the page.
     """
@@ -209,14 +211,16 @@ def chain_marks(name: str, page: list[Receipt], *, after: int) -> tuple[dict[int
         return {}, 0
     if after > BADGE_WALK_LIMIT:
         anchor = store.read(name, after=after - 1, limit=1)
-        prev, start, walk = (anchor[0].hash if anchor else None), after, page
+        prev, start = (anchor[0].hash if anchor else None), after
     else:
         prev, start = None, 0
-        walk = [*store.read(name, limit=after), *page] if after else page
+    last = page[-1].stream_seq or after + len(page)
+    # The columns as stored (not the page's sealed values), so an edited one shows.
+    walk = store.read(name, after=start, limit=last - start, stored=True)
     marks: dict[int, bool] = {}
     sound = True
     for receipt in walk:
-        sound = sound and receipt.prev == prev and receipt.expected_hash() == receipt.hash
+        sound = sound and fault(receipt, prev) is None
         prev = receipt.hash
         if receipt.stream_seq is not None:
             marks[receipt.stream_seq] = sound
@@ -388,11 +392,15 @@ class StreamAdmin(ReadOnlyAdmin):
                 if not can_verify(request):
                     raise PermissionDenied
                 verification = store.verify(name)
+                audit.record_verify(name, verification, by=request.user.get_username())
             elif action == "replay":
                 if not (has_projector and can_replay(request)):
                     raise PermissionDenied
                 dry_run = request.POST.get("dry_run") == "1"
                 replay = replay_panel(name, dry_run=dry_run)
+                audit.record_replay(name, by=request.user.get_username(), dry_run=dry_run,
+                                    drift=len(replay.get("drift", [])),
+                                    refused=replay.get("refused"))
                 log_event(
                     logger,
                     "admin.stream_replayed",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,8 +102,14 @@ def start(loops: list[Loop], process_id: str, stop: threading.Event) -> list[thr
     return [thread]
 
 
-def summary(*, limit: int = 100) -> list[dict[str, Any]]:
-    rows = LoopRun.objects.order_by("loop", "process_id")[:limit]
+def summary(*, process_ids: Collection[str] | None = None,
+            limit: int = 100) -> list[dict[str, Any]]:
+    """The last run of each loop in each process; only those of `process_ids` when given
+    (the live processes': a gone process's row would report a loop nobody runs, L-6)."""
+    rows = LoopRun.objects.order_by("loop", "process_id")
+    if process_ids is not None:
+        rows = rows.filter(process_id__in=list(process_ids))
+    rows = rows[:limit]
     return [{"loop": r.loop, "process": r.process_id, "lastStartedAt": r.last_started_at,
              "lastFinishedAt": r.last_finished_at, "durationMs": r.duration_ms,
              "acted": r.acted, "runs": r.runs, "lastError": r.last_error,

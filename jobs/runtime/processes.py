@@ -14,6 +14,7 @@ import socket
 from typing import Any
 
 from django.db import models
+from django.db.models.fields.json import KT
 
 from jobs.core.reducer import Fence
 from jobs.models import Job, WorkerProcess
@@ -105,13 +106,55 @@ def live(*, now_ms: int, role: str | None = None, group: str | None = None) -> l
     return list(rows.order_by("role", "id"))
 
 
+def is_live(row: WorkerProcess, *, now_ms: int) -> bool:
+    return row.stopped_at is None and row.last_seen >= now_ms - GONE_AFTER_BEATS * BEAT_MS
+
+
+def _host_pid(worker_id: str) -> tuple[str, int] | None:
+    """(host, runworker pid) of a D-10 worker id `<group>:<host>:<pid>[:<suffix>]`."""
+    parts = worker_id.split(":")
+    return (parts[1], int(parts[2])) if len(parts) >= 3 and parts[2].isdigit() else None
+
+
+def held_by_gone(*, now_ms: int, limit: int = 2000) -> list[dict[str, Any]]:
+    """Leased or running jobs whose worker id names a registered runworker that is gone:
+    nothing finishes them until a live worker's holder release (or the lease) frees them.
+
+    One indexed read of the active jobs (the worker id straight from the fold's JSON, no
+    payload), one read of the registry rows those ids name. A worker id naming no
+    registered process (an external client's) is not reported: nobody knows it is gone.
+    """
+    held = [(job_id, worker or "") for job_id, worker in
+            Job.objects.filter(status__in=("leased", "running"))
+            .annotate(worker=KT("state__workerId")).values_list("id", "worker")[:limit]]
+    named = {found for _, worker in held if (found := _host_pid(worker))}
+    if not named:
+        return []
+    rows = WorkerProcess.objects.filter(group__isnull=False, host__in={h for h, _ in named},
+                                        pid__in={p for _, p in named})
+    rows = [row for row in rows if (row.host, row.pid) in named]
+    live_rows = [row for row in rows if is_live(row, now_ms=now_ms)]
+    out = []
+    for row in rows:
+        if row in live_rows:
+            continue
+        # a live row naming the same holder (a restarted runworker reusing the pid) wins
+        job_ids = sorted(job_id for job_id, worker in held if holds(worker, row)
+                         and not any(holds(worker, live) for live in live_rows))
+        if job_ids:
+            out.append({"process": row.id, "lastSeen": row.last_seen,
+                        "stoppedAt": row.stopped_at, "jobs": len(job_ids),
+                        "jobIds": job_ids[:20]})
+    return sorted(out, key=lambda entry: entry["process"])
+
+
 def summary(*, now_ms: int) -> list[dict[str, Any]]:
     """Processes seen recently (live or gone), for /healthz and the dashboard."""
     cutoff = now_ms - 20 * GONE_AFTER_BEATS * BEAT_MS
     rows = WorkerProcess.objects.filter(last_seen__gte=cutoff).order_by("role", "id")[:200]
     out = []
     for row in rows:
-        alive = row.stopped_at is None and row.last_seen >= now_ms - GONE_AFTER_BEATS * BEAT_MS
+        alive = is_live(row, now_ms=now_ms)
         out.append({"id": row.id, "role": row.role, "group": row.group, "host": row.host,
                     "pid": row.pid, "concurrency": row.concurrency, "startedAt": row.started_at,
                     "lastSeen": row.last_seen, "live": alive,

@@ -1,12 +1,12 @@
 """`manage.py jobs enqueue|list|show|abort|steer|follow-up|redrive` (P-4), `--json` for scripts.
 
 Every write goes through the queue service, signed `by` the operator (`--by`, default
-the OS user).
+`cli:<OS user>`); a redrive, which writes no job receipt, goes on the job's audit
+stream (U-3).
 """
 
 from __future__ import annotations
 
-import getpass
 import json
 import logging
 from typing import Any
@@ -18,7 +18,7 @@ from jobs.errors import JobsError
 from jobs.presenters import job_json
 from jobs.runtime import dispatch
 from receipt_site.logs import log_event
-from receipts import store
+from receipts import audit, store
 from receipts.clock import now_ms as wall_clock_ms
 
 logger = logging.getLogger("receipt.cli")
@@ -62,10 +62,10 @@ class Command(BaseCommand):
             cmd.add_argument("payload", help="JSON payload")
         for sp in sub.choices.values():
             sp.add_argument("--json", action="store_true", help="machine-readable output")
-            sp.add_argument("--by", default=None, help="who is acting (default: OS user)")
+            sp.add_argument("--by", default=None, help="who is acting (default: cli:<OS user>)")
 
     def handle(self, *args, action: str, **options):
-        by = options.get("by") or getpass.getuser()
+        by = options.get("by") or audit.cli_actor()
         try:
             data = getattr(self, "_" + action.replace("-", "_"))(options, by)
         except JobsError as error:
@@ -110,6 +110,7 @@ class Command(BaseCommand):
         # a fresh dispatch key: a manual redrive is never deduplicated against L-1's keys
         started = dispatch.start_driver(job, dispatch_key=f"{job.job_id}:redrive:manual:{now}",
                                         now_ms=now)
+        audit.record_redrive(job.stream, started, by=by, now_ms=now)
         log_event(logger, "jobs.redriven", f"{job.job_id} redriven by {by}", jobId=job.job_id,
                   by=by, promiseId=started.promise_id)
         return {"ok": started.created, "promiseId": started.promise_id, "reason": started.reason,

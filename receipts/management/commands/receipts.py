@@ -1,5 +1,8 @@
 """`manage.py receipts verify [prefix] [--strict] [--json]` and
-`manage.py receipts replay <stream|prefix> [--dry-run] [--json]` (S-8)."""
+`manage.py receipts replay <stream|prefix> [--dry-run] [--json]` (S-8).
+
+Each run is put on record (U-3) with `by` (`--by`, default `cli:<OS user>`): on the
+stream's audit stream for one stream, on `audit/<prefix>*` for a prefix."""
 
 from __future__ import annotations
 
@@ -7,7 +10,7 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from receipts import store
+from receipts import audit, store
 from receipts.errors import ReplayRefused
 
 
@@ -24,16 +27,27 @@ class Command(BaseCommand):
         replay.add_argument("target")
         replay.add_argument("--dry-run", action="store_true", help="report drift, change nothing")
         replay.add_argument("--json", action="store_true")
+        for command in (verify, replay):
+            command.add_argument("--by", default=None, help="who is acting (default: cli:<OS user>)")
 
     def handle(self, *args, action, **options):
+        by = options["by"] or audit.cli_actor()
         if action == "verify":
-            return self._verify(options["prefix"], strict=options["strict"], as_json=options["json"])
-        return self._replay(options["target"], dry_run=options["dry_run"], as_json=options["json"])
+            return self._verify(options["prefix"], strict=options["strict"],
+                                as_json=options["json"], by=by)
+        return self._replay(options["target"], dry_run=options["dry_run"],
+                            as_json=options["json"], by=by)
 
-    def _verify(self, prefix: str, *, strict: bool, as_json: bool) -> None:
-        streams = store.matching_streams(prefix) if prefix else store.matching_streams("")
+    def _verify(self, prefix: str, *, strict: bool, as_json: bool, by: str) -> None:
+        streams = store.matching_streams(prefix)
         results = [store.verify(name) for name in streams]
         broken = [r for r in results if not r.ok]
+        if streams == [prefix]:
+            audit.record_verify(prefix, results[0], by=by)
+        else:
+            audit.record(audit.target_of(prefix, single=False), audit.VERIFIED, by=by,
+                         ok=not broken, streams=len(results),
+                         broken=[r.stream for r in broken][:50])
         if as_json:
             self.stdout.write(json.dumps({
                 "ok": not broken, "checked": len(results),
@@ -46,11 +60,15 @@ class Command(BaseCommand):
         if strict and broken:
             raise CommandError(f"{len(broken)} broken chain(s)", returncode=1)
 
-    def _replay(self, target: str, *, dry_run: bool, as_json: bool) -> None:
+    def _replay(self, target: str, *, dry_run: bool, as_json: bool, by: str) -> None:
+        on_record = audit.target_of(target, single=store.stream_info(target) is not None)
         try:
             report = store.replay(target, dry_run=dry_run)
         except ReplayRefused as error:
+            audit.record_replay(on_record, by=by, dry_run=dry_run, drift=0, refused=str(error))
             raise CommandError(str(error), returncode=1) from None
+        audit.record_replay(on_record, by=by, dry_run=dry_run, drift=len(report.drift),
+                            refused=", ".join(v.stream for v in report.refused[:20]) or None)
         if as_json:
             self.stdout.write(json.dumps({"ok": not report.refused, "dryRun": dry_run,
                                           **report.to_wire()}))

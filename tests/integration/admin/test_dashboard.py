@@ -12,9 +12,10 @@ from django.test.utils import CaptureQueriesContext
 
 from jobs import dashboard, queue
 from jobs.core.reducer import Fence
+from jobs.models import WorkerProcess
 from jobs.recovery import Report
 from jobs.runtime import loops, processes
-from tests.integration.admin.conftest import NOW, enqueue, text
+from tests.integration.admin.conftest import NOW, enqueue, job_url, text
 
 pytestmark = pytest.mark.django_db
 MINUTE = 60_000
@@ -54,17 +55,18 @@ def seeded(monkeypatch) -> dict[str, str]:
     settle(jobs["g"], "failed", T - 30 * MINUTE)
     queue.command(jobs["h"], "abort", reason="stop", by="ops", now_ms=T - MINUTE)
     settle(jobs["i"], "completed", T - 2 * 60 * MINUTE)
-    processes.register(role="worker-chat", group="chat", concurrency=4, now_ms=T - 1000)
+    live = processes.register(role="worker-chat", group="chat", concurrency=4, now_ms=T - 1000)
     gone = processes.register(role="driver", group=None, concurrency=1, now_ms=T - MINUTE)
-    loops.record(
-        "queued_redrive",
-        gone,
-        started_ms=T - 5000,
-        finished_ms=T - 4800,
-        report=Report("queued_redrive", examined=3, acted=2, errors=["x: boom"]),
-        error=None,
-    )
-    return {**jobs, "driver_process": gone}
+    for process in (live, gone):  # L-6: only the live process's row is shown
+        loops.record(
+            "queued_redrive",
+            process,
+            started_ms=T - 5000,
+            finished_ms=T - 4800,
+            report=Report("queued_redrive", examined=3, acted=2, errors=["x: boom"]),
+            error=None,
+        )
+    return {**jobs, "driver_process": gone, "chat_process": live}
 
 
 def test_snapshot_numbers(seeded):
@@ -107,21 +109,20 @@ def test_snapshot_numbers(seeded):
     roles = {r["role"]: (r["live"], r["gone"]) for r in data["processes"]["byRole"]}
     assert roles == {"driver": (0, 1), "worker-chat": (1, 0)}
     [loop] = data["loops"]
+    assert loop["process"] == seeded["chat_process"]
     assert (loop["loop"], loop["acted"], loop["durationMs"], loop["lastError"]) == (
         "queued_redrive",
         2,
         200,
         "x: boom",
     )
-    assert data["callbacks"]["scope"] == "per process"
+    assert data["callbacks"]["records"]["pending"] == 0  # counted from the records (D-8)
     assert {"name": "JOB_LEASE_MS", "value": "300000"} in data["config"]
 
 
 def test_json_endpoint_serves_the_same_snapshot(admin_client, seeded):
     body = admin_client.get(DASHBOARD_JSON).json()
     expected = dashboard.snapshot(now_ms=T, include_config=False)
-    body["callbacks"].pop("process")
-    expected["callbacks"].pop("process")
     assert body == expected
     assert "config" not in body  # static: rendered once with the page
 
@@ -163,7 +164,7 @@ def test_dashboard_html_shows_the_numbers(admin_client, seeded):
     assert 'data-source="capacity"' in page
     assert table(page, "roles") == [["driver", "0", "1", "0"], ["worker-chat", "1", "0", "4"]]
     [loop] = table(page, "loops")
-    assert loop[:2] == ["queued_redrive", seeded["driver_process"]]
+    assert loop[:2] == ["queued_redrive", seeded["chat_process"]]
     assert loop[3:7] == ["200 ms", "2", "1", "x: boom"]  # duration, acted, runs, last error
     assert 'data-source="depth.cells"' in page and 'data-format="status"' in page
     assert '<script src="/static/receipt/dashboard.js" defer></script>' in page
@@ -236,3 +237,31 @@ def test_polls_within_two_seconds_share_one_snapshot(admin_client, seeded):
         second = admin_client.get(DASHBOARD_JSON).json()
     assert second == first
     assert not [q for q in queries.captured_queries if '"jobs_job"' in q["sql"]]
+
+
+def test_jobs_held_by_a_gone_process_are_listed(admin_client, seeded):
+    """L-6, D-11, U-6: a job whose worker id names a registered runworker that is gone is
+    flagged; jobs of live or unknown workers are not."""
+    WorkerProcess.objects.create(
+        id="worker-codex:old-host:4242",
+        role="worker-codex",
+        group="codex",
+        host="old-host",
+        pid=4242,
+        concurrency=1,
+        started_at=T - 10 * MINUTE,
+        last_seen=T - MINUTE,
+    )
+    assert queue.lease(seeded["c"], worker_id="codex:old-host:4242", now_ms=T - 2 * MINUTE).applied
+    [held] = dashboard.snapshot(now_ms=T)["heldByGone"]
+    assert held == {
+        "process": "worker-codex:old-host:4242",
+        "lastSeen": T - MINUTE,
+        "stoppedAt": None,
+        "jobs": 1,
+        "jobIds": [seeded["c"]],
+    }
+    page = text(admin_client.get(DASHBOARD))
+    [row] = table(page, "held")
+    assert row[0] == "worker-codex:old-host:4242" and row[2:] == ["1", seeded["c"]]
+    assert f'href="{job_url(seeded["c"])}"' in page

@@ -1,13 +1,21 @@
-"""A-8: /healthz carries queue depth by status, one cached GROUP BY per process."""
+"""A-8: /healthz carries queue depth by status, one cached GROUP BY per process; Q-1:
+without credentials it answers status and counts only."""
 
 from __future__ import annotations
+
+import os
+import socket
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from jobs import queue
+from jobs.models import WorkerProcess
+from jobs.recovery import Report
+from jobs.runtime import loops, processes
 from receipt_site import health
+from receipts.clock import now_ms
 from tests.integration.api.conftest import payload
 
 pytestmark = pytest.mark.django_db
@@ -25,8 +33,9 @@ def test_healthz_reports_queue_depth_and_stable_placeholders(anonymous):
     assert set(out["queue"]) == QUEUE_KEYS
     assert out["queue"]["total"] == 2 and out["queue"]["queued"] == 1
     assert out["queue"]["canceled"] == 1 and out["queue"]["running"] == 0
-    assert out["loops"] == [] and out["clusters"] == []
-    assert out["database"]["ok"] is True
+    assert out["runtime"] == {"processesLive": 0, "processesGone": 0, "loops": 0,
+                              "loopsFailing": 0, "jobsHeldByGone": 0}
+    assert out["database"]["ok"] is True and out["detail"] is False
 
 
 def test_queue_counts_are_cached_active_every_2s_settled_every_60s(monkeypatch):
@@ -58,3 +67,83 @@ def test_queue_counts_survive_a_database_error(monkeypatch):
     monkeypatch.setattr(health, "_count_queue", broken)
     block = health.queue_counts()
     assert block["error"] == "RuntimeError" and block["total"] is None
+
+
+@pytest.fixture
+def runtime_rows():
+    """A live runworker with a loop row, a gone one with a loop row and a job it still holds."""
+    now = now_ms()
+    live = processes.register(role="worker-chat", group="chat", concurrency=2, now_ms=now)
+    gone_since = now - processes.GONE_AFTER_BEATS * processes.BEAT_MS - 1000
+    gone = WorkerProcess.objects.create(
+        id="worker-codex:gone-host.internal:4242", role="worker-codex", group="codex",
+        host="gone-host.internal", pid=4242, concurrency=1, started_at=gone_since - 60_000,
+        last_seen=gone_since)
+    for process in (live, gone.id):
+        loops.record("queued_redrive", process, started_ms=now - 10, finished_ms=now,
+                     report=Report("queued_redrive", acted=1), error=None)
+    job = queue.enqueue("codex", payload("factory.task.run")).job.job_id
+    assert queue.lease(job, worker_id="codex:gone-host.internal:4242", now_ms=now - 5000).applied
+    return {"live": live, "gone": gone.id, "job": job}
+
+
+def test_open_healthz_answers_status_and_counts_only(anonymous, runtime_rows, settings):
+    """A-8, Q-1: without credentials no data directory, host name, PID or job id."""
+    response = anonymous.client.get("/healthz")
+    out = response.json()
+    assert out["detail"] is False and out["degraded"] is True
+    assert out["runtime"] == {"processesLive": 1, "processesGone": 1, "loops": 1,
+                              "loopsFailing": 0, "jobsHeldByGone": 1}
+    assert out["warnings"] == ["1 job(s) held by 1 gone process(es); a live worker releases "
+                               "them (D-11), else their leases run out"]
+    assert "loops" not in out and "clusters" not in out and "heldByGone" not in out
+    assert set(out["database"]) == {"ok", "vendor"}
+    raw = response.content.decode()
+    for secret in (socket.gethostname(), "gone-host.internal", runtime_rows["job"],
+                   str(settings.RECEIPT.data_dir), str(settings.DATABASES["default"]["NAME"])):
+        assert secret not in raw, secret
+    assert not {os.getpid(), 4242} & set(numbers(out)), "a PID in the open answer"
+
+
+def numbers(value):
+    """Every number in a JSON value (a PID would be one)."""
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in numbers(v)]
+    if isinstance(value, list):
+        return [n for v in value for n in numbers(v)]
+    return [value] if isinstance(value, int) and not isinstance(value, bool) else []
+
+
+@pytest.mark.parametrize("who", ["token", "staff"])
+def test_healthz_with_credentials_shows_live_loops_and_jobs_held_by_gone(
+        who, anonymous, issue, admin_user, runtime_rows):
+    """A-8, L-6, D-11: a token or a staff session sees where things run; loop rows of gone
+    processes are left out, and the jobs a gone process still holds are named."""
+    headers = {}
+    if who == "token":
+        headers = {"HTTP_AUTHORIZATION": f"Bearer {issue('ops')}"}
+    else:
+        anonymous.client.force_login(admin_user)
+    out = anonymous.client.get("/healthz", **headers).json()
+    assert out["detail"] is True and "target" in out["database"]
+    assert [(r["loop"], r["process"]) for r in out["loops"]] == [
+        ("queued_redrive", runtime_rows["live"])]
+    assert {c["id"]: c["live"] for c in out["clusters"]} == {
+        runtime_rows["live"]: True, runtime_rows["gone"]: False}
+    [held] = out["heldByGone"]
+    assert (held["process"], held["jobIds"]) == (runtime_rows["gone"], [runtime_rows["job"]])
+    assert out["warnings"] == [f"{runtime_rows['gone']} is gone and still holds 1 job(s): "
+                               f"{runtime_rows['job']}"]
+
+
+def test_a_bad_token_gets_the_open_answer(anonymous):
+    """Q-1: health always answers; a token that does not verify shows nothing more."""
+    response = anonymous.client.get("/healthz", HTTP_AUTHORIZATION="Bearer rcpt_nope")
+    assert response.status_code == 200 and response.json()["detail"] is False
+
+
+def test_readyz_shows_the_database_target_to_credentials_only(anonymous, issue):
+    """Q-1: the target names the data directory (SQLite) or the database host."""
+    assert set(anonymous.client.get("/readyz").json()["database"]) == {"ok", "vendor"}
+    shown = anonymous.client.get("/readyz", HTTP_AUTHORIZATION=f"Bearer {issue('ops')}")
+    assert "target" in shown.json()["database"]
