@@ -13,7 +13,8 @@ from jobs.runtime.roles import cluster_config
 from receipt_site import config as _config
 from receipt_site.databases import database_from_url
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+# Templates and static files ship inside the package, so an installed Receipt has them too.
+PACKAGE_DIR = Path(__file__).resolve().parent
 
 try:
     RECEIPT = _config.load(os.environ)
@@ -75,7 +76,7 @@ ROOT_URLCONF = "receipt_site.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [PACKAGE_DIR / "templates"],  # before the apps' own: our admin overrides
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -104,7 +105,7 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATIC_ROOT = DATA_DIR / "staticfiles"
 STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise warns on every request when it is missing
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [PACKAGE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},

@@ -46,14 +46,18 @@ def test_each_group_runs_only_on_its_own_cluster(stack):
 def test_a_deployment_kind_runs_on_the_group_its_contract_names(stack):
     """P-6, K-3: a kind registered beside its handler is accepted and routed by its
     contract (codex here), not by the agent's default group."""
-    import tests.runtime.handlers  # noqa: F401  (registers test.report in this process too)
+    from jobs.core import contracts
 
-    stack.start("driver")
-    stack.start("codex")
-    job = enqueue("test-report", kind="test.report")
-    done = wait_status(job.job_id, "completed")
-    assert done.result == {"kind": "test.report", "group": "codex"}
-    assert done.worker_id.startswith("codex:")
+    contracts.register_kind("test.report", worker_group="codex")  # as the workers' module does
+    try:
+        stack.start("driver")
+        stack.start("codex")
+        job = enqueue("test-report", kind="test.report")
+        done = wait_status(job.job_id, "completed")
+        assert done.result == {"kind": "test.report", "group": "codex"}
+        assert done.worker_id.startswith("codex:")
+    finally:
+        contracts.unregister_kind("test.report")
 
 
 def test_unknown_agent_fails_non_retryably_with_the_contract_message(stack):

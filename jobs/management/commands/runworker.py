@@ -34,7 +34,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from jobs import handlers, recovery
 from jobs.core.timing import TimingSettings, concurrency_for
-from jobs.runtime import keeper, loops, processes
+from jobs.runtime import callbacks, keeper, loops, processes
 from jobs.runtime.roles import ROLE_CLUSTERS, UnknownRole, group_of, normalize_role
 from receipt_site.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
@@ -78,6 +78,10 @@ def maintenance_loops(config: Any, role: str = ALL) -> list[loops.Loop]:
                    lambda now: recovery.release_gone_holders(now_ms=now)),
         loops.Loop("startup_resume", 0, config.startup_settle_ms,
                    lambda now: recovery.redrive_queued(now_ms=now), once=True),
+        loops.Loop("callbacks", callbacks.DELIVER_INTERVAL_MS, config.queued_redrive_startup_delay_ms,
+                   lambda now: callbacks.deliver_due(now_ms=now)),
+        loops.Loop("callback_prune", 60_000, config.queued_redrive_startup_delay_ms,
+                   lambda now: callbacks.prune(now_ms=now)),
         *[loop for provide in loops.providers for loop in provide(config, role)],
     ]
 
@@ -231,7 +235,10 @@ class Command(BaseCommand):
             raise CommandError("Q_CLUSTER_NAME is set but django-q2 did not apply it")
         sys.stdout.flush()
         sys.stderr.flush()
-        argv = [sys.executable, *sys.argv]
+        # The command line as it was typed (`-m receipt_site.cli`, `manage.py`, the `receipt`
+        # script): sys.argv would turn `-m` into a script path and lose the working directory
+        # from the import path (handler modules live there).
+        argv = [sys.executable, *sys.orig_argv[1:]]
         if "--role" not in argv and not any(a.startswith("--role=") for a in argv):
             argv += ["--role", cluster]
         os.execve(sys.executable, argv, {**os.environ, "Q_CLUSTER_NAME": cluster})

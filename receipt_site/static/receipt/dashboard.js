@@ -60,6 +60,14 @@
         var code = document.createElement("code"); code.textContent = value; a.appendChild(code);
         return a;
       }
+      case "jobs": {
+        var list = document.createElement("span");
+        value.forEach(function (id, i) {
+          if (i) { list.appendChild(document.createTextNode(", ")); }
+          list.appendChild(cell(id, "job", now));
+        });
+        return list;
+      }
       default: return document.createTextNode(String(value));
     }
   }
