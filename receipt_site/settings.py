@@ -127,7 +127,7 @@ LOGGING = {
     },
 }
 
-# django-q2 (see ../shared/notes/django-q2.md): one cluster per role, built from the config.
+# django-q2: one cluster per role, built from the config (jobs/runtime/roles.py says why).
 Q_CLUSTER = cluster_config(
     timing=TimingSettings.from_config(RECEIPT),
     broker_url=None if RECEIPT.broker == "orm" else RECEIPT.broker,

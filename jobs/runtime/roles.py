@@ -3,7 +3,7 @@
 Pure: builds the Q_CLUSTER setting from the typed config, so settings.py and tests share
 it. Each role has its own queue (cluster name) so a task sent to one role is never taken
 by another; `retry` always exceeds the longest run a task can take inside the cluster
-(see ../shared/notes/django-q2.md §3: otherwise the ORM broker delivers it twice).
+(otherwise django-q2's ORM broker hands a still-running task out a second time).
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ package, a job of the user's own kind run end to end, and a quiet start-up."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -48,8 +49,11 @@ def _free_port() -> int:
 def installed(tmp_path_factory) -> Path:
     """The wheel built from this tree, installed into a directory of its own."""
     tmp = tmp_path_factory.mktemp("packaging")
+    source = tmp / "src"  # a copy: setuptools builds in the source tree (build/, egg-info)
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".*", "bench", "build", "tests", "docs", "*.egg-info", "__pycache__"))
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--disable-pip-version-check", "-w", str(tmp / "dist"), str(ROOT)],
+                    "--disable-pip-version-check", "-w", str(tmp / "dist"), str(source)],
                    check=True, capture_output=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
     wheel = next((tmp / "dist").glob("receipt-*.whl"))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
