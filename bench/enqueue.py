@@ -7,7 +7,8 @@ one-by-one: 10 warm-up enqueues, then N `queue.enqueue()` calls, perf_counter ar
             dispatch pass (D-2) has also opened every job's driver promise and broker task.
 batch:      N jobs handed to `queue.enqueue_many()` in one call (one transaction).
 http:       (--http) N sequential POST /agents/bench-noop/jobs to one uvicorn process over
-            one keep-alive connection (T-2: compare with one-by-one per core).
+            one keep-alive connection (T-2: compare with one-by-one per core), and N jobs in
+            sequential requests of 1,000 to /agents/bench-noop/jobs/batch.
 Each rep starts from empty tables (TRUNCATE + CHECKPOINT). The payload kind is
 factory.dispatch (no durable-ledger rows), the agent `bench-noop`.
 """
@@ -15,6 +16,7 @@ factory.dispatch (no durable-ledger rows), the agent `bench-noop`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import socket
@@ -63,12 +65,12 @@ def batch(n: int) -> dict:
             "dispatched_per_s": n / total}
 
 
-def http(n: int) -> dict:
+@contextlib.contextmanager
+def _api_server():  # -> an httpx.Client with a token, on one uvicorn process
     import httpx
 
     from access.models import ApiToken
 
-    reset()
     _, secret = ApiToken.issue(name="bench")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -79,7 +81,7 @@ def http(n: int) -> dict:
         env={**os.environ, "RECEIPT_LOG_LEVEL": "WARNING"})
     try:
         client = httpx.Client(base_url=f"http://127.0.0.1:{port}",
-                              headers={"Authorization": f"Bearer {secret}"}, timeout=30)
+                              headers={"Authorization": f"Bearer {secret}"}, timeout=60)
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -91,15 +93,35 @@ def http(n: int) -> dict:
                 time.sleep(0.1)
         for _ in range(10):
             client.post("/agents/bench-noop/jobs", json=PAYLOAD)
+        yield client
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def http(n: int) -> dict:
+    reset()
+    with _api_server() as client:
         started = time.perf_counter()
         for _ in range(n):
             response = client.post("/agents/bench-noop/jobs", json=PAYLOAD)
             assert response.status_code == 202, response.text
         elapsed = time.perf_counter() - started
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
     return {"test": "enqueue_http", "n": n, "per_s": n / elapsed}
+
+
+def http_batch(n: int, size: int = 1000) -> dict:
+    """N jobs in requests of `size` to the batch endpoint, sequentially (T-2 batch)."""
+    reset()
+    body = {"jobs": [PAYLOAD] * size}
+    with _api_server() as client:
+        started = time.perf_counter()
+        for _ in range(max(1, n // size)):
+            response = client.post("/agents/bench-noop/jobs/batch", json=body)
+            assert response.status_code == 202 and response.json()["enqueued"] == size
+        elapsed = time.perf_counter() - started
+    return {"test": "enqueue_http_batch", "n": max(1, n // size) * size, "batch": size,
+            "per_s": max(1, n // size) * size / elapsed}
 
 
 def main() -> None:
@@ -112,7 +134,7 @@ def main() -> None:
     setup_django(args.database_url, "orm")
     records = []
     for rep in range(args.reps):
-        tests = [one_by_one, batch] + ([http] if args.http else [])
+        tests = [one_by_one, batch] + ([http, http_batch] if args.http else [])
         for test in tests:
             record = test(args.n if test is not http else min(args.n, 2000))
             record["rep"] = rep
