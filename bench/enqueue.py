@@ -8,7 +8,7 @@ one-by-one: 10 warm-up enqueues, then N `queue.enqueue()` calls, perf_counter ar
 batch:      N jobs handed to `queue.enqueue_many()` in one call (one transaction).
 http:       (--http) N sequential POST /agents/bench-noop/jobs to one uvicorn process over
             one keep-alive connection (T-2: compare with one-by-one per core), and N jobs in
-            sequential requests of 1,000 to /agents/bench-noop/jobs/batch.
+            sequential requests of 1,000 to /agents/bench-noop/jobs/batch (T-9).
 Each rep starts from empty tables (TRUNCATE + CHECKPOINT). The payload kind is
 factory.dispatch (no durable-ledger rows), the agent `bench-noop`.
 """

@@ -1,4 +1,4 @@
-"""`POST /agents/<agentId>/jobs/batch` (A-1, T-2): many enqueues in one request and one
+"""`POST /agents/<agentId>/jobs/batch` (A-1, T-9): many enqueues in one request and one
 transaction, each item validated on its own, idempotent per jobId, organizations kept apart."""
 
 from __future__ import annotations
