@@ -94,7 +94,7 @@ def _runtime() -> dict[str, Any]:
     if held:
         jobs = sum(entry["jobs"] for entry in held)
         public.append(f"{jobs} job(s) held by {len(held)} gone process(es); a live worker "
-                      "releases them (D-11), else their leases run out")
+                      "releases them, else their leases run out")
         detailed += [f"{entry['process']} is gone and still holds {entry['jobs']} job(s): "
                      + ", ".join(entry["jobIds"]) for entry in held]
     return {"loops": loop_runs, "clusters": clusters, "held": held, "public": public,

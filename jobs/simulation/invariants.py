@@ -185,7 +185,7 @@ class Checker:
                     and job.job_id not in claimable):
                 return Violation("recoverable", f"j{index}: queued with no pending delivery, and "
                                                 f"every delivery generation of its redrive key "
-                                                f"is used (D-3): nothing can start it again",
+                                                f"is used: nothing can start it again",
                                  f"j{index}")
             if job.holds_lease:
                 lease_ms = job.lease_ms or timing.job_lease_ms

@@ -95,7 +95,7 @@ def test_open_healthz_answers_status_and_counts_only(anonymous, runtime_rows, se
     assert out["runtime"] == {"processesLive": 1, "processesGone": 1, "loops": 1,
                               "loopsFailing": 0, "jobsHeldByGone": 1}
     assert out["warnings"] == ["1 job(s) held by 1 gone process(es); a live worker releases "
-                               "them (D-11), else their leases run out"]
+                               "them, else their leases run out"]
     assert "loops" not in out and "clusters" not in out and "heldByGone" not in out
     assert set(out["database"]) == {"ok", "vendor"}
     raw = response.content.decode()
