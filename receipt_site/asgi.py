@@ -11,10 +11,10 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "receipt_site.settings")
 # persistent connections would be reopened per request (~5 ms each on PostgreSQL).
 # A connection pool is shared by every thread of the process.
 os.environ.setdefault("RECEIPT_DB_POOL", "1")
+from jobs.live.asgi import get_asgi_application
+
 # Static files (WhiteNoise) are small, sync-iterated responses; Django warns about each under
 # ASGI. Live event streams, the responses that matter here, are asynchronous.
 warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous iterators")
-
-from jobs.live.asgi import get_asgi_application
 
 application = get_asgi_application()
