@@ -7,9 +7,13 @@ class JobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from jobs import projector, queue
+        from jobs import projector, queue, retention
         from jobs.runtime import dispatch
+        from receipts import retention as receipt_retention
 
         projector.register()
+        receipt_retention.pruners["jobs"] = retention.prune  # `receipts prune`
+        if retention.check not in receipt_retention.checks:
+            receipt_retention.checks.append(retention.check)  # `receipts verify`
         if dispatch.dispatch_created not in queue.on_commit_listeners:
             queue.on_commit_listeners.append(dispatch.dispatch_created)  # D-2

@@ -7,9 +7,10 @@ class ObjectivesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from jobs import queue
+        from jobs import queue, retention
         from jobs.runtime import loops
         from objectives import handlers, job_page, ledger, listeners, projector, runtime
+        from objectives.selectors import unsettled_objective_of_job
 
         projector.register()
         job_page.register()  # the admin job page's objective links and ledger (U-2, W-3)
@@ -17,5 +18,7 @@ class ObjectivesConfig(AppConfig):
         for listener in (ledger.on_job_mutation, listeners.on_job_mutation):
             if listener not in queue.mutation_listeners:
                 queue.mutation_listeners.append(listener)  # W-3, O-8 (after commit)
+        if unsettled_objective_of_job not in retention.holds:
+            retention.holds.append(unsettled_objective_of_job)  # its jobs outlive retention
         if runtime.role_loops not in loops.providers:
             loops.providers.append(runtime.role_loops)  # L-3, L-4 seeding, L-5

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Count
+from django.db.models import Count, Exists, OuterRef
 
 from jobs.core.reducer import JobState, job_from_wire
 from jobs.core.timing import TimingSettings
@@ -19,7 +19,7 @@ from jobs.models import Job
 from objectives.core.board import SECTION_KEYS
 from objectives.core.facts import JobFact, Staleness
 from objectives.core.state import ObjectiveState, objective_from_wire
-from objectives.core.vocabulary import KIND_TASK_RUN
+from objectives.core.vocabulary import KIND_TASK_RUN, TERMINAL_OBJECTIVE_STATUSES
 from objectives.errors import ObjectiveNotFound
 from objectives.models import ObjectiveSummary
 from receipts.models import Receipt as ReceiptRow
@@ -34,6 +34,13 @@ def load(objective_id: str) -> tuple[ObjectiveState | None, str | None]:
     if row is None:
         return None, None
     return objective_from_wire(row[0]), row[1]
+
+
+def unsettled_objective_of_job() -> Exists:
+    """A job row's objective (OuterRef "objective_id") is not settled: not terminal, or
+    terminal but not yet audited (`active`). Retention keeps such jobs (jobs.retention)."""
+    return Exists(ObjectiveSummary.objects.filter(pk=OuterRef("objective_id")).exclude(
+        status__in=TERMINAL_OBJECTIVE_STATUSES, active=False))
 
 
 def get(objective_id: str) -> ObjectiveState | None:

@@ -62,6 +62,10 @@ class Config:
     factory_planner_command: str | None
     factory_agent_command: str | None
     factory_monitor_interval_ms: int
+    retention_enabled: bool
+    retention_days: int
+    retention_watchdog_days: int
+    retention_control_days: int
     max_payload_bytes: int
     max_json_depth: int
     secret_key: str | None
@@ -175,6 +179,10 @@ _SPECS = (
     _Spec("RECEIPT_FACTORY_AGENT_COMMAND", "factory_agent_command", "optstr"),
     _Spec("RECEIPT_FACTORY_MONITOR_INTERVAL_MS", "factory_monitor_interval_ms", "int", 10_000,
           100, _MS),
+    _Spec("RECEIPT_RETENTION_ENABLED", "retention_enabled", "bool", True),
+    _Spec("RECEIPT_RETENTION_DAYS", "retention_days", "int", 30, 1, 36_500),
+    _Spec("RECEIPT_RETENTION_WATCHDOG_DAYS", "retention_watchdog_days", "int", 2, 1, 36_500),
+    _Spec("RECEIPT_RETENTION_CONTROL_DAYS", "retention_control_days", "int", 7, 1, 36_500),
     _Spec("RECEIPT_MAX_PAYLOAD_BYTES", "max_payload_bytes", "int", 1_048_576, 1024, 64 * 1_048_576),
     _Spec("RECEIPT_MAX_JSON_DEPTH", "max_json_depth", "int", 32, 2, 256),
     _Spec("SECRET_KEY", "secret_key", "optstr"),

@@ -57,3 +57,35 @@ class Receipt(models.Model):
 
     def __str__(self) -> str:
         return f"{self.stream}#{self.stream_seq} {self.event_type}"
+
+
+class Tombstone(models.Model):
+    """A stream removed by retention, committed to by the receipt of its batch on a
+    `retention/` chain (receipts.core.retention). Written only by `receipts.retention`,
+    never updated: verify recomputes each batch's hash from these rows."""
+
+    id = models.BigAutoField(primary_key=True)
+    stream = models.CharField(max_length=255)
+    family = models.CharField(max_length=32)  # the retention family whose window applied
+    receipt_count = models.BigIntegerField()
+    head = models.CharField(max_length=64)
+    final_status = models.CharField(max_length=16)
+    settled_at = models.BigIntegerField()  # ms since epoch
+    pruned_at = models.BigIntegerField()  # ms since epoch
+    organization_id = models.CharField(max_length=128, null=True)
+    agent_id = models.CharField(max_length=128, null=True)
+    kind = models.CharField(max_length=64, null=True)
+    retention_stream = models.CharField(max_length=255)
+    batch = models.BigIntegerField()  # stream_seq of the retention receipt committing to it
+
+    class Meta:
+        db_table = "receipt_tombstone"
+        indexes = [
+            # the 410 of a pruned job and the admin page: the latest tombstone of a stream
+            models.Index(fields=["stream", "-id"], name="tombstone_stream"),
+            # verify: the rows of one batch
+            models.Index(fields=["retention_stream", "batch"], name="tombstone_batch"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.stream} (pruned)"

@@ -1,0 +1,146 @@
+"""Tombstones and the `retention/` chains (the I/O of receipts.core.retention).
+
+A family that removes streams (jobs: `jobs.retention`) calls `record` inside the
+transaction that deletes them: the batch is numbered by the next position on its
+retention chain, its tombstones are written and one receipt commits to them. `verify`
+recomputes every batch's hash from the tombstone rows and runs the checks families
+register (for jobs: a read-model or delivery row naming a stream that is gone with no
+tombstone). Families also register their prune entry point for `receipts prune`.
+Nothing here decides what is prunable, and nothing here updates a tombstone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from django.db.models import Exists, OuterRef
+
+from receipts import store
+from receipts.core.chain import Receipt
+from receipts.core.retention import PREFIX, PRUNED, Tombstone, batch_body, batch_fault, covers
+from receipts.models import Receipt as ReceiptRow
+from receipts.models import Stream as StreamRow
+from receipts.models import Tombstone as TombstoneRow
+
+ISSUE_LIMIT = 100  # per check: enough to act on, bounded output
+
+
+@dataclass(frozen=True)
+class Issue:
+    """Something verify found about removed streams: `stream` names what it concerns."""
+
+    stream: str
+    reason: str
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"stream": self.stream, "reason": self.reason}
+
+
+# name -> prune(*, now_ms, dry_run, older_than_days, by) -> a report with to_wire()/describe()
+pruners: dict[str, Callable[..., Any]] = {}
+# verify(prefix) -> issues; families register what only they can see (rows naming streams)
+checks: list[Callable[[str], list[Issue]]] = []
+
+
+def record(retention_stream: str, tombstones: Sequence[Tombstone], *, windows_days: dict[str, int],
+           now_ms: int, by: str) -> Receipt:
+    """Inside the caller's transaction (the one deleting the streams): number the batch,
+    write its tombstones and append the receipt committing to them. The retention
+    stream's lock also serializes concurrent prune runs' commits."""
+    with store.open_stream(retention_stream, savepoint=False) as handle:
+        batch = handle.count + 1
+        stamped = [replace(t, batch=batch) for t in tombstones]
+        TombstoneRow.objects.bulk_create([_row(t, retention_stream) for t in stamped])
+        body = batch_body(batch=batch, tombstones=stamped, windows_days=windows_days,
+                          pruned_at_ms=now_ms)
+        return handle.append(body, now_ms=now_ms, context={"actor": by})[0]
+
+
+def _row(t: Tombstone, retention_stream: str) -> TombstoneRow:
+    return TombstoneRow(stream=t.stream, family=t.family, receipt_count=t.receipt_count,
+                        head=t.head, final_status=t.final_status, settled_at=t.settled_at_ms,
+                        pruned_at=t.pruned_at_ms, organization_id=t.organization_id,
+                        agent_id=t.agent_id, kind=t.kind, retention_stream=retention_stream,
+                        batch=t.batch)
+
+
+def _tombstone(row: TombstoneRow) -> Tombstone:
+    return Tombstone(stream=row.stream, family=row.family, receipt_count=row.receipt_count,
+                     head=row.head, final_status=row.final_status, settled_at_ms=row.settled_at,
+                     pruned_at_ms=row.pruned_at, organization_id=row.organization_id,
+                     agent_id=row.agent_id, kind=row.kind, batch=row.batch)
+
+
+def tombstone_of(stream: str) -> Tombstone | None:
+    """The latest tombstone of `stream` (an id reused after a prune may have two)."""
+    row = TombstoneRow.objects.filter(stream=stream).order_by("-id").first()
+    return _tombstone(row) if row else None
+
+
+def tombstoned(streams: Sequence[str]) -> set[str]:
+    return set(TombstoneRow.objects.filter(stream__in=list(streams))
+               .values_list("stream", flat=True))
+
+
+# ---- verify ---------------------------------------------------------------------------------
+
+
+def verify(prefix: str = "") -> list[Issue]:
+    """Issues about removed streams under `prefix` (all for ""): batches whose tombstones
+    do not match their receipt, tombstones no receipt commits to, receipts left without
+    their stream row (whole verify only), and what the families' checks find."""
+    issues: list[Issue] = []
+    if covers(prefix, PREFIX):
+        for name in store.matching_streams(PREFIX):
+            if covers(prefix, name):
+                issues += _verify_chain(name)
+        issues += _unclaimed(prefix)
+    if not prefix:  # a scan of every receipt: only when verifying everything
+        issues += _receipts_without_stream()
+    for check in checks:
+        issues += check(prefix)
+    return issues
+
+
+def _verify_chain(retention_stream: str) -> list[Issue]:
+    issues = []
+    for receipt in store.iter_receipts(retention_stream):
+        if receipt.type != PRUNED:
+            continue
+        rows = TombstoneRow.objects.filter(retention_stream=retention_stream,
+                                           batch=receipt.stream_seq)
+        fault = batch_fault(receipt.body, [_tombstone(r) for r in rows])
+        if fault is not None:
+            issues.append(Issue(retention_stream, fault))
+    return issues[:ISSUE_LIMIT]
+
+
+def _unclaimed(prefix: str) -> list[Issue]:
+    """Tombstones no retention receipt commits to (added by hand, or their chain gone)."""
+    committed = StreamRow.objects.filter(name=OuterRef("retention_stream"),
+                                         receipt_count__gte=OuterRef("batch"))
+    rows = (TombstoneRow.objects.filter(retention_stream__startswith=prefix
+                                        if prefix.startswith(PREFIX) else PREFIX)
+            .filter(~Exists(committed)).values_list("stream", "retention_stream", "batch")
+            .order_by("id")[:ISSUE_LIMIT])
+    return [Issue(stream, f"tombstone claims batch {batch} of {chain}, which no receipt "
+                          f"commits to") for stream, chain, batch in rows]
+
+
+def _receipts_without_stream() -> list[Issue]:
+    """Receipts whose stream row is gone: a stream removed by hand, half-way."""
+    rows = ReceiptRow.objects.filter(~Exists(StreamRow.objects.filter(name=OuterRef("stream"))))
+    names = rows.values_list("stream", flat=True).distinct()[:ISSUE_LIMIT]
+    return [Issue(name, "receipts without their stream row") for name in names]
+
+
+def missing(streams: Sequence[str]) -> list[str]:
+    """Those of `streams` with neither a stream row nor a tombstone (for families' checks)."""
+    if not streams:
+        return []
+    present = set(StreamRow.objects.filter(name__in=list(streams)).values_list("name", flat=True))
+    absent = [s for s in streams if s not in present]
+    gone = tombstoned(absent)
+    return [s for s in absent if s not in gone]
