@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import transaction
-from drf_spectacular.utils import OpenApiExample, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -136,11 +136,19 @@ class BatchEnqueueView(ApiView):
             {"jobId": "report-7", "payload": {
                 "kind": "factory.run", "prompt": "two",
                 "authContext": {"userId": "u-1", "organizationId": "org-1"}}}]})],
-        responses={202: BatchResponseSerializer, **schema.errors(400, 409, 413)},
+        responses={202: OpenApiResponse(BatchResponseSerializer,
+                                        description="at least one job enqueued: every item's "
+                                                    "result, in order"),
+                   **schema.errors(400, 409, 413, bad_request=(
+                       "Bad body (malformed_json, body_not_object, invalid_payload, "
+                       "invalid_batch, batch_too_large), or no item could be enqueued "
+                       "(batch_refused, "
+                       "with the per-item results); nothing was written."))},
     )
     def post(self, request: Request, agent_id: str) -> Response:
         principal = principal_of(request)
-        answer = enqueue_batch(principal, agent_id, _items(read_json_object(request)))
+        body = read_json_object(request, levels_above_payload=4)  # body > jobs > [i] > payload
+        answer = enqueue_batch(principal, agent_id, _items(body))
         if answer["enqueued"]:
             return Response(answer, status=202)
         first = answer["results"][0]

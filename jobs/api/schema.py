@@ -33,11 +33,18 @@ _ERROR_TEXT = {
 }
 
 
-def errors(*statuses: int) -> dict[int, OpenApiResponse]:
-    """Error responses for `statuses`, plus the 401/403 every endpoint may answer."""
+LIST_BAD_REQUEST = ("Bad query parameter: a filter outside its allowed values (invalid_filter, "
+                    "the detail lists them), invalid_limit, invalid_cursor, repeated_parameter.")
+COMMAND_BAD_REQUEST = ("Bad body (malformed_json, body_not_object, invalid_payload, invalid_by, "
+                       "invalid_reason); nothing was written.")
+
+
+def errors(*statuses: int, bad_request: str | None = None) -> dict[int, OpenApiResponse]:
+    """Error responses for `statuses`, plus the 401/403 every endpoint may answer;
+    `bad_request` describes the operation's own 400 causes."""
     codes = sorted({401, 403, *statuses})
-    return {code: OpenApiResponse(ErrorSerializer, description=_ERROR_TEXT[code])
-            for code in codes}
+    text = {**_ERROR_TEXT, **({400: bad_request} if bad_request else {})}
+    return {code: OpenApiResponse(ErrorSerializer, description=text[code]) for code in codes}
 
 
 def path_parameter(name: str, description: str, pattern: str | None = None) -> OpenApiParameter:

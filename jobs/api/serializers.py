@@ -46,7 +46,7 @@ class CommandSerializer(serializers.Serializer):
 
 
 class JobSerializer(serializers.Serializer):
-    """The job fold as clients see it (A-2)."""
+    """The job fold as clients see it."""  # A-2; the docstring is the schema's description
 
     id = serializers.CharField()
     agentId = serializers.CharField()
@@ -79,7 +79,7 @@ class JobSerializer(serializers.Serializer):
     contractGroup = serializers.ChoiceField(choices=WORKER_GROUPS, allow_null=True,
                                             help_text="the worker group the kind's contract names")
     routedGroup = serializers.ChoiceField(choices=WORKER_GROUPS,
-                                          help_text="where the job actually runs (K-5)")
+                                          help_text="where the job actually runs")
     groupMismatch = serializers.BooleanField()
 
 
@@ -117,7 +117,7 @@ class EnqueueRequestSerializer(serializers.Serializer):
     """`{payload, ...options}`; without `payload`, the body minus the options is the payload."""
 
     jobId = serializers.RegexField(r"^[A-Za-z0-9._:-]{1,128}$", required=False,
-                                   help_text="idempotency: an existing id returns that job (J-6)")
+                                   help_text="idempotency: an existing id returns that job")
     lane = serializers.ChoiceField(choices=LANES, required=False, help_text="default collect")
     maxAttempts = serializers.IntegerField(required=False, help_text="default 2, clamped to 1..8")
     sessionKey = serializers.CharField(required=False, max_length=MAX_SESSION_KEY)
@@ -280,11 +280,26 @@ class JobFilter(django_filters.FilterSet):
     organizationId = django_filters.CharFilter(max_length=128)
     routedGroup = django_filters.ChoiceFilter(choices=_choices(WORKER_GROUPS))
 
-    def selector_filters(self) -> dict[str, str]:
-        """The cleaned filters for `selectors.page`; InvalidRequest names a bad one."""
+    def selector_filters(self, *, labels: dict[str, str] | None = None) -> dict[str, str]:
+        """The cleaned filters for `selectors.page`; InvalidRequest names a bad one and,
+        for a closed set, the allowed values. `labels` renames filters in the message (the
+        CLI's `--status` for `status`)."""
         if not self.is_valid():
             name, messages = next(iter(self.form.errors.items()))
             given = self.data.get(name)
-            raise InvalidRequest("invalid_filter", f"{name}={given!r}: {' '.join(messages)}")
+            shown = (labels or {}).get(name, name)
+            allowed = self.allowed(name)
+            text = (f"{shown}={given!r} is not one of: {', '.join(allowed)}" if allowed
+                    else f"{shown}={given!r}: {' '.join(messages)}")
+            raise InvalidRequest("invalid_filter", text)
         return {name: value for name, value in self.form.cleaned_data.items() if value}
+
+    @classmethod
+    def allowed(cls, name: str) -> list[str]:
+        """The values a closed-set filter accepts (empty for an open one)."""
+        declared = cls.base_filters[name]
+        if not isinstance(declared, django_filters.ChoiceFilter):
+            return []
+        choices = declared.extra.get("choices") or []
+        return [value for value, _label in (choices() if callable(choices) else choices)]
 

@@ -26,8 +26,8 @@ from rest_framework.views import APIView
 
 from access.permissions import principal_of, require_organization, visible_job_or_404
 from access.principals import Principal
-from jobs import callback_records, queue, selectors
-from jobs.api import schema
+from jobs import callback_records, queue, retention, selectors
+from jobs.api import parameters, schema
 from jobs.api.serializers import (
     AbortRequestSerializer,
     AbortResponseSerializer,
@@ -44,9 +44,15 @@ from jobs.api.serializers import (
     ReceiptPageSerializer,
 )
 from jobs.core.contracts import contracts_table
-from jobs.core.vocabulary import ACTIVE_STATUSES, job_stream, validate_job_id
+from jobs.core.vocabulary import (
+    ACTIVE_STATUSES,
+    MAX_MAX_ATTEMPTS,
+    MIN_MAX_ATTEMPTS,
+    job_stream,
+    validate_job_id,
+)
 from jobs.diagnosis import diagnosis
-from jobs.errors import InvalidRequest, JobsError
+from jobs.errors import InvalidRequest, JobNotFound, JobsError
 from jobs.models import Job
 from jobs.presenters import job_json
 from receipts import store
@@ -82,8 +88,9 @@ def _reject_constant(name: str) -> None:
     raise ValueError(f"{name} is not JSON")
 
 
-def read_json_object(request: Request) -> dict[str, Any]:
-    """The body as a JSON object; an empty body is `{}`.
+def read_json_object(request: Request, *, levels_above_payload: int = 2) -> dict[str, Any]:
+    """The body as a JSON object; an empty body is `{}`. `levels_above_payload` is how
+    deep the payloads sit in the body (2: body > payload > ...).
 
     Raises InvalidRequest `malformed_json`, `body_not_object` or `invalid_payload` (text
     no database can store: NUL characters, lone surrogates, or nesting past the limit).
@@ -108,18 +115,23 @@ def read_json_object(request: Request) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InvalidRequest("body_not_object",
                              f"body must be a JSON object, got {type(value).__name__}")
-    _check_storable(value)
+    _check_storable(value, levels_above_payload)
     return value
 
 
-def _check_storable(value: Any) -> None:
+def _check_storable(value: Any, levels_above_payload: int) -> None:
     """Q-3: refuse text either database would choke on, naming the path (iterative walk)."""
-    limit = settings.RECEIPT.max_json_depth + 2  # body > payload > the payload's own levels
+    # The walk allows the body's levels above the payload; any body it refuses nests a
+    # payload past the payload's own limit, which the message names: the one limit a
+    # client can act on (check_payload_size enforces it exactly).
+    max_depth = settings.RECEIPT.max_json_depth
+    limit = max_depth + levels_above_payload
     pending: deque[tuple[Any, str, int]] = deque([(value, "$", 0)])
     while pending:
         item, path, depth = pending.pop()
         if depth > limit:
-            raise InvalidRequest("invalid_payload", f"nesting deeper than {limit} levels at {path}")
+            raise InvalidRequest("invalid_payload",
+                                 f"nesting deeper than {max_depth} levels at {path}")
         if isinstance(item, str):
             _check_text(item, path)
         elif isinstance(item, dict):
@@ -204,6 +216,10 @@ def enqueue_request(agent_id: str, body: dict[str, Any], *, by: str
         agent_id, payload, job_id=option("jobId"), lane=option("lane"),
         max_attempts=option("maxAttempts"), session_key=option("sessionKey", "key"),
         singleton_mode=option("singletonMode", "mode"), by=by)
+    asked = option("maxAttempts")
+    if asked is not None and asked != request.max_attempts:  # J-6 clamps; say so
+        warnings.append(f"maxAttempts {asked} is outside {MIN_MAX_ATTEMPTS}..{MAX_MAX_ATTEMPTS}; "
+                        f"clamped to {request.max_attempts}")
     return request, warnings
 
 
@@ -254,9 +270,15 @@ def enqueue_json(result: queue.EnqueueResult, warnings: list[str]) -> dict[str, 
 
 
 class ApiView(APIView):
-    """Base of the jobs API views: the scope each one needs (access.permissions.HasScope)."""
-
+    # No docstring: drf-spectacular would show it as every operation's description.
+    # `required_scope` is the scope the view needs (access.permissions.HasScope);
+    # `query_parameters` are the parameters it reads, each allowed once.
     required_scope: str | None = None
+    query_parameters: tuple[str, ...] = ()
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)  # credentials and scope come first
+        parameters.check_single(request.query_params, self.query_parameters)
 
 
 _ENQUEUE_EXAMPLE_WRAPPED = OpenApiExample("payload wrapped with options", request_only=True, value={
@@ -272,11 +294,17 @@ class EnqueueView(ApiView):
     required_scope = "jobs:write"
 
     @extend_schema(
-        operation_id="enqueue_job", tags=["jobs"], summary="Enqueue a job (A-1)",
+        operation_id="enqueue_job", tags=["jobs"], summary="Enqueue a job",
+        description="Queue a job for `agent_id`. The body is `{payload, ...options}`, or "
+                    "the payload itself with the options beside it. An existing `jobId` "
+                    "returns that job (`created: false`); `warnings` say what was ignored or "
+                    "adjusted, such as a clamped maxAttempts. Nothing is written on a refusal.",
         parameters=[schema.AGENT_ID],
         request=EnqueueRequestSerializer,
         examples=[_ENQUEUE_EXAMPLE_WRAPPED, _ENQUEUE_EXAMPLE_FLAT],
-        responses={202: EnqueueResponseSerializer, **schema.errors(400, 409, 413)},
+        responses={202: OpenApiResponse(EnqueueResponseSerializer,
+                                        description="accepted: the job as it is now"),
+                   **schema.errors(400, 409, 413)},
     )
     def post(self, request: Request, agent_id: str) -> Response:
         principal = principal_of(request)
@@ -291,25 +319,34 @@ class EnqueueView(ApiView):
 
 class JobListView(ApiView):
     required_scope = "jobs:read"
+    query_parameters = (*JobFilter.base_filters, "limit", "cursor")
 
     @extend_schema(
-        operation_id="list_jobs", tags=["jobs"], summary="List jobs, newest first (A-3)",
+        operation_id="list_jobs", tags=["jobs"], summary="List jobs, newest first",
+        description="A keyset page of jobs, newest first, narrowed by the filters (all "
+                    "optional, combined with AND). Pass `nextCursor` back as `cursor` for the "
+                    "next page; it is null on the last one.",
         parameters=[
             *schema.filter_parameters(JobFilter),
             OpenApiParameter("limit", OpenApiTypes.INT, OpenApiParameter.QUERY,
-                             description="page size, clamped to 1..500 (default 50)"),
+                             description=parameters.limit_text(selectors.DEFAULT_LIMIT,
+                                                               selectors.MAX_LIMIT)),
             OpenApiParameter("cursor", OpenApiTypes.STR, OpenApiParameter.QUERY,
                              description="nextCursor of the previous page"),
         ],
-        responses={200: JobPageSerializer, **schema.errors(400)},
+        responses={200: OpenApiResponse(JobPageSerializer, description="one page of jobs"),
+                   **schema.errors(400, bad_request=schema.LIST_BAD_REQUEST)},
     )
     def get(self, request: Request) -> Response:
         principal = principal_of(request)
         filters = JobFilter(request.query_params, queryset=Job.objects.none()).selector_filters()
+        limit = parameters.parse_limit(request.query_params.get("limit"),
+                                       default=selectors.DEFAULT_LIMIT,
+                                       maximum=selectors.MAX_LIMIT)
         cursor = request.query_params.get("cursor") or None
         if cursor is not None:
             _check_cursor(cursor)
-        page = selectors.page(filters, limit=request.query_params.get("limit"), cursor=cursor,
+        page = selectors.page(filters, limit=limit, cursor=cursor,
                               organization_id=principal.organization_id)
         return Response({"jobs": [job_json(job) for job in page.jobs],
                          "nextCursor": page.next_cursor})
@@ -332,7 +369,9 @@ class KindsView(ApiView):
                    summary="The payload kinds and their contracts",
                    description="Every payload kind the API accepts, with the worker group it "
                                "runs on and the flags that govern its delivery and recovery.",
-                   responses={200: KindsSerializer, **schema.errors()})
+                   responses={200: OpenApiResponse(KindsSerializer,
+                                                   description="every kind with its contract"),
+                              **schema.errors()})
     def get(self, request: Request) -> Response:
         return Response({"kinds": contracts_table()})
 
@@ -340,11 +379,24 @@ class KindsView(ApiView):
 class JobDetailView(ApiView):
     required_scope = "jobs:read"
 
-    @extend_schema(operation_id="get_job", tags=["jobs"], summary="One job (A-2)",
+    @extend_schema(operation_id="get_job", tags=["jobs"], summary="One job",
+                   description="The job as its receipts fold it: status, attempt, lease, "
+                               "commands, result or last error, and the stream's head.",
                    parameters=[schema.JOB_ID],
-                   responses={200: JobSerializer, **schema.errors(404)})
+                   responses={200: OpenApiResponse(JobSerializer, description="the job"),
+                              410: OpenApiResponse(OpenApiTypes.OBJECT, description=(
+                                  "`job_pruned`: the job's stream was removed by retention; "
+                                  "the error body carries its `tombstone`")),
+                              **schema.errors(404)})
     def get(self, request: Request, job_id: str) -> Response:
-        job = visible_job_or_404(principal_of(request), job_id)
+        principal = principal_of(request)
+        try:
+            job = visible_job_or_404(principal, job_id)
+        except JobNotFound:
+            tombstone = retention.pruned(job_id, may_see=principal.may_see)
+            if tombstone is None:
+                raise
+            return Response(retention.pruned_wire(job_id, tombstone), status=410)
         return Response(job_json(job))
 
 
@@ -360,7 +412,9 @@ class JobDiagnosisView(ApiView):
                                "redrive_pending, awaiting_redrive, singleton_peers. `facts` "
                                "are the inputs the answer was computed from.",
                    parameters=[schema.JOB_ID],
-                   responses={200: OpenApiTypes.OBJECT, **schema.errors(404)})
+                   responses={200: OpenApiResponse(OpenApiTypes.OBJECT,
+                                                   description="{jobId, status, blockers, facts}"),
+                              **schema.errors(404)})
     def get(self, request: Request, job_id: str) -> Response:
         visible_job_or_404(principal_of(request), job_id)
         return Response(diagnosis(job_id))
@@ -376,7 +430,9 @@ class JobCallbacksView(ApiView):
                                "last answer and the next try. Empty when no callback URL is "
                                "configured.",
                    parameters=[schema.JOB_ID],
-                   responses={200: JobCallbacksSerializer, **schema.errors(404)})
+                   responses={200: OpenApiResponse(JobCallbacksSerializer,
+                                                   description="the job's callbacks"),
+                              **schema.errors(404)})
     def get(self, request: Request, job_id: str) -> Response:
         visible_job_or_404(principal_of(request), job_id)
         return Response({"jobId": job_id, "callbacks": callback_records.for_job(job_id)})
@@ -384,22 +440,29 @@ class JobCallbacksView(ApiView):
 
 class JobReceiptsView(ApiView):
     required_scope = "jobs:read"
+    query_parameters = ("after", "limit")
 
     @extend_schema(
-        operation_id="list_job_receipts", tags=["jobs"], summary="A job's receipts (A-4)",
+        operation_id="list_job_receipts", tags=["jobs"], summary="A job's receipts",
+        description="The job's receipts in stream order, with the stream's head hash and "
+                    "count, so a client can verify the chain itself (docs/api.md shows how).",
         parameters=[
             schema.JOB_ID,
             OpenApiParameter("after", OpenApiTypes.INT, OpenApiParameter.QUERY,
                              description="only receipts with streamSeq > after (default 0)"),
             OpenApiParameter("limit", OpenApiTypes.INT, OpenApiParameter.QUERY,
-                             description="clamped to 1..1000 (default 100)"),
+                             description=parameters.limit_text(DEFAULT_RECEIPT_LIMIT,
+                                                               MAX_RECEIPT_LIMIT)),
         ],
-        responses={200: ReceiptPageSerializer, **schema.errors(400, 404)},
+        responses={200: OpenApiResponse(ReceiptPageSerializer, description="one page of receipts"),
+                   **schema.errors(400, 404, bad_request="Bad query parameter (invalid_after, "
+                                   "invalid_limit, repeated_parameter).")},
     )
     def get(self, request: Request, job_id: str) -> Response:
         visible_job_or_404(principal_of(request), job_id)
         after = _int_param(request, "after", 0)
-        limit = max(1, min(MAX_RECEIPT_LIMIT, _int_param(request, "limit", DEFAULT_RECEIPT_LIMIT)))
+        limit = parameters.parse_limit(request.query_params.get("limit"),
+                                       default=DEFAULT_RECEIPT_LIMIT, maximum=MAX_RECEIPT_LIMIT)
         stream = job_stream(job_id)
         info = store.stream_info(stream)
         receipts = store.read(stream, after=after, limit=limit)
@@ -410,17 +473,22 @@ class JobReceiptsView(ApiView):
 
 class JobStateView(ApiView):
     required_scope = "jobs:read"
+    query_parameters = ("at",)
 
     @extend_schema(
         operation_id="get_job_state_at", tags=["jobs"],
-        summary="The job's fold after the first n receipts (A-4, time travel)",
+        summary="The job's fold after the first n receipts (time travel)",
+        description="Replays the first `at` receipts of the job's stream and returns the job "
+                    "as it was then; `job` is null before the first receipt.",
         parameters=[
             schema.JOB_ID,
             OpenApiParameter("at", OpenApiTypes.INT, OpenApiParameter.QUERY,
                              description="receipts to fold, clamped to 0..receiptCount "
                                          "(default: all)"),
         ],
-        responses={200: JobAtSerializer, **schema.errors(400, 404)},
+        responses={200: OpenApiResponse(JobAtSerializer, description="the job after `at` receipts"),
+                   **schema.errors(400, 404, bad_request="Bad query parameter (invalid_at, "
+                                   "repeated_parameter).")},
     )
     def get(self, request: Request, job_id: str) -> Response:
         visible_job_or_404(principal_of(request), job_id)
@@ -437,6 +505,7 @@ class JobStateView(ApiView):
 
 
 class _CommandView(ApiView):
+    # No docstring (it would leak into the schema): the steer / follow-up body handling.
     required_scope = "jobs:control"
     command = "steer"
 
@@ -454,14 +523,19 @@ class _CommandView(ApiView):
 
 _COMMAND_SCHEMA = {
     "tags": ["commands"], "parameters": [schema.JOB_ID], "request": CommandRequestSerializer,
-    "responses": {202: CommandResponseSerializer, **schema.errors(400, 404, 409, 413)},
+    "responses": {202: OpenApiResponse(CommandResponseSerializer,
+                                       description="the command, recorded on the job's stream"),
+                  **schema.errors(400, 404, 409, 413, bad_request=schema.COMMAND_BAD_REQUEST)},
 }
 
 
 class SteerView(_CommandView):
     command = "steer"
 
-    @extend_schema(operation_id="steer_job", summary="Steer an active job (A-5)",
+    @extend_schema(operation_id="steer_job", summary="Steer an active job",
+                   description="Records a steer command for the running handler to read now; "
+                               "`{payload, by?}`, or the whole body is the payload. 409 when "
+                               "the job is terminal.",
                    **_COMMAND_SCHEMA)
     def post(self, request: Request, job_id: str) -> Response:
         return super().post(request, job_id)
@@ -470,7 +544,10 @@ class SteerView(_CommandView):
 class FollowUpView(_CommandView):
     command = "follow_up"
 
-    @extend_schema(operation_id="follow_up_job", summary="Queue a follow-up on an active job (A-5)",
+    @extend_schema(operation_id="follow_up_job", summary="Queue a follow-up on an active job",
+                   description="Records a follow-up the handler picks up after its current "
+                               "turn; `{payload, by?}`, or the whole body is the payload. 409 "
+                               "when the job is terminal.",
                    **_COMMAND_SCHEMA)
     def post(self, request: Request, job_id: str) -> Response:
         return super().post(request, job_id)
@@ -480,12 +557,14 @@ class AbortView(ApiView):
     required_scope = "jobs:control"
 
     @extend_schema(
-        operation_id="abort_job", tags=["commands"], summary="Abort a job (A-5, J-10)",
+        operation_id="abort_job", tags=["commands"], summary="Abort a job",
+        description="A queued job is canceled at once; a leased or running one gets an abort "
+                    "command its handler must honour. 409 when the job is already terminal.",
         parameters=[schema.JOB_ID], request=AbortRequestSerializer,
         responses={202: OpenApiResponse(AbortResponseSerializer,
                                         description="queued: canceled outright (canceled=true); "
                                                     "leased/running: abort command sent"),
-                   **schema.errors(400, 404, 409)},
+                   **schema.errors(400, 404, 409, bad_request=schema.COMMAND_BAD_REQUEST)},
     )
     def post(self, request: Request, job_id: str) -> Response:
         principal = principal_of(request)

@@ -31,6 +31,14 @@ def asgi_only(request: HttpRequest) -> None:
                      "(python -m uvicorn receipt_site.asgi:application)", 501)
 
 
+def single(request: HttpRequest, *names: str) -> None:
+    """A query parameter the view reads may be given once (as in the DRF API)."""
+    for name in names:
+        if len(request.GET.getlist(name)) > 1:
+            raise refuse("repeated_parameter",
+                         f"{name} is given more than once; give it at most once", 400)
+
+
 def last_event_id(request: HttpRequest) -> int | None:
     """E-2: the `Last-Event-ID` header, or `?lastEventId=` for EventSource polyfills."""
     raw = request.headers.get("Last-Event-ID") or request.GET.get("lastEventId") or ""

@@ -25,6 +25,7 @@ async def job_events(request: HttpRequest, job_id: str) -> HttpResponse:
     try:
         checks.allow(request, "GET")
         checks.asgi_only(request)
+        checks.single(request, "lastEventId")
         resume = checks.last_event_id(request)
         _, job = await access.visible_job(request, job_id)
         live = await checks.running_feed()
@@ -82,6 +83,7 @@ async def receipt_stream(request: HttpRequest) -> HttpResponse:
     try:
         checks.allow(request, "GET")
         checks.asgi_only(request)
+        checks.single(request, "prefix", "lastEventId")
         resume = checks.last_event_id(request)
         prefix = request.GET.get("prefix", "")
         if len(prefix) > 255:

@@ -32,6 +32,7 @@ def _timeout_ms(request: HttpRequest) -> int:
 async def wait_job(request: HttpRequest, job_id: str) -> HttpResponse:
     try:
         checks.allow(request, "GET")
+        checks.single(request, "timeoutMs")
         timeout_ms = _timeout_ms(request)
         _, job = await access.visible_job(request, job_id)
         live = await checks.running_feed() if timeout_ms and not job.is_terminal else None

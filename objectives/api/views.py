@@ -18,11 +18,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from access.permissions import principal_of
+from jobs.api import parameters
 from jobs.api.serializers import ErrorSerializer
 from objectives import presenters, selectors
 from objectives.core.state import ObjectiveState
 from objectives.core.vocabulary import objective_stream
-from objectives.errors import InvalidAction, ObjectivesError
+from objectives.errors import ObjectivesError
 from receipts import store
 
 DEFAULT_RECEIPTS, MAX_RECEIPTS = 40, 1000
@@ -38,7 +39,7 @@ class _Error(exceptions.APIException):
 
 
 def _errors(*statuses: int) -> dict[int, OpenApiResponse]:
-    text = {400: "Bad query parameter (invalid_limit).",
+    text = {400: "Bad query parameter (invalid_limit, repeated_parameter).",
             401: "No or bad credentials (not_authenticated, invalid_token).",
             403: "Missing the objectives:read scope (missing_scope).",
             404: "No such objective, or one of another organization (objective_not_found)."}
@@ -47,7 +48,13 @@ def _errors(*statuses: int) -> dict[int, OpenApiResponse]:
 
 
 class _View(APIView):
+    # No docstring: drf-spectacular would show it as every operation's description.
     required_scope = "objectives:read"
+    query_parameters: tuple[str, ...] = ()  # each allowed once
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)  # credentials and scope come first
+        parameters.check_single(request.query_params, self.query_parameters)
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, ObjectivesError):
@@ -60,15 +67,9 @@ class _View(APIView):
 
 
 def _limit(request: Request, default: int, ceiling: int) -> int:
-    raw = request.query_params.get("limit")
-    if raw in (None, ""):
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise _Error(InvalidAction("invalid_limit",
-                                   f"limit must be an integer; got {raw!r}")) from None
-    return max(1, min(ceiling, value))
+    # the same rule as every list of the jobs API (jobs.api.parameters)
+    return parameters.parse_limit(request.query_params.get("limit"), default=default,
+                                  maximum=ceiling)
 
 
 class ObjectiveListSerializer(serializers.Serializer):
@@ -93,11 +94,20 @@ class LiveStatusSerializer(serializers.Serializer):
 
 
 class ObjectiveListView(_View):
+    query_parameters = ("limit",)
+
     @extend_schema(operation_id="list_objectives", tags=["objectives"],
-                   summary="Objectives and the board (A-9)",
-                   parameters=[OpenApiParameter("limit", OpenApiTypes.INT, OpenApiParameter.QUERY,
-                                                description="per section, 1..500 (default 100)")],
-                   responses={200: ObjectiveListSerializer, **_errors(400)})
+                   summary="Objectives and the board",
+                   description="The caller's objectives, newest change first, and the same "
+                               "objectives grouped into the board's sections (Needs Attention, "
+                               "Active, Queued, Completed, Archived).",
+                   parameters=[OpenApiParameter(
+                       "limit", OpenApiTypes.INT, OpenApiParameter.QUERY,
+                       description="objectives per section, "
+                                   + parameters.limit_text(LIST_LIMIT, MAX_LIST_LIMIT))],
+                   responses={200: OpenApiResponse(ObjectiveListSerializer,
+                                                   description="the objectives and the board"),
+                              **_errors(400)})
     def get(self, request: Request) -> Response:
         org = principal_of(request).organization_id
         sections = selectors.board(organization_id=org,
@@ -111,9 +121,13 @@ class ObjectiveListView(_View):
 
 class ObjectiveDetailView(_View):
     @extend_schema(operation_id="get_objective", tags=["objectives"],
-                   summary="One objective with its tasks and jobs (A-9)",
+                   summary="One objective with its tasks and jobs",
+                   description="The objective's state (status, phase, mode, title ...), its "
+                               "tasks and the jobs it started.",
                    parameters=[OBJECTIVE_ID],
-                   responses={200: ObjectiveDetailSerializer, **_errors(404)})
+                   responses={200: OpenApiResponse(ObjectiveDetailSerializer,
+                                                   description="the objective"),
+                              **_errors(404)})
     def get(self, request: Request, objective_id: str) -> Response:
         state = self.objective(request, objective_id)
         jobs = selectors.objective_jobs(state.objective_id)
@@ -121,12 +135,19 @@ class ObjectiveDetailView(_View):
 
 
 class ObjectiveReceiptsView(_View):
+    query_parameters = ("limit",)
+
     @extend_schema(operation_id="list_objective_receipts", tags=["objectives"],
-                   summary="The objective's latest receipts, oldest first (A-9)",
+                   summary="The objective's latest receipts, oldest first",
+                   description="The last `limit` receipts of the objective's stream, in "
+                               "stream order.",
                    parameters=[OBJECTIVE_ID,
                                OpenApiParameter("limit", OpenApiTypes.INT, OpenApiParameter.QUERY,
-                                                description="1..1000 (default 40)")],
-                   responses={200: ObjectiveReceiptsSerializer, **_errors(400, 404)})
+                                                description=parameters.limit_text(
+                                                    DEFAULT_RECEIPTS, MAX_RECEIPTS))],
+                   responses={200: OpenApiResponse(ObjectiveReceiptsSerializer,
+                                                   description="the latest receipts"),
+                              **_errors(400, 404)})
     def get(self, request: Request, objective_id: str) -> Response:
         limit = _limit(request, DEFAULT_RECEIPTS, MAX_RECEIPTS)
         state = self.objective(request, objective_id)
@@ -137,8 +158,13 @@ class ObjectiveReceiptsView(_View):
 
 class ObjectiveLiveStatusView(_View):
     @extend_schema(operation_id="get_objective_live_status", tags=["objectives"],
-                   summary="What the objective is doing now (A-9)", parameters=[OBJECTIVE_ID],
-                   responses={200: LiveStatusSerializer, **_errors(404)})
+                   summary="What the objective is doing now",
+                   description="The objective's progress: status, phase, a summary, the "
+                               "active job and task, and the tails of its output.",
+                   parameters=[OBJECTIVE_ID],
+                   responses={200: OpenApiResponse(LiveStatusSerializer,
+                                                   description="the objective's progress"),
+                              **_errors(404)})
     def get(self, request: Request, objective_id: str) -> Response:
         state = self.objective(request, objective_id)
         return Response({"objectiveProgress": presenters.live_status(state)})

@@ -14,7 +14,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs import queue, selectors
+from jobs.api.parameters import parse_limit
+from jobs.api.serializers import JobFilter
 from jobs.errors import JobsError
+from jobs.models import Job
 from jobs.presenters import job_json
 from jobs.runtime import dispatch
 from receipt_site.logs import log_event
@@ -22,6 +25,13 @@ from receipts import audit, store
 from receipts.clock import now_ms as wall_clock_ms
 
 logger = logging.getLogger("receipt.cli")
+
+# `jobs list` flags -> the GET /jobs filters; validated by the API's own JobFilter, so
+# the CLI and the API accept (and refuse) exactly the same values.
+LIST_FILTERS = {"status": "status", "agent": "agentId", "lane": "lane", "kind": "kind",
+                "session_key": "sessionKey", "objective": "objectiveId",
+                "org": "organizationId", "routed_group": "routedGroup"}
+DEFAULT_LIST_LIMIT = 20
 
 
 def _json_arg(text: str, name: str) -> Any:
@@ -45,10 +55,17 @@ class Command(BaseCommand):
         enqueue.add_argument("--session-key")
         enqueue.add_argument("--singleton-mode", choices=["allow", "cancel", "steer"])
         listing = sub.add_parser("list", help="newest jobs first")
-        for name in ("status", "agent", "lane", "kind", "session-key", "objective", "org"):
-            listing.add_argument(f"--{name}")
-        listing.add_argument("--limit", type=int, default=20)
-        listing.add_argument("--cursor")
+        for option, api_name in LIST_FILTERS.items():
+            if api_name == "kind":  # an open set: the deployment may register its own
+                hint = "a built-in kind or one the deployment registered"
+            else:
+                allowed = JobFilter.allowed(api_name)
+                hint = f"one of: {', '.join(allowed)}" if allowed else None
+            listing.add_argument("--" + option.replace("_", "-"), help=hint)
+        listing.add_argument("--limit", default=None,
+                             help=f"page size, 1 to {selectors.MAX_LIMIT} "
+                                  f"(default {DEFAULT_LIST_LIMIT})")
+        listing.add_argument("--cursor", help="the nextCursor of the previous page")
         show = sub.add_parser("show", help="one job with its receipts")
         show.add_argument("job_id")
         abort = sub.add_parser("abort", help="abort a job (queued: canceled at once)")
@@ -84,10 +101,11 @@ class Command(BaseCommand):
                 "warnings": result.warnings}
 
     def _list(self, o, by):
-        filters = {"status": o["status"], "agentId": o["agent"], "lane": o["lane"],
-                   "kind": o["kind"], "sessionKey": o["session_key"],
-                   "objectiveId": o["objective"], "organizationId": o["org"]}
-        page = selectors.page(filters, limit=o["limit"], cursor=o["cursor"])
+        given = {api: o[option] for option, api in LIST_FILTERS.items() if o[option] is not None}
+        labels = {api: "--" + option.replace("_", "-") for option, api in LIST_FILTERS.items()}
+        filters = JobFilter(given, queryset=Job.objects.none()).selector_filters(labels=labels)
+        limit = parse_limit(o["limit"], default=DEFAULT_LIST_LIMIT, maximum=selectors.MAX_LIMIT)
+        page = selectors.page(filters, limit=limit, cursor=o["cursor"])
         return {"jobs": [job_json(j) for j in page.jobs], "nextCursor": page.next_cursor}
 
     def _show(self, o, by):

@@ -3,6 +3,11 @@
 Runs `jobs.simulation.run.simulate` in one transaction, rolled back unless `--keep`, and
 prints a summary (or the report as JSON). On a violated invariant it prints the replay
 command line and exits 1.
+
+An empty database (a fresh data directory: no migration applied yet) is migrated first:
+that only creates the schema every command needs, and the run itself stays rolled back.
+A database with some migrations applied and others pending is the operator's to migrate,
+so the command names the recipe instead of guessing.
 """
 
 from __future__ import annotations
@@ -10,7 +15,10 @@ from __future__ import annotations
 import argparse
 import json
 
+from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, connections
+from django.db.migrations.executor import MigrationExecutor
 
 from jobs.simulation.run import DEFAULT_JOBS, Report, SimulationRefused, simulate
 
@@ -45,6 +53,7 @@ class Command(BaseCommand):
                             help="commit what the run wrote instead of rolling it back")
 
     def handle(self, *args, seed: int, steps: int, jobs: int, **options):
+        self._ready_database()
         try:
             report = simulate(seed, steps, jobs, keep=options["keep"])
         except SimulationRefused as error:
@@ -58,6 +67,20 @@ class Command(BaseCommand):
                 self.stdout.write(f"replay: {report.replay}")
             raise CommandError(f"invariant {report.violation.invariant} violated at step "
                                f"{report.violation_step}; replay: {report.replay}", returncode=1)
+
+    def _ready_database(self) -> None:
+        try:
+            executor = MigrationExecutor(connections[DEFAULT_DB_ALIAS])
+            pending = executor.migration_plan(executor.loader.graph.leaf_nodes())
+        except DatabaseError as error:
+            raise CommandError(f"cannot read the database's migrations: {error}") from None
+        if not pending:
+            return
+        if executor.loader.applied_migrations:
+            raise CommandError(f"the database has {len(pending)} unapplied migration(s); run "
+                               "`python manage.py migrate`, then simulate again")
+        self.stderr.write("the database is empty: migrating it first (python manage.py migrate)")
+        call_command("migrate", verbosity=0, interactive=False)
 
     def _summary(self, report: Report, *, trace: bool) -> None:
         write = self.stdout.write

@@ -1,5 +1,7 @@
 """`manage.py receipts verify [prefix] [--strict] [--json]` and
-`manage.py receipts replay <stream|prefix> [--dry-run] [--json]` (S-8).
+`manage.py receipts replay <stream|prefix> [--dry-run] [--json]` (S-8) and
+`manage.py receipts prune [--dry-run] [--json] [--older-than-days N]` (retention: the
+service the retention loop runs; verify also checks what retention removed).
 
 Each run is put on record (U-3) with `by` (`--by`, default `cli:<OS user>`): on the
 stream's audit stream for one stream, on `audit/<prefix>*` for a prefix."""
@@ -10,7 +12,8 @@ import json
 
 from django.core.management.base import BaseCommand, CommandError
 
-from receipts import audit, store
+from receipts import audit, retention, store
+from receipts.clock import now_ms as wall_clock_ms
 from receipts.errors import ReplayRefused
 
 
@@ -21,17 +24,27 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="action", required=True)
         verify = sub.add_parser("verify", help="verify every chain under a prefix (default: all)")
         verify.add_argument("prefix", nargs="?", default="")
-        verify.add_argument("--strict", action="store_true", help="exit non-zero on any issue")
+        verify.add_argument("--strict", action="store_true",
+                            help="exit non-zero on a broken chain, or when the prefix matches "
+                                 "no stream")
         verify.add_argument("--json", action="store_true")
         replay = sub.add_parser("replay", help="rebuild read models of a stream or a prefix")
         replay.add_argument("target")
         replay.add_argument("--dry-run", action="store_true", help="report drift, change nothing")
         replay.add_argument("--json", action="store_true")
-        for command in (verify, replay):
+        prune = sub.add_parser("prune", help="remove settled streams past their retention")
+        prune.add_argument("--dry-run", action="store_true", help="count, remove nothing")
+        prune.add_argument("--json", action="store_true")
+        prune.add_argument("--older-than-days", type=int, default=None,
+                           help="one window for every family instead of the configured ones")
+        for command in (verify, replay, prune):
             command.add_argument("--by", default=None, help="who is acting (default: cli:<OS user>)")
 
     def handle(self, *args, action, **options):
         by = options["by"] or audit.cli_actor()
+        if action == "prune":
+            return self._prune(dry_run=options["dry_run"], as_json=options["json"],
+                               older_than_days=options["older_than_days"], by=by)
         if action == "verify":
             return self._verify(options["prefix"], strict=options["strict"],
                                 as_json=options["json"], by=by)
@@ -42,6 +55,7 @@ class Command(BaseCommand):
         streams = store.matching_streams(prefix)
         results = [store.verify(name) for name in streams]
         broken = [r for r in results if not r.ok]
+        issues = retention.verify(prefix)  # removed streams: tombstones, batches, gaps
         if streams == [prefix]:
             audit.record_verify(prefix, results[0], by=by)
         else:
@@ -50,15 +64,25 @@ class Command(BaseCommand):
                          broken=[r.stream for r in broken][:50])
         if as_json:
             self.stdout.write(json.dumps({
-                "ok": not broken, "checked": len(results),
+                "ok": not broken and not issues, "checked": len(results),
                 "broken": [r.to_wire() for r in broken],
+                "retention": [i.to_wire() for i in issues],
             }))
         else:
             for result in broken:
                 self.stdout.write(f"BROKEN {result.stream}: {result.describe()}")
-            self.stdout.write(f"verified {len(results)} stream(s), {len(broken)} broken")
+            for issue in issues:
+                self.stdout.write(f"RETENTION {issue.stream}: {issue.reason}")
+            self.stdout.write(f"verified {len(results)} stream(s), {len(broken)} broken"
+                              + (f", {len(issues)} retention issue(s)" if issues else ""))
         if strict and broken:
             raise CommandError(f"{len(broken)} broken chain(s)", returncode=1)
+        if strict and issues:
+            raise CommandError(f"{len(issues)} retention issue(s)", returncode=1)
+        if strict and prefix and not streams:
+            # a typo in the prefix must not pass as "nothing is broken"
+            raise CommandError(f"no stream matches {prefix!r}: nothing was verified",
+                               returncode=1)
 
     def _replay(self, target: str, *, dry_run: bool, as_json: bool, by: str) -> None:
         on_record = audit.target_of(target, single=store.stream_info(target) is not None)
@@ -82,3 +106,22 @@ class Command(BaseCommand):
                               f"refused {len(report.refused)}")
         if report.refused:
             raise CommandError(f"{len(report.refused)} chain(s) refused", returncode=1)
+
+    def _prune(self, *, dry_run: bool, as_json: bool, older_than_days: int | None,
+               by: str) -> None:
+        if older_than_days is not None and older_than_days < 0:
+            raise CommandError("--older-than-days must be >= 0")
+        now = wall_clock_ms()
+        reports = [prune(now_ms=now, dry_run=dry_run, older_than_days=older_than_days, by=by)
+                   for prune in retention.pruners.values()]
+        errors = [error for report in reports for error in report.errors]
+        if as_json:
+            self.stdout.write(json.dumps({"ok": not errors, "dryRun": dry_run,
+                                          "families": [r.to_wire() for r in reports]}))
+        else:
+            for error in errors:
+                self.stdout.write(f"ERROR {error}")
+            for report in reports:
+                self.stdout.write(report.describe())
+        if errors:
+            raise CommandError(f"{len(errors)} error(s) while pruning", returncode=1)

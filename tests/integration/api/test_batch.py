@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from jobs import queue
-from receipts import store
 from jobs.api.batch import MAX_ITEMS
+from receipts import store
 from tests.integration.api.conftest import payload, written
 
 pytestmark = pytest.mark.django_db

@@ -193,3 +193,38 @@ def test_empty_body_is_an_empty_payload(api):
 def test_get_on_the_enqueue_url_is_405(api):
     status, out = api.get("/agents/factory/jobs")
     assert (status, out["error"]) == (405, "method_not_allowed")
+
+
+@pytest.mark.parametrize(("asked", "clamped"), [(0, 1), (-4, 1), (99, 8)])
+def test_a_clamped_max_attempts_is_reported_in_the_warnings(api, asked, clamped):
+    """Item 11: J-6 clamps maxAttempts to 1..8; the answer says so instead of staying quiet."""
+    out = api.enqueue(body={"payload": payload(), "maxAttempts": asked})
+    assert out["job"]["maxAttempts"] == clamped
+    assert f"maxAttempts {asked} is outside 1..8; clamped to {clamped}" in out["warnings"]
+
+
+def test_a_max_attempts_in_range_brings_no_warning(api):
+    assert "warnings" not in api.enqueue(body={"payload": payload(), "maxAttempts": 8})
+
+
+def _nested(levels: int) -> dict:
+    deep: dict = {}
+    node = deep
+    for _ in range(levels - 1):
+        node["x"] = {}
+        node = node["x"]
+    return deep
+
+
+@pytest.mark.parametrize("style", ["wrapped", "flat"])
+@pytest.mark.parametrize("extra", [1, 2, 3, 10])
+def test_the_depth_error_names_the_enforced_limit(api, settings, style, extra):
+    """Item 11: the message said 34 levels for a limit of 32."""
+    limit = settings.RECEIPT.max_json_depth
+    deep = _nested(limit + extra)  # `deep` sits one level below the payload
+    body = {"payload": payload(deep=deep)} if style == "wrapped" else payload(deep=deep)
+    status, out = api.post("/agents/factory/jobs", body)
+    assert (status, out["error"]) == (400, "invalid_payload"), out
+    assert f"nesting deeper than {limit} levels" in out["detail"]
+    fitting = {"payload": payload(deep=_nested(limit))}
+    assert api.post("/agents/factory/jobs", fitting)[0] == 202

@@ -72,13 +72,56 @@ def test_list_filters(api):
     assert ids(status="queued", lane="chat") == [chat]
 
 
-def test_list_limit_is_clamped_to_1_through_500(api):
+def test_list_limit_takes_1_through_500(api):
     for i in range(3):
         enqueue_at(T0 + i)
-    assert len(api.get("/jobs", limit=0)[1]["jobs"]) == 1
-    assert len(api.get("/jobs", limit=-7)[1]["jobs"]) == 1
-    assert len(api.get("/jobs", limit=10_000)[1]["jobs"]) == 3
+    assert len(api.get("/jobs", limit=1)[1]["jobs"]) == 1
+    assert len(api.get("/jobs", limit=500)[1]["jobs"]) == 3
+    assert len(api.get("/jobs", limit="")[1]["jobs"]) == 3
     assert len(api.get("/jobs")[1]["jobs"]) == 3
+
+
+# Item 11: one limit rule on every list (before: /jobs clamped, /receipts had a 2^53 bound).
+LISTS = [("/jobs", 500), ("/jobs/{job}/receipts", 1000), ("/factory/api/objectives", 500),
+         ("/factory/api/objectives/o-missing/receipts", 1000)]
+
+
+@pytest.mark.parametrize(("path", "maximum"), LISTS)
+@pytest.mark.parametrize("limit", ["0", "-7", "max+1", "ten", "1.5", str(2**60)])
+def test_a_limit_outside_1_through_the_maximum_is_400_naming_the_range(api, path, maximum, limit):
+    job_id = api.enqueue()["job"]["id"]
+    limit = str(maximum + 1) if limit == "max+1" else limit
+    status, out = api.get(path.format(job=job_id), limit=limit)
+    assert (status, out["error"]) == (400, "invalid_limit"), out
+    assert f"from 1 to {maximum}" in out["detail"]
+
+
+@pytest.mark.parametrize(("path", "name"), [
+    ("/jobs?status=queued&status=failed", "status"),
+    ("/jobs?limit=1&limit=2", "limit"),
+    ("/jobs?cursor=a&cursor=b", "cursor"),
+    ("/jobs/{job}/receipts?after=1&after=2", "after"),
+    ("/jobs/{job}/state?at=1&at=2", "at"),
+    ("/jobs/{job}/wait?timeoutMs=0&timeoutMs=1", "timeoutMs"),
+    ("/factory/api/objectives?limit=1&limit=2", "limit"),
+])
+def test_a_repeated_query_parameter_is_400_naming_it(api, path, name):
+    """Item 11: not "last one wins"."""
+    job_id = api.enqueue()["job"]["id"]
+    response = api.client.get(path.format(job=job_id), **api.headers())
+    out = response.json()
+    assert (response.status_code, out["error"]) == (400, "repeated_parameter"), out
+    assert out["detail"].startswith(f"{name} is given more than once")
+
+
+@pytest.mark.parametrize(("name", "value"), [("status", "bogus"), ("lane", "fast"),
+                                             ("kind", "factory.nope"), ("routedGroup", "gpu")])
+def test_invalid_filter_lists_the_allowed_values(api, name, value):
+    from jobs.api.serializers import JobFilter
+
+    status, out = api.get("/jobs", **{name: value})
+    assert (status, out["error"]) == (400, "invalid_filter")
+    assert out["detail"] == f"{name}={value!r} is not one of: " + ", ".join(JobFilter.allowed(name))
 
 
 @pytest.mark.parametrize(
@@ -138,11 +181,11 @@ def test_bad_receipt_parameters_are_400(api, params, code):
     assert (status, out["error"]) == (400, code)
 
 
-def test_receipt_limit_is_clamped(api):
+def test_receipt_limit_takes_1_through_1000(api):
     job_id = api.enqueue()["job"]["id"]
     api.post(f"/jobs/{job_id}/steer", {"payload": {}})
-    assert len(api.get(f"/jobs/{job_id}/receipts", limit=0)[1]["receipts"]) == 1
-    assert len(api.get(f"/jobs/{job_id}/receipts", limit=99_999)[1]["receipts"]) == 2
+    assert len(api.get(f"/jobs/{job_id}/receipts", limit=1)[1]["receipts"]) == 1
+    assert len(api.get(f"/jobs/{job_id}/receipts", limit=1000)[1]["receipts"]) == 2
 
 
 def test_state_at_folds_the_first_n_receipts(api):

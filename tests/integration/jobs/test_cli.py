@@ -64,3 +64,61 @@ def test_redrive_starts_a_fresh_delivery_of_a_queued_job_only():
     jobs("abort", "rd-1")
     with pytest.raises(CommandError, match="only a queued job can be redriven"):
         jobs("redrive", "rd-1")
+
+
+@pytest.mark.parametrize(("flag", "value", "allowed"), [
+    ("--status", "bogus", "queued, leased, running, completed, failed, canceled"),
+    ("--lane", "fast", "collect"),
+    ("--routed-group", "gpu", "codex"),
+    ("--kind", "factory.nope", "factory.run"),
+])
+def test_list_refuses_a_value_outside_a_closed_set_and_names_the_valid_ones(flag, value, allowed):
+    """Item 10: the CLI validates with the API's JobFilter (empty output and exit 0 before)."""
+    with pytest.raises(CommandError, match="invalid_filter") as caught:
+        jobs("list", flag, value)
+    assert f"{flag}={value!r}" in str(caught.value) and allowed in str(caught.value)
+
+
+def test_list_accepts_the_deployments_own_kinds():
+    from jobs.core import contracts
+
+    contracts.register_kind("acme.report", worker_group="codex")
+    try:
+        with pytest.raises(CommandError, match=r"acme\.report"):
+            jobs("list", "--kind", "acme.nope")
+        assert json.loads(jobs("list", "--kind", "acme.report", "--json"))["jobs"] == []
+    finally:
+        contracts.unregister_kind("acme.report")
+
+
+@pytest.mark.parametrize("limit", ["0", "-3", "501", "ten"])
+def test_list_limit_follows_the_api_rule(limit):
+    with pytest.raises(CommandError, match="invalid_limit: limit must be an integer from 1 to 500"):
+        jobs("list", "--limit", limit)
+
+
+def test_simulate_migrates_an_empty_data_directory_first(tmp_path):
+    """Item 10: a fresh data directory used to end in a 57-line `no such table` traceback."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
+    env["RECEIPT_DATA_DIR"] = str(tmp_path)
+    done = subprocess.run([sys.executable, "manage.py", "simulate", "--seed", "1", "--steps", "5"],
+                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "migrating it first" in done.stderr and "Traceback" not in done.stderr
+    assert "simulate seed=1 steps=5 jobs=6: ok" in done.stdout
+
+
+def test_simulate_names_the_recipe_on_a_partly_migrated_database(monkeypatch):
+    from django.db.migrations.executor import MigrationExecutor
+
+    monkeypatch.setattr(MigrationExecutor, "migration_plan",
+                        lambda self, targets: [("a migration", False)])
+    with pytest.raises(CommandError, match=r"1 unapplied migration\(s\); run `python manage.py "
+                                           r"migrate`"):
+        call_command("simulate", "--seed", "1", "--steps", "1", stdout=StringIO())

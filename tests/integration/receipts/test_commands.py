@@ -23,7 +23,7 @@ def test_verify_strict_passes_on_sound_chains():
     store.append("cmd/a", [{"type": "x"}, {"type": "y"}])
     store.append("cmd/b", {"type": "x"})
     output = json.loads(run("verify", "cmd/", "--strict", "--json"))
-    assert output == {"ok": True, "checked": 2, "broken": []}
+    assert output == {"ok": True, "checked": 2, "broken": [], "retention": []}
 
 
 def test_verify_strict_fails_on_a_tampered_chain():
@@ -48,3 +48,12 @@ def test_replay_json_reports_checked_streams():
     store.append("cmd/e", {"type": "x"})
     output = json.loads(run("replay", "cmd/e", "--json"))
     assert output["ok"] and output["checked"] == 1 and output["drift"] == []
+
+
+def test_verify_strict_fails_when_the_prefix_matches_no_stream():
+    store.append("cmd/a", {"type": "x"})
+    with pytest.raises(CommandError, match="no stream matches 'cdm/'") as caught:
+        run("verify", "cdm/", "--strict")
+    assert caught.value.returncode == 1
+    # without --strict an empty match is reported, not an error
+    assert "verified 0 stream(s), 0 broken" in run("verify", "cdm/")
