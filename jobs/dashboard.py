@@ -9,6 +9,8 @@ Every query stays on an index at any table size: no full-table COUNT anywhere.
   receipt, which for a settled job is its settlement (later receipts are rare and inert).
 - The oldest queued job per lane comes from the depth query (MIN(created_at)); its id
   is one equality lookup on (status, created_at) per lane.
+- The last hour's chart is one more GROUP BY on the same range, by minute of
+  `updated_at` and terminal status.
 - Capacity per worker group adds no job query: busy and queued come from the depth
   cells, slots from the live rows of the worker registry.
 
@@ -24,7 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
-from django.db.models import Count, Min, Q
+from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Min, Q
 
 from jobs import callback_records
 from jobs.core.contracts import WORKER_GROUPS
@@ -36,6 +38,7 @@ from receipts.clock import now_ms as wall_clock_ms
 
 RECENT_MS = 60 * 60_000  # terminal counts and throughput: the last 60 minutes
 SHORT_MS = 5 * 60_000  # ...and the last 5 minutes
+BUCKET_MS = 60_000  # the chart's bar: one minute of the last hour
 ACTIVE_ORDER = tuple(s for s in STATUSES if s in ACTIVE_STATUSES)
 TERMINAL_ORDER = tuple(s for s in STATUSES if s in TERMINAL_STATUSES)
 
@@ -149,6 +152,35 @@ def recent_terminal(*, now_ms: int) -> dict[str, Any]:
     }
 
 
+def settled_per_minute(*, now_ms: int) -> dict[str, Any]:
+    """Jobs settled in each minute of the last hour, by terminal status, oldest minute
+    first: the dashboard's throughput and failures chart."""
+    since = now_ms - RECENT_MS
+    minute = ExpressionWrapper(
+        (F("updated_at") - since) / BUCKET_MS, output_field=BigIntegerField()
+    )  # integer division on both databases; updated_at >= since, so it floors
+    rows = (
+        Job.objects.filter(status__in=TERMINAL_ORDER, updated_at__gte=since)
+        .order_by()
+        .annotate(minute=minute)
+        .values("minute", "status")
+        .annotate(count=Count("id"))
+    )
+    count = RECENT_MS // BUCKET_MS
+    buckets = [
+        {"at": since + i * BUCKET_MS, **dict.fromkeys(TERMINAL_ORDER, 0)} for i in range(count)
+    ]
+    for row in rows:
+        # a receipt stamped a little after `now` (another process's clock) joins the last bar
+        buckets[min(max(int(row["minute"]), 0), count - 1)][row["status"]] += row["count"]
+    return {
+        "since": since,
+        "bucketMs": BUCKET_MS,
+        "statuses": list(TERMINAL_ORDER),
+        "buckets": buckets,
+    }
+
+
 def running_by_cluster(depth: dict[str, Any]) -> list[dict[str, Any]]:
     """Leased and running jobs per worker cluster (`worker-<routed group>`), from the depth."""
     by_group = {group: {"leased": 0, "running": 0} for group in WORKER_GROUPS}
@@ -251,7 +283,7 @@ CALLBACK_URL_NAMES = ("RECEIPT_RESONATE_CALLBACK_URL", "RECEIPT_EVENT_CALLBACK_U
 
 
 def config_rows() -> list[dict[str, str]]:
-    """SPEC 13: every setting with its value, secrets masked (Config.shown).
+    """Every setting with its value, secrets masked (Config.shown).
 
     `shown()` strips passwords from URLs but prints callback URLs whole; their paths and
     queries are masked here too, since webhook URLs routinely embed their token.
@@ -273,6 +305,7 @@ def snapshot(*, now_ms: int | None = None, include_config: bool = True) -> dict[
         "now": now,
         "depth": depth,
         "recent": recent_terminal(now_ms=now),
+        "settledPerMinute": settled_per_minute(now_ms=now),
         "runningByCluster": running_by_cluster(depth),
         "capacity": capacity(depth, now_ms=now),
         "processes": workers,

@@ -12,6 +12,7 @@ import binascii
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import connection
 from django.db.models import Q, QuerySet
 
 from jobs.core.reducer import JobState, job_from_wire
@@ -113,3 +114,26 @@ def last_progress(job_id: str) -> Progress | None:
     body = body if isinstance(body, dict) else {}
     return Progress(at=ts, attempt=body.get("attempt"), worker_id=body.get("workerId"),
                     report=body.get("progress"))
+
+
+AGENT_IDS_CAP = 200  # filter choices, not a report: past this, search `agent:<id>`
+AGENT_IDS_SQL = (
+    "WITH RECURSIVE seen(agent_id, n) AS ("
+    " SELECT MIN(agent_id), 1 FROM jobs_job"
+    " UNION ALL"
+    " SELECT (SELECT MIN(j.agent_id) FROM jobs_job j WHERE j.agent_id > seen.agent_id),"
+    " seen.n + 1 FROM seen WHERE seen.agent_id IS NOT NULL AND seen.n < %s"
+    ") SELECT agent_id FROM seen WHERE agent_id IS NOT NULL"
+)
+
+
+def agent_ids(*, cap: int = AGENT_IDS_CAP) -> list[str]:
+    """The distinct agent ids of the jobs table, smallest first, at most `cap` of them.
+
+    A loose index scan: each step is one probe of `job_agent_newest` for the next larger
+    id, so the cost grows with the number of agents, never with the number of jobs (a
+    plain DISTINCT reads the whole index on both PostgreSQL and SQLite).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(AGENT_IDS_SQL, [cap])
+        return [row[0] for row in cursor.fetchall()]

@@ -1,6 +1,7 @@
 /* Live dashboard (U-6): polls the JSON snapshot every 3 s and redraws each table marked
    data-source (a dotted path in the snapshot) with the column keys and formats of its
-   header cells. The formats mirror jobs/admin.py's format_cell. Text only: no innerHTML
+   header cells, and the settled-per-minute chart. The formats mirror format_cell in
+   jobs/dashboard_tables.py, the chart jobs/core/settled_chart.py. Text only: no innerHTML
    from data. */
 (function () {
   "use strict";
@@ -44,8 +45,20 @@
     return el;
   }
 
-  function cell(value, format, now) {
+  function usage(busy, slots) {
+    var out = document.createElement("span");
+    var bar = span("rcpt-usage" + (busy > slots ? " rcpt-usage-over" : ""), "", busy + " busy of " + slots + " slots");
+    var fill = span("rcpt-usage-fill", "");
+    fill.style.width = (slots === 0 ? (busy ? 100 : 0) : Math.min(100, Math.round(100 * busy / slots))) + "%";
+    bar.appendChild(fill);
+    out.appendChild(bar);
+    out.appendChild(document.createTextNode(" " + busy + " / " + slots));
+    return out;
+  }
+
+  function cell(value, format, now, row) {
     if (format === "len") { return document.createTextNode(String((value || []).length)); }
+    if (format === "usage") { return usage(value || 0, (row && row.slots) || 0); }
     if (value === null || value === undefined || value === "") { return span("rcpt-none", "—"); }
     switch (format) {
       case "num": return document.createTextNode(typeof value === "number" && Number.isInteger(value) ? value.toLocaleString("en-US") : String(value));
@@ -86,7 +99,9 @@
       var tr = document.createElement("tr");
       heads.forEach(function (th) {
         var td = document.createElement("td");
-        td.appendChild(cell(row[th.getAttribute("data-key")], th.getAttribute("data-format"), now));
+        var format = th.getAttribute("data-format");
+        td.className = "rcpt-f-" + format;
+        td.appendChild(cell(row[th.getAttribute("data-key")], format, now, row));
         tr.appendChild(td);
       });
       body.appendChild(tr);
@@ -99,7 +114,49 @@
     table.replaceChild(body, table.querySelector("tbody"));
   }
 
+  var SVG = "http://www.w3.org/2000/svg";
+  var STACK = ["failed", "completed", "canceled"];  // bottom to top
+
+  function svgEl(name, attrs) {
+    var el = document.createElementNS(SVG, name);
+    Object.keys(attrs).forEach(function (k) { el.setAttribute(k, String(attrs[k])); });
+    return el;
+  }
+
+  function round2(x) { return Math.round(x * 100) / 100; }
+
+  function drawChart(svg, chart) {
+    var buckets = chart && chart.buckets;
+    if (!svg || !buckets) { return; }
+    var width = svg.viewBox.baseVal.width;
+    var baseline = Number(svg.getAttribute("data-baseline"));
+    var plot = baseline - Number(svg.getAttribute("data-top"));
+    var totals = buckets.map(function (b) { return STACK.reduce(function (t, s) { return t + (b[s] || 0); }, 0); });
+    var peak = Math.max.apply(null, totals.concat([1]));
+    var step = width / Math.max(buckets.length, 1);
+    var group = svgEl("g", { id: "rcpt-chart-bars" });
+    buckets.forEach(function (b, i) {
+      var x = round2(i * step + 1), w = round2(Math.max(step - 2, 1)), base = baseline;
+      var minute = svgEl("g", { "class": "rcpt-chart-minute" });
+      var title = svgEl("title", {});
+      title.textContent = utc(b.at).slice(11, 16) + " UTC: " +
+        STACK.map(function (s) { return (b[s] || 0) + " " + s; }).join(", ");
+      minute.appendChild(title);
+      minute.appendChild(svgEl("rect", { "class": "rcpt-chart-hit", x: x, y: 0, width: w, height: baseline }));
+      STACK.forEach(function (s) {
+        if (!b[s]) { return; }
+        var h = round2(b[s] * plot / peak);
+        base = round2(base - h);
+        minute.appendChild(svgEl("rect", { "class": "rcpt-bar-" + s, x: x, y: base, width: w, height: h }));
+      });
+      group.appendChild(minute);
+    });
+    svg.replaceChild(group, svg.querySelector("#rcpt-chart-bars"));
+    document.getElementById("rcpt-chart-peak").textContent = String(peak);
+  }
+
   function apply(data) {
+    drawChart(document.getElementById("rcpt-chart"), data.settledPerMinute);
     root.querySelectorAll("table[data-source]").forEach(function (table) {
       redraw(table, pick(data, table.getAttribute("data-source")), data.now);
     });

@@ -10,7 +10,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from jobs import admin as jobs_admin
-from jobs import queue
+from jobs import queue, selectors
+from jobs.core import contracts
+from jobs.core.reducer import Fence
 from jobs.models import Job
 from tests.integration.admin.conftest import CHANGELIST, NOW, enqueue, text, words
 
@@ -20,6 +22,12 @@ pytestmark = pytest.mark.django_db
 def listed(response) -> list[str]:
     """Job ids on the page, in order."""
     return [job.id for job in response.context["cl"].result_list]
+
+
+def row_of(page: str, job_id: str) -> str:
+    """The one result row that shows `job_id`."""
+    [row] = [row for row in page.split("<tr")[1:] if f'title="{job_id}"' in row]
+    return row.split("</tr>")[0]
 
 
 @pytest.fixture
@@ -87,7 +95,8 @@ def test_routed_group_column_flags_a_contract_mismatch(admin_client, jobs):
     assert "⚠ contract control" in flagged
     page = text(response)
     row = re.search(rf"<tr>.*?{re.escape(jobs['dispatch'])}.*?</tr>", page, re.S).group(0)
-    assert "⚠ contract control" in row  # factory.dispatch on agent factory: control vs chat (K-5)
+    # factory.dispatch on agent factory: control vs chat by design (K-5), a note, no warning
+    assert "contract control" in row and "rcpt-route-note" in row and "⚠" not in row
     row = re.search(rf"<tr>.*?{re.escape(jobs['run_chat'])}.*?</tr>", page, re.S).group(0)
     assert "⚠" not in row  # factory.run routes where its contract says
 
@@ -115,20 +124,67 @@ def test_each_filter_narrows_the_list(admin_client, jobs, query, expected):
     assert listed(response) == [jobs[name] for name in expected]
 
 
-def test_filter_choices_come_from_the_vocabulary_not_the_table(admin_client, jobs):
+def test_filter_choices_never_scan_the_table(admin_client, jobs):
     with CaptureQueriesContext(connection) as queries:
         response = admin_client.get(CHANGELIST)
     page = text(response)
     for choice in (
         "?status=running",
         "?lane=steer",
-        "?agent=factory-monitor",
+        "?agent=factory-monitor",  # a handler without jobs
+        "?agent=custom-agent",  # jobs without a handler
         "?kind=factory.objective.watchdog",
         "?group=codex",
     ):
         assert choice in page, choice
     assert 'name="org"' in page  # the organization text filter
     assert not any("DISTINCT" in q["sql"].upper() for q in queries.captured_queries)
+
+
+def test_agent_choices_are_a_loose_index_scan_capped(jobs):
+    assert selectors.agent_ids() == ["codex", "custom-agent", "factory", "factory-control"]
+    assert selectors.agent_ids(cap=2) == ["codex", "custom-agent"]
+    if connection.vendor == "sqlite":  # the plan is stable here; PostgreSQL's follows stats
+        with connection.cursor() as cursor:
+            sql = selectors.AGENT_IDS_SQL.replace("%s", "200")
+            cursor.execute(f"EXPLAIN QUERY PLAN {sql}")
+            plan = " ".join(str(row[-1]) for row in cursor.fetchall())
+        assert "COVERING INDEX job_agent_newest (agent_id>?)" in plan, plan
+        assert "SCAN jobs_job" not in plan and "SCAN j " not in plan, plan
+
+
+def test_kind_filter_offers_the_deployments_own_kinds(admin_client, jobs):
+    contracts.register_kind("acme.report.build")
+    try:
+        page = text(admin_client.get(CHANGELIST))
+    finally:
+        contracts.unregister_kind("acme.report.build")
+    assert "?kind=acme.report.build" in page and "?kind=factory.run" in page
+
+
+def test_list_shows_the_first_line_of_the_last_error_and_ages(admin_client, jobs, monkeypatch):
+    monkeypatch.setattr(jobs_admin, "wall_clock_ms", lambda: NOW + 10 * 60_000)
+    error = "ValueError: bad input\n" + "  File x.py, line 1\n" * 100
+    assert queue.fail(jobs["codex"], error, fence=Fence("codex:h:1", 1), now_ms=NOW + 9000).applied
+    page = text(admin_client.get(CHANGELIST))
+    row = row_of(page, jobs["codex"])
+    cell = re.search(r'<span class="rcpt-error" title="(.*?)">(.*?)</span>', row, re.S)
+    assert cell.group(2) == "ValueError: bad input"
+    assert cell.group(1).startswith(error[:100])
+    assert len(cell.group(1)) == jobs_admin.ERROR_TOOLTIP_CHARS  # cut in the database
+    assert '<span class="rcpt-ago" title="2030-03-17 17:46:43.000 UTC">9 min ago</span>' in row
+    quiet = row_of(page, jobs["dispatch"])
+    assert "rcpt-error" not in quiet  # never failed: a dash, not "null"
+    assert '<td class="field-error_col"><span class="rcpt-none">—</span></td>' in quiet
+
+
+def test_list_is_titled_jobs_and_ids_do_not_wrap(admin_client, jobs):
+    page = text(admin_client.get(CHANGELIST))
+    assert "<h1>Jobs</h1>" in page and "<title>Jobs |" in page
+    assert "Select job to change" not in page
+    job_id = jobs["dispatch"]
+    assert f'<span class="rcpt-id" title="{job_id}">{job_id}</span>' in page
+    assert 'id="nav-sidebar"' not in page  # the whole width is the table's
 
 
 @pytest.mark.parametrize(

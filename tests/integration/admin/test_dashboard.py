@@ -154,13 +154,15 @@ def test_dashboard_html_shows_the_numbers(admin_client, seeded):
         ["60m", "1", "1", "1", "3", "0.05"],
     ]
     oldest = table(page, "oldest")
-    assert oldest[1][:2] == ["collect", seeded["a"]] and oldest[1][3] == "10m 00s"
+    assert oldest[1] == ["collect", seeded["a"], "10m 00s ago"]
     assert table(page, "clusters")[1] == ["worker-control", "0", "1", "1"]
     assert table(page, "capacity") == [
-        ["chat", "1", "4", "2", "1", "3 free"],
-        ["control", "1", "0", "0", "0", "no live process"],
-        ["codex", "0", "0", "1", "0", "no live process"],
+        ["chat", "1 / 4", "2", "1", "3 free"],
+        ["control", "1 / 0", "0", "0", "no live process"],
+        ["codex", "0 / 0", "1", "0", "no live process"],
     ]
+    assert 'title="1 busy of 4 slots"' in page and "width: 25%" in page
+    assert 'class="rcpt-usage rcpt-usage-over" title="1 busy of 0 slots"' in page
     assert 'data-source="capacity"' in page
     assert table(page, "roles") == [["driver", "0", "1", "0"], ["worker-chat", "1", "0", "4"]]
     [loop] = table(page, "loops")
@@ -199,8 +201,8 @@ def test_dashboard_queries_stay_on_status_indexes(admin_client, seeded):
         where = sql.upper().split("WHERE", 1)
         assert len(where) == 2 and '"STATUS"' in where[1], sql  # never the whole table
     grouped = [sql for sql in on_jobs if "GROUP BY" in sql.upper()]
-    assert len(grouped) == 2  # active depth, and terminal counts of the last hour
-    assert any('"UPDATED_AT" >=' in sql.upper() for sql in grouped)
+    assert len(grouped) == 3  # active depth, terminal counts and the chart of the last hour
+    assert sum('"UPDATED_AT" >=' in sql.upper() for sql in grouped) == 2
 
 
 def test_capacity_counts_slots_of_live_processes_only(admin_client, seeded):
@@ -265,3 +267,39 @@ def test_jobs_held_by_a_gone_process_are_listed(admin_client, seeded):
     [row] = table(page, "held")
     assert row[0] == "worker-codex:old-host:4242" and row[2:] == ["1", seeded["c"]]
     assert f'href="{job_url(seeded["c"])}"' in page
+
+
+def test_chart_counts_settled_jobs_per_minute_of_the_last_hour(seeded):
+    chart = dashboard.snapshot(now_ms=T)["settledPerMinute"]
+    assert (chart["since"], chart["bucketMs"]) == (T - 60 * MINUTE, MINUTE)
+    assert len(chart["buckets"]) == 60
+    assert chart["buckets"][0]["at"] == T - 60 * MINUTE
+    busy = {
+        i: {s: b[s] for s in ("completed", "failed", "canceled") if b[s]}
+        for i, b in enumerate(chart["buckets"])
+        if b["completed"] or b["failed"] or b["canceled"]
+    }
+    # f completed 2 min ago, g failed 30 min ago, h canceled 1 min ago; i (2 h ago) is out
+    assert busy == {30: {"failed": 1}, 58: {"completed": 1}, 59: {"canceled": 1}}
+
+
+def test_chart_is_inline_svg_with_a_bar_per_settled_status(admin_client, seeded):
+    page = text(admin_client.get(DASHBOARD))
+    svg = re.search(r'<svg id="rcpt-chart".*?</svg>', page, re.S).group(0)
+    assert svg.count('class="rcpt-chart-minute"') == 60
+    assert svg.count('class="rcpt-bar-failed"') == 1
+    assert svg.count('class="rcpt-bar-completed"') == 1
+    assert svg.count('class="rcpt-bar-canceled"') == 1
+    assert "1 failed, 0 completed, 0 canceled" in svg  # the tooltip of g's minute
+    assert 'id="rcpt-chart-peak">1<' in page
+    assert 'id="rcpt-chart-failed">1<' in page  # failed in the last hour
+    assert "<script" not in svg and "http" not in svg.replace("http://www.w3.org", "")
+
+
+def test_configuration_is_folded_and_pages_carry_no_requirement_ids(admin_client, seeded):
+    page = text(admin_client.get(DASHBOARD))
+    assert re.search(r'<details class="rcpt-panel" id="panel-config">\s*<summary>', page)
+    visible = re.sub(r"<!--.*?-->", "", page, flags=re.S)
+    assert not re.search(r"\([A-Z]-\d+\)|SPEC \d+", visible), re.findall(
+        r".{40}(?:\([A-Z]-\d+\)|SPEC \d+).{20}", visible
+    )
