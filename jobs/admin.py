@@ -7,16 +7,16 @@ goes through the service that owns it: `queue` (abort, steer, follow-up: receipt
 redrive, replay and verify are put on record by `receipts.audit`. Nothing here writes a
 job row or a receipt itself. Other apps add to the job page through `page_sections`.
 
-The changelist stays on an index at a million jobs: fixed filter choices (never a
-DISTINCT scan), exact-match search, newest-first on `job_newest`, and the streams
-browser's paginator, which never counts a whole table.
+The changelist stays on an index at a million jobs: filter choices from code (the agent
+list adds a loose index scan of `job_agent_newest`, never a DISTINCT over the table),
+exact-match search, newest-first on `job_newest`, and the streams browser's paginator,
+which never counts a whole table.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -24,8 +24,9 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.contrib.admin.views.main import ChangeList
 from django.core.exceptions import PermissionDenied
-from django.db.models import Q, QuerySet
+from django.db.models import Case, Q, QuerySet, When
 from django.db.models.fields.json import KT
+from django.db.models.functions import Substr
 from django.http import (
     Http404,
     HttpRequest,
@@ -36,13 +37,19 @@ from django.http import (
 )
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
-from django.utils.html import format_html, format_html_join
+from django.utils.html import format_html
 
 from jobs import callback_records, dashboard, handlers, page_sections, queue, selectors
-from jobs.core.contracts import KINDS, WORKER_GROUPS, contract_for, contract_group
-from jobs.core.diagnosis import human_ms
+from jobs.core.contracts import (
+    WORKER_GROUPS,
+    all_kinds,
+    contract_for,
+    contract_group,
+    routing_by_design,
+)
 from jobs.core.reducer import JobState
 from jobs.core.vocabulary import LANES, STATUSES, job_stream
+from jobs.dashboard_tables import DASHBOARD_TABLES, render_chart, render_table, status_badge
 from jobs.diagnosis import diagnosis
 from jobs.errors import JobsError
 from jobs.models import Job
@@ -66,6 +73,7 @@ from receipts.clock import now_ms as wall_clock_ms
 
 logger = logging.getLogger(__name__)
 
+ERROR_TOOLTIP_CHARS = 600  # of a job's last error, read for the changelist's tooltip
 BULK_LIMIT = 500  # jobs one bulk action may touch; "select all" past it is refused
 MAX_REASON = 2000
 JOB_ACTIONS = ("abort", "steer", "follow_up", "redrive", "replay", "verify")
@@ -87,17 +95,22 @@ def admin_key(job_id: str, now_ms: int) -> str:
     return f"{job_id}:redrive:admin:{now_ms}"
 
 
-def status_badge(status: str) -> str:
-    return format_html('<span class="rcpt-job-badge rcpt-job-badge-{}">{}</span>', status, status)
-
-
-def group_cell(routed: str, contract: str | None) -> str:
-    """The routed group, flagged when the kind's contract names another group (K-5)."""
+def group_cell(routed: str, contract: str | None, *, by_design: bool = False) -> str:
+    """The routed group, flagged when the kind's contract names another group (K-5); a
+    difference the built-in agents make by design is a quiet note, not a warning."""
     if contract is None or contract == routed:
         return format_html("{}", routed)
+    if by_design:
+        return format_html(
+            '{} <span class="rcpt-route-note" title="contract group {}; built-in agents '
+            'route by agent id first, so this is expected">contract {}</span>',
+            routed,
+            contract,
+            contract,
+        )
     return format_html(
         '{} <span class="rcpt-mismatch" title="contract group {} differs from routed group {} '
-        '(K-5: routing is agent id first)">⚠ contract {}</span>',
+        '(routing is by agent id first)">⚠ contract {}</span>',
         routed,
         contract,
         routed,
@@ -116,7 +129,7 @@ def parse_search(term: str) -> Q | None:
     return Q(pk=term) | Q(session_key=term) | Q(objective_id=term)
 
 
-# ---- filters: fixed choices from the vocabulary and the contracts -------------------------
+# ---- filters: choices from the vocabulary, the contracts and the agent index ---------------
 
 
 class FixedChoicesFilter(admin.SimpleListFilter):
@@ -147,17 +160,22 @@ class LaneFilter(FixedChoicesFilter):
 
 
 class AgentFilter(FixedChoicesFilter):
-    """Agent ids with a handler (K-4, P-6); any other id through the search `agent:<id>`."""
+    """Agent ids with a handler or with jobs, so a failing unknown agent can be picked too.
+    Past the index scan's cap, any other id is reached through the search `agent:<id>`."""
 
     title, parameter_name, column = "agent", "agent", "agent_id"
 
     def values(self) -> tuple[str, ...]:
-        return tuple(handlers.registered_agent_ids())
+        return tuple(sorted({*handlers.registered_agent_ids(), *selectors.agent_ids()}))
 
 
 class KindFilter(FixedChoicesFilter):
+    """The built-in kinds and the deployment's own, registered with its handlers."""
+
     title, parameter_name, column = "kind", "kind", "kind"
-    known = tuple(KINDS)
+
+    def values(self) -> tuple[str, ...]:
+        return all_kinds()
 
 
 class RoutedGroupFilter(FixedChoicesFilter):
@@ -292,203 +310,6 @@ def parse_payload(text: str) -> tuple[Any, str | None]:
         )
 
 
-# ---- the dashboard's tables (U-6) ------------------------------------------------------------
-# One spec per table renders the first paint here and tells static/receipt/dashboard.js how
-# to redraw it from each /dashboard.json poll: `source` is a dotted path in the snapshot,
-# each column a key of its rows and a format both sides implement.
-
-
-@dataclass(frozen=True)
-class Column:
-    key: str
-    label: str
-    format: str = "text"  # text | num | status | utc | ago | ms | live | job | jobs | len
-
-
-@dataclass(frozen=True)
-class Table:
-    id: str
-    title: str
-    source: str
-    columns: tuple[Column, ...]
-    empty: str
-    help: str = ""
-
-
-DASHBOARD_TABLES = (
-    Table(
-        "by-status",
-        "Active jobs by status",
-        "depth.byStatus",
-        (Column("status", "status", "status"), Column("count", "jobs", "num")),
-        "No active jobs.",
-    ),
-    Table(
-        "depth",
-        "Queue depth: status, lane and routed group",
-        "depth.cells",
-        (
-            Column("status", "status", "status"),
-            Column("lane", "lane"),
-            Column("group", "routed group"),
-            Column("count", "jobs", "num"),
-        ),
-        "No active jobs.",
-        "Active statuses only (queued, leased, running).",
-    ),
-    Table(
-        "oldest",
-        "Oldest queued job per lane",
-        "depth.oldestQueued",
-        (
-            Column("lane", "lane"),
-            Column("jobId", "job", "job"),
-            Column("createdAt", "enqueued (UTC)", "utc"),
-            Column("ageMs", "age", "ms"),
-        ),
-        "Nothing queued.",
-    ),
-    Table(
-        "throughput",
-        "Throughput (settled jobs)",
-        "recent.throughput",
-        (
-            Column("window", "last"),
-            Column("completed", "completed", "num"),
-            Column("failed", "failed", "num"),
-            Column("canceled", "canceled", "num"),
-            Column("total", "total", "num"),
-            Column("perMinute", "per minute"),
-        ),
-        "—",
-        "Counted by the time of each job's last receipt (updated_at).",
-    ),
-    Table(
-        "recent",
-        "Settled in the last 60 minutes: status, lane and routed group",
-        "recent.cells",
-        (
-            Column("status", "status", "status"),
-            Column("lane", "lane"),
-            Column("group", "routed group"),
-            Column("count5m", "last 5 min", "num"),
-            Column("count", "last 60 min", "num"),
-        ),
-        "No job settled in the last hour.",
-    ),
-    Table(
-        "clusters",
-        "Running jobs per cluster",
-        "runningByCluster",
-        (
-            Column("cluster", "cluster"),
-            Column("leased", "leased", "num"),
-            Column("running", "running", "num"),
-            Column("total", "total", "num"),
-        ),
-        "—",
-    ),
-    Table(
-        "roles",
-        "Worker processes per role",
-        "processes.byRole",
-        (
-            Column("role", "role"),
-            Column("live", "live", "num"),
-            Column("gone", "gone", "num"),
-            Column("concurrency", "live concurrency", "num"),
-        ),
-        "No runworker process seen in the last 5 minutes.",
-        "A process unseen for 3 beats (15 s) is gone (D-11).",
-    ),
-    Table(
-        "processes",
-        "Processes",
-        "processes.rows",
-        (
-            Column("id", "process"),
-            Column("live", "state", "live"),
-            Column("group", "group"),
-            Column("concurrency", "concurrency", "num"),
-            Column("currentAttempts", "attempts held", "len"),
-            Column("startedAt", "started (UTC)", "utc"),
-            Column("lastSeen", "last seen", "ago"),
-        ),
-        "No runworker process seen in the last 5 minutes.",
-    ),
-    Table(
-        "held",
-        "Jobs held by gone processes",
-        "heldByGone",
-        (
-            Column("process", "gone process"),
-            Column("lastSeen", "last seen", "ago"),
-            Column("jobs", "jobs held", "num"),
-            Column("jobIds", "jobs (first 20)", "jobs"),
-        ),
-        "No job is held by a gone process.",
-        "A live worker releases a gone process's leases within seconds (D-11); a row here "
-        "means none has yet, so these jobs wait for their leases to run out.",
-    ),
-    Table(
-        "loops",
-        "Recovery loops (L-6)",
-        "loops",
-        (
-            Column("loop", "loop"),
-            Column("process", "process"),
-            Column("lastStartedAt", "last run (UTC)", "utc"),
-            Column("durationMs", "duration", "ms"),
-            Column("acted", "acted", "num"),
-            Column("runs", "runs", "num"),
-            Column("lastError", "last error"),
-            Column("lastErrorAt", "error at (UTC)", "utc"),
-        ),
-        "No loop has run in a live process yet.",
-        "Loops of live processes only.",
-    ),
-)
-
-
-def format_cell(value: Any, fmt: str, *, now_ms: int) -> str:
-    if fmt == "len":
-        return str(len(value or []))
-    if value is None or value == "":
-        return NONE_HTML
-    if fmt == "num":
-        return f"{value:,}" if isinstance(value, int) else str(value)
-    if fmt == "status":
-        return status_badge(value)
-    if fmt == "utc":
-        return format_html('<span title="{}">{}</span>', value, utc(value))
-    if fmt == "ms":
-        return human_ms(value)
-    if fmt == "ago":
-        return format_html('<span title="{}">{} ago</span>', utc(value), human_ms(now_ms - value))
-    if fmt == "live":
-        word = "live" if value else "gone"
-        return format_html('<span class="rcpt-job-badge rcpt-job-badge-{}">{}</span>', word, word)
-    if fmt == "job":
-        url = reverse("admin:jobs_job_change", args=(quote(value),))
-        return format_html('<a href="{}"><code>{}</code></a>', url, value)
-    if fmt == "jobs":
-        return format_html_join(
-            ", ", "{}", ((format_cell(v, "job", now_ms=now_ms),) for v in value)
-        )
-    return str(value)
-
-
-def render_table(table: Table, data: dict[str, Any]) -> dict[str, Any]:
-    rows: Any = data
-    for part in table.source.split("."):
-        rows = rows.get(part, []) if isinstance(rows, dict) else []
-    cells = [
-        [format_cell(row.get(c.key), c.format, now_ms=data["now"]) for c in table.columns]
-        for row in rows
-    ]
-    return {"spec": table, "rows": cells}
-
-
 class JobPaginator(CheapCountPaginator):
     """At most `max_pages` pages: a deeper page is an OFFSET that walks (or, on PostgreSQL,
     sorts) every row before it. Older jobs are reached by filtering, not by paging."""
@@ -503,7 +324,45 @@ class JobPaginator(CheapCountPaginator):
 class JobChangeList(ChangeList):
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
-        self.result_list = self.result_list.annotate(max_attempts=KT("state__maxAttempts"))
+        # Two keys of the page's folds: the last error is cut in the database, since a
+        # handler's error can be 8,000 characters and a page shows a hundred of them.
+        # (SQLite's KT reads a JSON null as the text 'null': the When keeps it NULL.)
+        self.result_list = self.result_list.annotate(
+            max_attempts=KT("state__maxAttempts"),
+            last_error=Case(
+                When(
+                    ~Q(state__lastError=None),
+                    then=Substr(KT("state__lastError"), 1, ERROR_TOOLTIP_CHARS),
+                )
+            ),
+        )
+
+
+def error_cell(error: str | None) -> str:
+    """The first line of a job's last error; more of it in the tooltip."""
+    if not error:
+        return NONE_HTML
+    first = error.strip().splitlines()[0] if error.strip() else error
+    return format_html('<span class="rcpt-error" title="{}">{}</span>', error, first)
+
+
+def ago_text(ms: int) -> str:
+    """A short age for a narrow column: 12 s, 3 min, 5 h, 2 d."""
+    seconds = max(0, ms) // 1000
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 48 * 3600:
+        return f"{seconds // 3600} h"
+    return f"{seconds // 86400} d"
+
+
+def ago_cell(at_ms: int, *, now_ms: int) -> str:
+    """An age like "3 min ago", with the UTC time in the tooltip."""
+    return format_html(
+        '<span class="rcpt-ago" title="{}">{} ago</span>', utc(at_ms), ago_text(now_ms - at_ms)
+    )
 
 
 # ---- the model admin -------------------------------------------------------------------------
@@ -512,18 +371,19 @@ class JobChangeList(ChangeList):
 @admin.register(Job)
 class JobAdmin(admin.ModelAdmin):
     list_display = (
-        "id",
+        "id_col",
         "status_col",
-        "agent_id",
-        "kind",
+        "agent_col",
+        "kind_col",
         "lane",
         "group_col",
         "attempts_col",
-        "organization_id",
+        "org_col",
         "created_col",
         "updated_col",
+        "error_col",
     )
-    list_display_links = ("id",)
+    list_display_links = ("id_col",)
     list_filter = (
         StatusFilter,
         LaneFilter,
@@ -534,8 +394,7 @@ class JobAdmin(admin.ModelAdmin):
     )
     search_fields = ("id",)  # shows the box; get_search_results makes every term exact
     search_help_text = (
-        "Exact job id, session key or objective id. Or one column: id:<job id>, "
-        "session:<key>, objective:<id>, org:<organization id>, agent:<agent id>."
+        "Exact match. One column: id:, session:, objective:, org: or agent: before the value."
     )
     ordering = ("-created_at", "-id")
     sortable_by = ()  # any other order would sort the whole table
@@ -589,34 +448,66 @@ class JobAdmin(admin.ModelAdmin):
         condition = parse_search(search_term)
         return (queryset if condition is None else queryset.filter(condition)), False
 
+    @admin.display(description="id")
+    def id_col(self, obj: Job) -> str:
+        return format_html('<span class="rcpt-id" title="{}">{}</span>', obj.id, obj.id)
+
     @admin.display(description="status")
     def status_col(self, obj: Job) -> str:
         return status_badge(obj.status)
 
-    @admin.display(description="routed group")
-    def group_col(self, obj: Job) -> str:
-        return group_cell(obj.worker_group, contract_group(obj.kind))
+    @admin.display(description="agent")
+    def agent_col(self, obj: Job) -> str:
+        agent = obj.agent_id
+        return format_html('<span class="rcpt-clip" title="{}">{}</span>', agent, agent)
 
-    @admin.display(description="attempt")
+    @admin.display(description="kind")
+    def kind_col(self, obj: Job) -> str:
+        if obj.kind is None:
+            return NONE_HTML
+        return format_html('<span class="rcpt-clip" title="{}">{}</span>', obj.kind, obj.kind)
+
+    @admin.display(description="group")
+    def group_col(self, obj: Job) -> str:
+        return group_cell(
+            obj.worker_group,
+            contract_group(obj.kind),
+            by_design=routing_by_design(obj.agent_id, obj.kind),
+        )
+
+    @admin.display(description="tries")
     def attempts_col(self, obj: Job) -> str:
         return f"{obj.attempt}/{getattr(obj, 'max_attempts', None) or '?'}"
 
-    @admin.display(description="created (UTC)")
-    def created_col(self, obj: Job) -> str:
-        return format_html(
-            '<span class="rcpt-ts" title="{}">{}</span>', obj.created_at, utc(obj.created_at)
-        )
+    @admin.display(description="org")
+    def org_col(self, obj: Job) -> str:
+        if obj.organization_id is None:
+            return NONE_HTML
+        org = obj.organization_id
+        return format_html('<span class="rcpt-clip rcpt-org" title="{}">{}</span>', org, org)
 
-    @admin.display(description="updated (UTC)")
+    @admin.display(description="age")
+    def created_col(self, obj: Job) -> str:
+        return ago_cell(obj.created_at, now_ms=wall_clock_ms())
+
+    @admin.display(description="updated")
     def updated_col(self, obj: Job) -> str:
-        return format_html(
-            '<span class="rcpt-ts" title="{}">{}</span>', obj.updated_at, utc(obj.updated_at)
-        )
+        return ago_cell(obj.updated_at, now_ms=wall_clock_ms())
+
+    @admin.display(description="last error")
+    def error_col(self, obj: Job) -> str:
+        return error_cell(getattr(obj, "last_error", None))
 
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        extra = {"dashboard_url": reverse("admin:jobs_job_dashboard"), **(extra_context or {})}
+        extra = {
+            "title": "Jobs",
+            "dashboard_url": reverse("admin:jobs_job_dashboard"),
+            # the app menu would take a quarter of a laptop screen from the table
+            "is_nav_sidebar_enabled": False,
+            **(extra_context or {}),
+        }
         return super().changelist_view(request, extra)
 
     # ---- bulk actions (U-3) ----------------------------------------------------------------------
@@ -753,6 +644,8 @@ class JobAdmin(admin.ModelAdmin):
             "opts": self.opts,
             "data": data,
             "tables": [render_table(table, data) for table in DASHBOARD_TABLES],
+            "chart": render_chart(data),
+            "is_nav_sidebar_enabled": False,  # the panels need the whole width of a laptop
             "json_url": reverse("admin:jobs_job_dashboard_json"),
             "changelist_url": reverse("admin:jobs_job_changelist"),
             "statuses": STATUSES,
@@ -779,6 +672,11 @@ class JobAdmin(admin.ModelAdmin):
             raise PermissionDenied
         job_id = unquote(object_id)
         if queue.get(job_id) is None:
+            from jobs import pruned_page  # a job retention removed shows its tombstone
+
+            answer = pruned_page.page(self, request, job_id) if request.method == "GET" else None
+            if answer is not None:
+                return answer
             raise Http404(f"job {job_id} not found")
         panels: dict[str, Any] = {}
         if request.method == "POST":
@@ -932,6 +830,7 @@ class JobAdmin(admin.ModelAdmin):
             "fold_json": pretty_json(wire),
             "status_badge": status_badge(job.status),
             "contract": contract.to_wire() if contract else None,
+            "route_by_design": routing_by_design(job.agent_id, job.kind),
             "diagnosis": diagnosed,
             "diagnosis_facts": pretty_json(diagnosed["facts"]),
             "stream": info,

@@ -1,9 +1,13 @@
 """Operator admin for Factory (U-5, U-7, W-3): the objectives board, the objective page
 (task DAG picture, tasks and their jobs, checkpoints, integration, audit, ledger) and its
-actions (react, note, cancel, archive, promote), plus read-only ledger tables.
+actions (react, note, cancel, archive, promote, and a plan for an objective blocked for
+lack of one), plus read-only ledger tables.
 
 Actions are POSTs (CSRF on) that need `objectives.control_objective` and go through
 `objectives.services` with `by = <admin username>`; nothing here writes a row itself.
+The page offers only the actions that can apply to the objective as it stands
+(`available_actions`); a cancel is confirmed first (a confirm() in the browser, the
+confirmation page without JavaScript).
 """
 
 from __future__ import annotations
@@ -18,14 +22,18 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 
+from jobs.core.diagnosis import human_ms
 from objectives import dag_svg, ledger, presenters, selectors, services
 from objectives.core.board import SECTIONS, with_queued
+from objectives.core.state import ObjectiveState
 from objectives.core.vocabulary import objective_stream
 from objectives.errors import ObjectiveNotFound, ObjectivesError
 from objectives.models import Activity, ActivityAttempt, ObjectiveSummary, Signal, Workflow
 from receipts.admin import utc
 
-ACTIONS = ("react", "note", "cancel", "archive", "promote")
+ACTIONS = ("react", "note", "cancel", "archive", "promote", "plan")
+CONFIRMED = "yes"  # the `confirmed` field of a cancel that the operator confirmed
+PLAN_EXAMPLE = '[{"id": "build", "title": "Build", "command": "make"}]'
 
 
 def job_admin_url(job_id: str) -> str:
@@ -41,6 +49,118 @@ def _pretty(value: Any) -> str:
 
 def can_control(request: HttpRequest) -> bool:
     return bool(request.user.has_perm("objectives.control_objective"))
+
+
+def needs_plan(state: ObjectiveState) -> bool:
+    """Blocked because no executable plan was found: an operator may supply one."""
+    return state.is_blocked and state.blocked_kind == "plan" and not state.tasks
+
+
+def available_actions(state: ObjectiveState) -> frozenset[str]:
+    """The actions that can apply now: a finished objective can only be noted or archived,
+    an investigation is never promoted, and Promote waits for the promotion gate."""
+    actions = {"note"}
+    if not state.archived:
+        actions.add("archive")
+    if not state.is_terminal:
+        actions |= {"react", "cancel"}
+    if state.awaiting_promotion and state.mode != "investigation":
+        actions.add("promote")
+    if needs_plan(state):
+        actions.add("plan")
+    return frozenset(actions)
+
+
+def parse_plan(text: str) -> tuple[Any, str | None]:
+    """The plan textarea as JSON, or an error sentence; the plan itself is checked by
+    `services.react` (the API's validation)."""
+    if not text.strip():
+        return None, f"Enter the tasks as a JSON list, e.g. {PLAN_EXAMPLE}."
+    try:
+        return json.loads(text), None
+    except json.JSONDecodeError as error:
+        return None, (f"The tasks are not valid JSON: {error.msg} (line {error.lineno}, "
+                      f"column {error.colno}).")
+
+
+def _ms(value: Any) -> str:
+    return human_ms(value) if isinstance(value, int | float) else "—"
+
+
+def integration_view(state: ObjectiveState) -> dict[str, Any]:
+    """Integration as tables: each check with its latest result, the failure, publication."""
+    integration = state.integration
+    results = integration.results if isinstance(integration.results, list) else []
+    by_name = {r.get("name"): r for r in results if isinstance(r, dict)}
+    names = [c.name for c in state.checks] + [n for n in by_name
+                                               if n not in {c.name for c in state.checks}]
+    commands = {c.name: c.command for c in state.checks}
+    checks = []
+    for name in names:
+        result = by_name.get(name)
+        checks.append({
+            "name": name, "command": commands.get(name),
+            "ran": result is not None,
+            "exit_code": result.get("exitCode") if result else None,
+            "ok": bool(result) and result.get("exitCode") == 0 and not result.get("timedOut"),
+            "timed_out": bool(result and result.get("timedOut")),
+            "duration": _ms(result.get("durationMs")) if result else "—",
+            "output": (result or {}).get("outputTail") or None,
+        })
+    failure = integration.failure if isinstance(integration.failure, dict) else None
+    publish = integration.publish_output if isinstance(integration.publish_output,
+                                                       dict) else None
+    jobs = [(label, job_id, job_admin_url(job_id)) for label, job_id in (
+        ("validation job", integration.validate_job_id),
+        ("publish job", integration.publish_job_id)) if job_id]
+    return {"checks": checks, "failure": failure, "publish": publish, "jobs": jobs,
+            "promoted": utc(integration.promoted_at) if integration.promoted_at else None}
+
+
+def ledger_view(objective_id: str) -> dict[str, Any]:
+    """The ledger rows with a link from each activity to its job."""
+    rows = ledger.rows_for_objective(objective_id)
+    rows["activities"] = [{**a, "url": job_admin_url(a["job_id"]) if a.get("job_id") else None}
+                          for a in rows["activities"]]
+    return rows
+
+
+def audit_view(state: ObjectiveState) -> dict[str, Any] | None:
+    """The audit summary as rows of facts and a per-task table (None before it is recorded)."""
+    summary = state.audit.summary
+    if not isinstance(summary, dict):
+        return None
+    durations = summary.get("durations") or {}
+    failures, retries = summary.get("failures") or {}, summary.get("retries") or {}
+    jobs = summary.get("jobs") or {}
+    verified = summary.get("verified") or {}
+
+    def counts(value: Any) -> str:
+        if not isinstance(value, dict) or not value:
+            return "—"
+        return ", ".join(f"{key} {count}" for key, count in sorted(value.items()))
+
+    facts = [
+        ("Status", f"{summary.get('status', '—')}"
+                   + (f" ({summary['terminalReason']})" if summary.get("terminalReason") else "")),
+        ("Duration", _ms(durations.get("objectiveMs"))),
+        ("Jobs", f"{jobs.get('count', 0)} · {counts(jobs.get('byStatus'))}"),
+        ("Jobs by kind", counts(jobs.get("byKind"))),
+        ("Attempts", str(summary.get("attempts", "—"))),
+        ("Failures", f"{failures.get('jobs', 0)} failed job(s), "
+                     f"{failures.get('taskPasses', 0)} failed task pass(es)"),
+        ("Retries", f"{retries.get('jobs', 0)} retried job(s), "
+                    f"{retries.get('taskPasses', 0)} repeated task pass(es)"),
+    ]
+    broken = [{"job_id": b.get("jobId"), "url": job_admin_url(str(b.get("jobId"))),
+               "reason": b.get("reason"), "index": b.get("index")}
+              for b in verified.get("brokenJobs") or [] if isinstance(b, dict)]
+    tasks = [{"id": task_id, "status": t.get("status"), "passes": t.get("passes"),
+              "failed": t.get("failedPasses"), "duration": _ms(t.get("durationMs"))}
+             for task_id, t in (durations.get("tasks") or {}).items() if isinstance(t, dict)]
+    return {"facts": facts, "verified_ok": verified.get("ok"),
+            "jobs_checked": verified.get("jobsChecked"), "broken": broken, "tasks": tasks,
+            "job_url": job_admin_url(state.audit.job_id) if state.audit.job_id else None}
 
 
 class _ReadOnly(admin.ModelAdmin):
@@ -64,6 +184,7 @@ class _ReadOnly(admin.ModelAdmin):
 class ObjectiveAdmin(_ReadOnly):
     board_template = "admin/objectives/board.html"
     page_template = "admin/objectives/objective_page.html"
+    cancel_template = "admin/objectives/cancel_confirm.html"
 
     def changelist_view(self, request: HttpRequest,
                         extra_context: dict[str, Any] | None = None) -> HttpResponse:
@@ -92,8 +213,17 @@ class ObjectiveAdmin(_ReadOnly):
             state = selectors.visible(objective_id)
         except ObjectiveNotFound:
             raise Http404(f"objective {objective_id} not found") from None
+        panels: dict[str, Any] = {}
         if request.method == "POST":
-            return self._act(request, objective_id)
+            answer = self._act(request, state, panels)
+            if answer is not None:
+                return answer
+            state = selectors.visible(objective_id)
+        return self._render(request, state, panels, extra_context)
+
+    def _render(self, request: HttpRequest, state: ObjectiveState, panels: dict[str, Any],
+                extra_context: dict[str, Any] | None) -> HttpResponse:
+        objective_id = state.objective_id
         jobs = selectors.objective_jobs(objective_id, limit=500)
         by_id = {job.job_id: job for job in jobs}
         depths = presenters.task_depths(state)
@@ -104,31 +234,65 @@ class ObjectiveAdmin(_ReadOnly):
                             "monitor_url": job_admin_url(run.monitor_job_id)
                             if run.monitor_job_id else None} for run in task.runs]}
                  for task in state.tasks]
+        raw = {"results": state.integration.results, "failure": state.integration.failure,
+               "publish": state.integration.publish_output}
         context = {
             **self.admin_site.each_context(request), "title": state.title, "opts": self.opts,
             "state": state, "summary": presenters.live_status(state),
             "dag": dag_svg.render(state, job_admin_url, shown), "legend": dag_svg.legend(),
             "tasks": tasks, "jobs": [{"job": job, "url": job_admin_url(job.job_id),
                                       "updated": utc(job.updated_at)} for job in jobs],
+            "audit": audit_view(state),
             "audit_json": _pretty(state.audit.summary) if state.audit.summary else None,
-            "integration_json": _pretty({"results": state.integration.results,
-                                         "failure": state.integration.failure,
-                                         "publish": state.integration.publish_output}),
-            "ledger": ledger.rows_for_objective(objective_id),
+            "integration": integration_view(state),
+            "integration_json": _pretty(raw) if any(raw.values()) else None,
+            "ledger": ledger_view(objective_id),
             "stream_url": reverse("admin:receipts_stream_change",
                                   args=(quote(objective_stream(objective_id)),)),
             "created": utc(state.created_at), "updated": utc(state.updated_at),
-            "can_control": can_control(request), "actions": ACTIONS,
+            "can_control": can_control(request), "available": available_actions(state),
+            "confirmed": CONFIRMED, "plan_example": PLAN_EXAMPLE,
+            "plan_error": panels.get("plan_error"), "plan_text": panels.get("plan_text", ""),
             **(extra_context or {}),
         }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, self.page_template, context)
 
-    def _act(self, request: HttpRequest, objective_id: str) -> HttpResponse:
+    def _confirm_cancel(self, request: HttpRequest, state: ObjectiveState) -> HttpResponse:
+        """The no-JavaScript confirmation step of a cancel."""
+        context = {**self.admin_site.each_context(request), "title": "Cancel objective?",
+                   "opts": self.opts, "state": state, "confirmed": CONFIRMED,
+                   "page_url": request.path}
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, self.cancel_template, context)
+
+    def _act(self, request: HttpRequest, state: ObjectiveState,
+             panels: dict[str, Any]) -> HttpResponse | None:
+        """Run one posted action: a redirect after a write, None to show the page with an
+        inline error (the plan form), or the cancel confirmation page."""
         if not can_control(request):
             raise PermissionDenied
+        objective_id = state.objective_id
         action, by = request.POST.get("action"), request.user.get_username()
         text = (request.POST.get("text") or "").strip()
+        if action == "cancel" and request.POST.get("confirmed") != CONFIRMED:
+            return self._confirm_cancel(request, state)
+        if action == "plan":
+            raw = request.POST.get("tasks", "")
+            tasks, problem = parse_plan(raw)
+            if problem is None:
+                try:
+                    services.react(objective_id, by=by, tasks=tasks,
+                                   message=text or "plan supplied from the admin")
+                except ObjectivesError as error:
+                    problem = str(error)
+            if problem is not None:
+                problem = problem[:1].upper() + problem[1:].rstrip(".") + "."
+                panels.update(plan_error=problem, plan_text=raw)
+                return None
+            messages.success(request, f"plan: {len(tasks)} task(s) given to {objective_id} by "
+                                      f"{by}; the objective plans them next")
+            return HttpResponseRedirect(request.path)
         try:
             if action == "note":
                 services.note(objective_id, text, by=by)

@@ -125,6 +125,7 @@ class Activity(models.Model):
 
     class Meta:
         db_table = "objectives_activity"
+        verbose_name_plural = "activities"
 
     def __str__(self) -> str:
         return f"{self.key} ({self.status})"

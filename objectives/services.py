@@ -33,6 +33,7 @@ from jobs.models import Job
 from objectives import selectors
 from objectives.core import vocabulary as v
 from objectives.core.control import Abort, Effect, Enqueue
+from objectives.core.dag import PlanError, validate_plan
 from objectives.core.intake import IntakeError, read_input
 from objectives.core.reducer import apply
 from objectives.core.state import ObjectiveState
@@ -278,9 +279,14 @@ def note(objective_id: str, text: str, *, by: str | None,
 
 def react(objective_id: str, *, by: str | None, message: str | None = None,
           tasks: Any = None, organization_id: str | None = None) -> ObjectiveState:
-    """Wake control; on a blocked objective this unblocks it (O-2, O-11)."""
-    if tasks is not None and not isinstance(tasks, list):
-        raise InvalidAction("invalid_tasks", "tasks must be a list")
+    """Wake control; on a blocked objective this unblocks it (O-2, O-11). Supplied tasks
+    are checked as a plan first (`dag.validate_plan`), so a bad plan is refused here with
+    its reason and nothing is written, rather than blocking the objective later."""
+    if tasks is not None:
+        try:
+            validate_plan(tasks)
+        except PlanError as error:
+            raise InvalidAction("invalid_tasks", str(error)) from None
 
     def events(state: ObjectiveState) -> list[dict[str, Any]]:
         if tasks is not None and state.tasks:

@@ -33,6 +33,7 @@ from rest_framework.views import set_rollback
 
 from jobs.core.contracts import ContractError
 from jobs.errors import JobsError
+from receipt_site import admin_site
 from receipt_site.logs import log_event
 from receipts.errors import ReceiptsError
 
@@ -142,9 +143,11 @@ def _wants_html(request: HttpRequest) -> bool:
 
 
 def handler404(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
-    """JSON 404 for every URL outside the admin (which keeps its HTML page)."""
+    """JSON 404 for every URL outside the admin; the admin's own styled HTML page inside."""
     if _wants_html(request):
-        return defaults.page_not_found(request, exception or Http404())
+        if not hasattr(request, "user"):  # failed before the auth middleware ran
+            return defaults.page_not_found(request, exception or Http404())
+        return admin_site.not_found(request, exception)
     return error_response("not_found", f"no resource at {request.path}", 404)
 
 

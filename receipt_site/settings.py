@@ -42,7 +42,7 @@ DEBUG = RECEIPT.debug
 ALLOWED_HOSTS = list(RECEIPT.allowed_hosts)
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "receipt_site.admin_site.ReceiptAdminConfig",  # django.contrib.admin, our site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -164,6 +164,9 @@ SPECTACULAR_SETTINGS = {
         "KindEnum": "jobs.core.contracts.KINDS",
         "WorkerGroupEnum": "jobs.core.contracts.WORKER_GROUPS",
     },
+    # the plain Django views (live events, wait, health, metrics) join the schema here
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
+                             "jobs.api.plain_views_schema.add_plain_views"],
     "SWAGGER_UI_DIST": "SIDECAR",  # A-11, P-5: assets from drf_spectacular_sidecar, no CDN
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "SWAGGER_UI_SETTINGS": {"persistAuthorization": False, "displayOperationId": True},

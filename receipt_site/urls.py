@@ -7,10 +7,6 @@ from jobs import metrics
 from jobs.api.schema import ApiDocsView, ApiSchemaView
 from receipt_site import health
 
-admin.site.site_header = "Receipt operations"
-admin.site.site_title = "Receipt"
-admin.site.index_title = "Jobs, streams and objectives"
-
 # A receipt-slip mark, so browsers stop asking for a missing /favicon.ico on every page.
 FAVICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">'
            '<path d="M3 1h10v14l-2-1.5L9 15l-1-1.5L7 15l-2-1.5L3 15z" fill="#264b5d"/>'

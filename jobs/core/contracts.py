@@ -236,6 +236,14 @@ def routed_group(agent_id: str, kind: str | None) -> WorkerGroup:
     return custom.worker_group if custom is not None else "chat"  # a deployment's kind: its group
 
 
+def routing_by_design(agent_id: str, kind: str | None) -> bool:
+    """Whether a contract/route group difference is the system's own routing: a built-in
+    agent id carrying a built-in kind runs where its agent runs (K-5, agent id first), so
+    `factory.dispatch` on agent `factory` runs on chat although its contract names control.
+    Anywhere else a difference is worth an operator's look."""
+    return agent_id in BUILTIN_AGENT_IDS and kind is not None and kind in CONTRACTS
+
+
 def validate_payload(payload: object) -> dict[str, Any]:
     """Return `payload` if it may be enqueued, else raise `ContractError` (K-1, K-2)."""
     if not isinstance(payload, dict):

@@ -32,7 +32,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import handlers, recovery
+from jobs import handlers, recovery, retention
 from jobs.core.timing import TimingSettings, concurrency_for
 from jobs.runtime import callbacks, keeper, loops, processes
 from jobs.runtime.roles import ROLE_CLUSTERS, UnknownRole, group_of, normalize_role
@@ -82,6 +82,8 @@ def maintenance_loops(config: Any, role: str = ALL) -> list[loops.Loop]:
                    lambda now: callbacks.deliver_due(now_ms=now)),
         loops.Loop("callback_prune", 60_000, config.queued_redrive_startup_delay_ms,
                    lambda now: callbacks.prune(now_ms=now)),
+        loops.Loop("retention", retention.INTERVAL_MS, config.queued_redrive_startup_delay_ms,
+                   lambda now: retention.prune_pass(now_ms=now)),
         *[loop for provide in loops.providers for loop in provide(config, role)],
     ]
 

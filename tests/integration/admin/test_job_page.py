@@ -33,7 +33,9 @@ def row(page: str, stream_seq: int) -> str:
     return match.group(0)
 
 
-def test_page_shows_the_fold_and_flags_the_group_mismatch(admin_client):
+def test_page_shows_the_fold_and_notes_the_builtin_group_difference(admin_client):
+    """K-5: factory.dispatch on agent factory runs on chat though its contract names
+    control; that is the built-in routing, shown as information, not as a warning."""
     job_id = enqueue("factory", "factory.dispatch")
     response = admin_client.get(job_url(job_id))
     assert response.status_code == 200
@@ -44,8 +46,16 @@ def test_page_shows_the_fold_and_flags_the_group_mismatch(admin_client):
     assert '"contractGroup": "control"' in fold and '"routedGroup": "chat"' in fold
     assert '<code id="rcpt-contract-group">control</code>' in page
     assert '<code id="rcpt-routed-group">chat</code>' in page
-    assert 'id="rcpt-group-mismatch"' in page
-    assert "the contract names control but agent factory routes it to chat" in words(response)
+    assert 'id="rcpt-group-mismatch"' not in page and "⚠" not in page
+    assert 'id="rcpt-group-note"' in page
+    assert "expected: agent factory runs it on chat" in words(response)
+
+
+def test_page_warns_when_another_agent_carries_a_builtin_kind_elsewhere(admin_client):
+    job_id = enqueue("acme-agent", "factory.dispatch")
+    response = admin_client.get(job_url(job_id))
+    assert 'id="rcpt-group-mismatch"' in text(response)
+    assert "the contract names control but agent acme-agent routes it to chat" in words(response)
 
 
 def test_no_flag_when_routing_follows_the_contract(admin_client):

@@ -80,10 +80,19 @@ def test_actions_go_through_services_with_the_admin_username(operator, factory):
     assert objective(oid).archived
 
 
-def test_cancel_from_the_admin(operator, factory):
+def test_cancel_from_the_admin_is_confirmed_first(operator, factory):
+    """Without JavaScript a cancel shows a confirmation page; only the confirmed post
+    cancels."""
     oid = create(title="Cancel me", tasks=diamond())
     url = page(oid)
-    operator.post(url, {"action": "cancel", "csrfmiddlewaretoken": csrf(operator, url)})
+    token = csrf(operator, url)
+    asked = operator.post(url, {"action": "cancel", "csrfmiddlewaretoken": token})
+    assert asked.status_code == 200
+    html = asked.content.decode()
+    assert 'id="rcpt-cancel-confirm-form"' in html and "Yes, cancel the objective" in html
+    assert 'name="confirmed" value="yes"' in html
+    assert objective(oid).status != "canceled"
+    operator.post(url, {"action": "cancel", "confirmed": "yes", "csrfmiddlewaretoken": token})
     assert objective(oid).status == "canceled"
 
 

@@ -302,3 +302,14 @@ def test_register_kind_is_idempotent_but_never_redefines():
     with pytest.raises(contracts.ContractError) as gone:
         contracts.validate_payload({"kind": "acme.unit"})
     assert gone.value.code == "unknown_kind"
+
+
+@pytest.mark.parametrize(("agent", "kind", "by_design"), [
+    ("factory", "factory.dispatch", True),  # chat, contract control: the built-in routing
+    ("factory-control", "factory.objective.control", True),
+    ("acme", "factory.dispatch", False),  # a deployment's agent carrying a built-in kind
+    ("factory", "acme.unknown", False),
+    ("factory", None, False),
+])
+def test_routing_by_design_is_a_builtin_agent_with_a_builtin_kind(agent, kind, by_design):
+    assert contracts.routing_by_design(agent, kind) is by_design
