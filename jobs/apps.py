@@ -8,10 +8,13 @@ class JobsConfig(AppConfig):
 
     def ready(self) -> None:
         from jobs import projector, queue, retention
-        from jobs.runtime import dispatch
+        from jobs.runtime import counters, dispatch
         from receipts import retention as receipt_retention
+        from receipts import store
 
         projector.register()
+        if counters.observe_append not in store.append_observers:
+            store.append_observers.append(counters.observe_append)  # /metrics append latency
         receipt_retention.pruners["jobs"] = retention.prune  # `receipts prune`
         if retention.check not in receipt_retention.checks:
             receipt_retention.checks.append(retention.check)  # `receipts verify`

@@ -8,6 +8,7 @@ callback records (pending, and delivered or given up in the last hour).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 from django.db.models import Count, Sum
@@ -17,7 +18,7 @@ from access.principals import BadCredentials, principal_for_request
 from jobs import callback_records
 from jobs.core.vocabulary import ACTIVE_STATUSES, TERMINAL_STATUSES
 from jobs.models import Counter, Job, LoopRun
-from jobs.runtime import processes
+from jobs.runtime import counters, processes
 from receipts.clock import now_ms as wall_clock_ms
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -71,12 +72,18 @@ def render(now_ms: int, *, organization_id: str | None = None) -> str:
                             (r["duration_ms"] or 0) / 1000) for r in loops))
     out += _callbacks(now_ms)
     sums = Counter.objects.values("name", "labels").annotate(total=Sum("value")).order_by("name")
-    by_name: dict[str, list[str]] = {}
+    by_name: dict[str, list[tuple[str, float]]] = {}
     for row in sums:
-        labels = f"{{{row['labels']}}}" if row["labels"] else ""
-        by_name.setdefault(row["name"], []).append(f"{row['name']}{labels} {row['total']:g}")
-    for name, lines in by_name.items():
-        out += _family(name, "counter", "Summed over processes (flushed every few seconds).", lines)
+        by_name.setdefault(_family_of(row["name"]), []).append(
+            (f"{row['name']}{{{row['labels']}}}" if row["labels"] else row["name"], row["total"]))
+    for name, series in by_name.items():
+        if name in counters.HISTOGRAMS:
+            lines = [f"{key} {total:g}" for key, total in sorted(series, key=_histogram_order)]
+            out += _family(name, "histogram", "Seconds per store append, by stream family, "
+                           "summed over processes (flushed every few seconds).", lines)
+        else:
+            out += _family(name, "counter", "Summed over processes (flushed every few seconds).",
+                           [f"{key} {total:g}" for key, total in series])
     return "\n".join(out) + "\n"
 
 
@@ -94,6 +101,27 @@ def _callbacks(now_ms: int) -> list[str]:
                     for event, cell in by_event.items()
                     for state, key in callback_records.FINISHED.items()))
     return out
+
+
+def _family_of(series: str) -> str:
+    """A histogram's `_bucket`, `_sum` and `_count` series belong to one family."""
+    for suffix in ("_bucket", "_sum", "_count"):
+        base = series.removesuffix(suffix)
+        if base != series and base in counters.HISTOGRAMS:
+            return base
+    return series
+
+
+def _histogram_order(entry: tuple[str, float]) -> tuple[str, int, float]:
+    """Per label set: buckets by bound (+Inf last), then _sum, then _count."""
+    key = entry[0]
+    labels = key[key.find("{"):] if "{" in key else ""
+    bound = re.search(r'le="([^"]+)"', labels)
+    rest = re.sub(r',?le="[^"]+"', "", labels)
+    if bound:
+        value = float("inf") if bound.group(1) == "+Inf" else float(bound.group(1))
+        return rest, 0, value
+    return rest, 1 if "_sum" in key else 2, 0.0
 
 
 def metrics(request: HttpRequest) -> HttpResponse:

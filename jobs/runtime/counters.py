@@ -27,6 +27,38 @@ def incr(name: str, amount: float = 1.0, **labels: object) -> None:
         _dirty.add(key)
 
 
+# Upper bounds (seconds) of the append-latency histogram's buckets; +Inf is the count.
+APPEND_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+APPEND_SECONDS = "receipt_append_seconds"
+HISTOGRAMS = frozenset({APPEND_SECONDS})
+
+
+def observe(name: str, seconds: float, buckets: tuple[float, ...], **labels: object) -> None:
+    """One observation of a Prometheus histogram, kept as cumulative counter series
+    (`<name>_bucket{le=...}`, `<name>_sum`, `<name>_count`), flushed like every counter."""
+    keys = [(f"{name}_bucket", _labels({**labels, "le": _le(bound)}))
+            for bound in buckets if seconds <= bound]
+    keys.append((f"{name}_bucket", _labels({**labels, "le": "+Inf"})))
+    with _lock:
+        for key in keys:
+            _values[key] += 1
+            _dirty.add(key)
+        for key, amount in (((f"{name}_sum", _labels(labels)), seconds),
+                            ((f"{name}_count", _labels(labels)), 1.0)):
+            _values[key] += amount
+            _dirty.add(key)
+
+
+def _le(bound: float) -> str:
+    return f"{bound:g}"
+
+
+def observe_append(stream: str, seconds: float, receipts: int) -> None:
+    """receipts.store's append observer: latency per append call, by stream family."""
+    family = stream.split("/", 1)[0] if "/" in stream else stream
+    observe(APPEND_SECONDS, seconds, APPEND_BUCKETS, family=family)
+
+
 def value(name: str, **labels: object) -> float:
     with _lock:
         return _values.get((name, _labels(labels)), 0.0)

@@ -89,3 +89,26 @@ def test_the_kind_contract_table_is_readable_through_the_api(client):
     assert rows["factory.objective.control"]["durableWorkflow"] == "objective-control"
     assert rows["factory.objective.control"]["terminalObjectiveAudit"] is True
     assert rows["factory.dispatch"]["workerGroup"] == "control"
+
+
+def test_metrics_has_an_append_latency_histogram(client):
+    """X-2: append latency as a Prometheus histogram, by stream family, from real appends."""
+    import re
+
+    queue.enqueue("factory", payload())
+    queue.enqueue("factory", payload())
+    counters.flush(force=True)
+    text = client.get("/metrics", **bearer()).content.decode()
+    assert "# TYPE receipt_append_seconds histogram" in text
+    buckets = [(m.group(1), float(m.group(2))) for m in re.finditer(
+        r'^receipt_append_seconds_bucket\{family="jobs",le="([^"]+)"\} (\S+)$', text, re.M)]
+    bounds = [bound for bound, _ in buckets]
+    assert bounds[-1] == "+Inf" and bounds[:-1] == [f"{b:g}" for b in counters.APPEND_BUCKETS]
+    counts = [count for _, count in buckets]
+    assert counts == sorted(counts) and counts[-1] >= 2  # cumulative, every append counted
+    total = re.search(r'^receipt_append_seconds_count\{family="jobs"\} (\S+)$', text, re.M)
+    seconds = re.search(r'^receipt_append_seconds_sum\{family="jobs"\} (\S+)$', text, re.M)
+    assert total and float(total.group(1)) == counts[-1]
+    assert seconds and 0 < float(seconds.group(1)) < 60
+    assert "receipt_append_seconds_bucket" not in client.get(
+        "/metrics", **bearer(organization_id="org-1")).content.decode()
