@@ -77,7 +77,7 @@ def capacity_of(job: JobState, *, slots: int, cap: int = COUNT_CAP) -> Capacity 
     if job.is_terminal:
         return None
     group = routed_group(job.agent_id, job.kind)
-    # (status, created_at) index: leased and running rows only, the active set's smallest part
+    # partial indexes job_group_busy / job_group_queued: active rows of the group only
     busy_rows = Job.objects.filter(status__in=sorted(LEASED_STATUSES), worker_group=group)
     busy_jobs = tuple(busy_rows.order_by("created_at", "id")
                       .values_list("id", flat=True)[:BUSY_SHOWN])

@@ -38,6 +38,12 @@ class Job(models.Model):
             models.Index(fields=["status", "updated_at"], name="job_status_updated"),
             models.Index(fields=["status", "lease_until"], name="job_status_lease"),
             models.Index(fields=["session_key", "status"], name="job_session_status"),
+            # capacity in diagnosis: a group's busy jobs and the queue ahead of a job, oldest
+            # first, without walking the settled history (partial: active rows only)
+            models.Index(fields=["worker_group", "created_at", "id"], name="job_group_busy",
+                         condition=models.Q(status__in=["leased", "running"])),
+            models.Index(fields=["worker_group", "created_at", "id"], name="job_group_queued",
+                         condition=models.Q(status="queued")),
         ]
 
     def __str__(self) -> str:
