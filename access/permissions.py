@@ -1,10 +1,8 @@
 """What an authenticated principal may do (A-10, Q-2): scopes and organization isolation.
 
-`HasScope` guards DRF views by the scope each view names; `visible_job_or_404` is the one
-way any API path (detail, receipts, state, commands, live events) turns a job id into a
-job the caller may see. A job of another organization is reported exactly like a
-missing one (404 `job_not_found`), never 403, so ids cannot be probed across
-organizations.
+`HasScope` guards DRF views by the scope each view names; `require_organization` keeps
+an organization-bound principal to its own organization. Which jobs a principal may see
+is the jobs app's to say (`jobs.selectors.visible_job_or_404`).
 """
 
 from __future__ import annotations
@@ -16,10 +14,6 @@ from rest_framework.permissions import BasePermission
 from rest_framework.request import Request
 
 from access.principals import Principal
-from jobs import queue
-from jobs.core.reducer import JobState
-from jobs.core.vocabulary import validate_job_id
-from jobs.errors import JobNotFound
 
 
 class MissingScope(exceptions.PermissionDenied):
@@ -77,18 +71,3 @@ def require_organization(principal: Principal, organization_id: str | None) -> N
     """An organization-bound principal may only write for its own organization (A-10)."""
     if not principal.may_see(organization_id):
         raise OrganizationForbidden(principal, organization_id)
-
-
-def visible_job_or_404(principal: Principal, job_id: str) -> JobState:
-    """The job if `principal` may see it; JobNotFound (404 `job_not_found`) otherwise (Q-2).
-
-    An id that could never name a job is not found either, so no bad id reaches a query.
-    """
-    try:
-        validate_job_id(job_id)
-    except (ValueError, TypeError):
-        raise JobNotFound(str(job_id)[:200]) from None
-    job = queue.get(job_id)
-    if job is None or not principal.may_see(job.organization_id):
-        raise JobNotFound(job_id)
-    return job

@@ -47,7 +47,7 @@ from jobs.core.contracts import (
     contract_group,
     routing_by_design,
 )
-from jobs.core.reducer import JobState
+from jobs.core.state import JobState
 from jobs.core.vocabulary import LANES, STATUSES, job_stream
 from jobs.dashboard_tables import DASHBOARD_TABLES, render_chart, render_table, status_badge
 from jobs.diagnosis import diagnosis
@@ -55,7 +55,7 @@ from jobs.errors import JobsError
 from jobs.models import Job
 from jobs.presenters import job_json
 from jobs.runtime import dispatch, promises
-from receipt_site.logs import log_event
+from observability.logs import log_event
 from receipts import audit, store
 from receipts.admin import (
     NONE_HTML,

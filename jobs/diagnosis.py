@@ -15,7 +15,7 @@ from django.db.models import Q
 from jobs import handlers, queue
 from jobs.core.contracts import routed_group
 from jobs.core.diagnosis import BUSY_SHOWN, COUNT_CAP, Capacity, Facts, PendingDelivery, diagnose
-from jobs.core.reducer import JobState
+from jobs.core.state import JobState
 from jobs.core.vocabulary import ACTIVE_STATUSES, LEASED_STATUSES
 from jobs.errors import JobNotFound
 from jobs.models import DeliveryPromise, Job, WorkerProcess

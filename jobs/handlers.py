@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from jobs.core.contracts import BUILTIN_AGENT_IDS, register_kind
 
 if TYPE_CHECKING:
-    from jobs.core.reducer import JobState
+    from jobs.core.state import JobState
     from jobs.runtime.context import HandlerContext, JobResult
 
 __all__ = ["Handler", "handler_for", "has_handler", "load", "register_handler", "register_kind",

@@ -20,7 +20,7 @@ class Job(models.Model):
     lease_until = models.BigIntegerField(null=True)
     created_at = models.BigIntegerField()  # ms since epoch: ts of job.enqueued
     updated_at = models.BigIntegerField()  # ms since epoch: ts of the last receipt
-    state = models.JSONField()  # the full fold, camelCase wire form (jobs.core.reducer)
+    state = models.JSONField()  # the full fold, camelCase wire form (jobs.core.wire)
 
     class Meta:
         db_table = "jobs_job"

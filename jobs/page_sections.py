@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.core.reducer import JobState
+from jobs.core.state import JobState
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.core.contracts import contract_group, routed_group
-from jobs.core.reducer import JobState, job_to_wire
+from jobs.core.state import JobState
+from jobs.core.wire import job_to_wire
 
 # Fields the fold keeps for exact rebuilds but A-2 does not list; kept in the API too
 # since they answer "why" questions (cancelReason, abortReason, settledBy).

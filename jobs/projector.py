@@ -16,8 +16,10 @@ from django.db import connection
 
 from jobs.core.callbacks import settlement_event
 from jobs.core.contracts import routed_group
-from jobs.core.reducer import JobState, fold_job, job_from_wire, job_to_wire, reduce
+from jobs.core.reducer import fold_job, reduce
+from jobs.core.state import JobState
 from jobs.core.vocabulary import JOB_STREAM_PREFIX, job_id_from_stream
+from jobs.core.wire import job_from_wire, job_to_wire
 from jobs.models import Job
 from jobs.runtime import callbacks
 from receipts import registry

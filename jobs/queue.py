@@ -24,7 +24,7 @@ from django.db import connection, transaction
 
 from jobs import handlers
 from jobs.core import contracts
-from jobs.core.reducer import Command, Fence, FenceOutcome, JobState, command_to_wire, job_from_wire
+from jobs.core.state import Command, Fence, FenceOutcome, JobState
 from jobs.core.timing import TimingSettings, lease_ms_for
 from jobs.core.vocabulary import (
     ACTIVE_STATUSES,
@@ -50,10 +50,11 @@ from jobs.core.vocabulary import (
     job_stream,
     validate_job_id,
 )
+from jobs.core.wire import command_to_wire, job_from_wire
 from jobs.errors import InvalidRequest, JobNotFound, JobTerminal
 from jobs.models import Job
 from jobs.projector import CACHE_KEY, load_state
-from receipt_site.logs import log_event
+from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.core.canonical import CanonicalJSONError, check_json
 from receipts.core.chain import base36

@@ -15,12 +15,13 @@ from django.db.models import CharField, Exists, OuterRef, Value
 from django.db.models.functions import Concat
 
 from jobs import queue
-from jobs.core.reducer import Fence, job_from_wire
+from jobs.core.state import Fence
 from jobs.core.vocabulary import LEASED_STATUSES
+from jobs.core.wire import job_from_wire
 from jobs.models import DeliveryPromise, Job
 from jobs.runtime import counters
 from jobs.runtime.dispatch import MAX_GENERATIONS, redrive_key, start_driver
-from receipt_site.logs import log_event
+from observability.logs import log_event
 
 logger = logging.getLogger("receipt.recovery")
 BATCH = 200

@@ -34,7 +34,7 @@ from jobs.core.vocabulary import (
 from jobs.models import Callback, DeliveryPromise, Job
 from jobs.recovery import Report
 from jobs.runtime import counters
-from receipt_site.logs import log_event
+from observability.logs import log_event
 from receipts import retention as receipt_retention
 from receipts import store
 from receipts.core.retention import Tombstone, covers, fill

@@ -10,16 +10,21 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection
 from django.db.models import Q, QuerySet
 
-from jobs.core.reducer import JobState, job_from_wire
-from jobs.core.vocabulary import JOB_PROGRESS, job_stream
-from jobs.errors import InvalidRequest
+from jobs.core.state import JobState
+from jobs.core.vocabulary import JOB_PROGRESS, job_stream, validate_job_id
+from jobs.core.wire import job_from_wire
+from jobs.errors import InvalidRequest, JobNotFound
 from jobs.models import Job
+from jobs.projector import load_state
 from receipts.models import Receipt as ReceiptRow
+
+if TYPE_CHECKING:
+    from access.principals import Principal
 
 FILTERS = {
     "status": "status",
@@ -137,3 +142,21 @@ def agent_ids(*, cap: int = AGENT_IDS_CAP) -> list[str]:
     with connection.cursor() as cursor:
         cursor.execute(AGENT_IDS_SQL, [cap])
         return [row[0] for row in cursor.fetchall()]
+
+
+def visible_job_or_404(principal: Principal, job_id: str) -> JobState:
+    """The job if `principal` may see it; JobNotFound (404 `job_not_found`) otherwise (Q-2).
+
+    The one way any API path (detail, receipts, state, commands, live events) turns a job
+    id into a job: a job of another organization is reported exactly like a missing one,
+    never 403, so ids cannot be probed across organizations. An id that could never name
+    a job is not found either, so no bad id reaches a query.
+    """
+    try:
+        validate_job_id(job_id)
+    except (ValueError, TypeError):
+        raise JobNotFound(str(job_id)[:200]) from None
+    job = load_state(job_id)
+    if job is None or not principal.may_see(job.organization_id):
+        raise JobNotFound(job_id)
+    return job

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from jobs.core.reducer import JobState
+from jobs.core.state import JobState
 from jobs.runtime.context import HandlerContext
 from objectives import processes, services
 from objectives.core.state import ObjectiveState

@@ -15,7 +15,7 @@ from django.urls import NoReverseMatch, reverse
 
 from jobs import page_sections
 from jobs.core.contracts import contract_for
-from jobs.core.reducer import JobState
+from jobs.core.state import JobState
 from objectives import ledger
 from objectives.core.vocabulary import KIND_DISPATCH
 from objectives.handlers.dispatch import objective_id_for

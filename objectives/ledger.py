@@ -22,10 +22,10 @@ from urllib.parse import quote
 from django.db import connection, transaction
 
 from jobs.core.contracts import contract_for
-from jobs.core.reducer import JobState
+from jobs.core.state import JobState
 from objectives.core.vocabulary import run_stream
 from objectives.models import Activity, ActivityAttempt, Signal, Workflow
-from receipt_site.logs import log_event
+from observability.logs import log_event
 
 logger = logging.getLogger("receipt.durable")
 

@@ -8,9 +8,9 @@ import logging
 from typing import Any
 
 from jobs.core.contracts import contract_for
-from jobs.core.reducer import JobState
+from jobs.core.state import JobState
 from objectives import services
-from receipt_site.logs import log_event
+from observability.logs import log_event
 
 logger = logging.getLogger("receipt.factory")
 SETTLING = frozenset({"job.completed", "job.failed", "job.canceled", "job.lease_expired"})

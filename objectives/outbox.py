@@ -19,7 +19,7 @@ from jobs.recovery import Report
 from objectives import selectors, services
 from objectives.core.watchdog import has_work_to_do
 from objectives.models import ObjectiveSummary
-from receipt_site.logs import log_event
+from observability.logs import log_event
 
 logger = logging.getLogger("receipt.factory")
 BATCH = 200

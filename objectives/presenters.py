@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.core.reducer import JobState
+from jobs.core.state import JobState
 from jobs.presenters import job_json
 from objectives import selectors
 from objectives.core import dag

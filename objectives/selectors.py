@@ -12,9 +12,10 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Count, Exists, OuterRef
 
-from jobs.core.reducer import JobState, job_from_wire
+from jobs.core.state import JobState
 from jobs.core.timing import TimingSettings
 from jobs.core.vocabulary import ACTIVE_STATUSES
+from jobs.core.wire import job_from_wire
 from jobs.models import Job
 from objectives.core.board import SECTION_KEYS
 from objectives.core.facts import JobFact, Staleness

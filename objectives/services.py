@@ -40,7 +40,7 @@ from objectives.core.state import ObjectiveState
 from objectives.core.wire import to_wire
 from objectives.errors import InvalidAction, ObjectiveContention, ObjectiveNotFound
 from objectives.projector import CACHE_KEY
-from receipt_site.logs import log_event
+from observability.logs import log_event
 from receipts import store
 from receipts.errors import ExpectedPrevMismatch
 

@@ -31,10 +31,11 @@ from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
+from jobs.api.errors import error_body, error_response
 from jobs.core.contracts import ContractError
 from jobs.errors import JobsError
+from observability.logs import log_event
 from receipt_site import admin_site
-from receipt_site.logs import log_event
 from receipts.errors import ReceiptsError
 
 logger = logging.getLogger("receipt.http")
@@ -51,19 +52,6 @@ _DRF_CODES: dict[type[drf.APIException], str] = {
     drf.ParseError: "malformed_json",
     drf.ValidationError: "invalid_request",
 }
-
-
-def error_body(code: str, detail: str) -> dict[str, Any]:
-    return {"ok": False, "error": code, "detail": detail}
-
-
-def error_response(code: str, detail: str, status: int,
-                   headers: dict[str, str] | None = None) -> JsonResponse:
-    """The error shape as a plain Django response (for views outside DRF)."""
-    response = JsonResponse(error_body(code, detail), status=status)
-    for name, value in (headers or {}).items():
-        response[name] = value
-    return response
 
 
 def _sentence(detail: Any) -> str:

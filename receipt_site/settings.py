@@ -117,7 +117,7 @@ DATA_UPLOAD_MAX_MEMORY_SIZE = RECEIPT.max_payload_bytes + 64 * 1024
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"json": {"()": "receipt_site.logs.JsonFormatter"}},
+    "formatters": {"json": {"()": "observability.logs.JsonFormatter"}},
     "handlers": {"stderr": {"class": "logging.StreamHandler", "formatter": "json"}},
     "root": {"handlers": ["stderr"], "level": RECEIPT.log_level},
     "loggers": {

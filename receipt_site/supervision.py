@@ -10,7 +10,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
-from receipt_site.logs import log_event
+from observability.logs import log_event
 
 logger = logging.getLogger("receipt.supervisor")
 BACKOFF_START_S = 1.0

@@ -30,7 +30,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 
-from receipt_site.logs import log_event
+from observability.logs import log_event
 from receipts import audit, registry, store
 from receipts.core.chain import Receipt, Verification, fault
 from receipts.errors import ReplayRefused

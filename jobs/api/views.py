@@ -24,7 +24,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from access.permissions import principal_of, require_organization, visible_job_or_404
+from access.permissions import principal_of, require_organization
 from access.principals import Principal
 from jobs import callback_records, queue, retention, selectors
 from jobs.api import parameters, schema
@@ -391,7 +391,7 @@ class JobDetailView(ApiView):
     def get(self, request: Request, job_id: str) -> Response:
         principal = principal_of(request)
         try:
-            job = visible_job_or_404(principal, job_id)
+            job = selectors.visible_job_or_404(principal, job_id)
         except JobNotFound:
             tombstone = retention.pruned(job_id, may_see=principal.may_see)
             if tombstone is None:
@@ -416,7 +416,7 @@ class JobDiagnosisView(ApiView):
                                                    description="{jobId, status, blockers, facts}"),
                               **schema.errors(404)})
     def get(self, request: Request, job_id: str) -> Response:
-        visible_job_or_404(principal_of(request), job_id)
+        selectors.visible_job_or_404(principal_of(request), job_id)
         return Response(diagnosis(job_id))
 
 
@@ -434,7 +434,7 @@ class JobCallbacksView(ApiView):
                                                    description="the job's callbacks"),
                               **schema.errors(404)})
     def get(self, request: Request, job_id: str) -> Response:
-        visible_job_or_404(principal_of(request), job_id)
+        selectors.visible_job_or_404(principal_of(request), job_id)
         return Response({"jobId": job_id, "callbacks": callback_records.for_job(job_id)})
 
 
@@ -459,7 +459,7 @@ class JobReceiptsView(ApiView):
                                    "invalid_limit, repeated_parameter).")},
     )
     def get(self, request: Request, job_id: str) -> Response:
-        visible_job_or_404(principal_of(request), job_id)
+        selectors.visible_job_or_404(principal_of(request), job_id)
         after = _int_param(request, "after", 0)
         limit = parameters.parse_limit(request.query_params.get("limit"),
                                        default=DEFAULT_RECEIPT_LIMIT, maximum=MAX_RECEIPT_LIMIT)
@@ -491,7 +491,7 @@ class JobStateView(ApiView):
                                    "repeated_parameter).")},
     )
     def get(self, request: Request, job_id: str) -> Response:
-        visible_job_or_404(principal_of(request), job_id)
+        selectors.visible_job_or_404(principal_of(request), job_id)
         stream = job_stream(job_id)
         info = store.stream_info(stream)
         count = info.count if info else 0
@@ -511,7 +511,7 @@ class _CommandView(ApiView):
 
     def post(self, request: Request, job_id: str) -> Response:
         principal = principal_of(request)
-        visible_job_or_404(principal, job_id)
+        selectors.visible_job_or_404(principal, job_id)
         body = read_json_object(request)
         if "payload" in body:
             payload, hint = body["payload"], body.get("by")
@@ -568,7 +568,7 @@ class AbortView(ApiView):
     )
     def post(self, request: Request, job_id: str) -> Response:
         principal = principal_of(request)
-        visible_job_or_404(principal, job_id)
+        selectors.visible_job_or_404(principal, job_id)
         body = read_json_object(request)
         reason = body.get("reason")
         result = queue.abort(job_id, reason=reason, by=actor(principal, body.get("by")))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.core.reducer import JobState
+from jobs.core.state import JobState
 
 EVENTS = ("dispatched", "completed", "failed", "canceled")
 STATES = ("pending", "delivered", "gave_up")

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.core.contracts import routed_group
-from jobs.core.reducer import JobState
+from jobs.core.state import JobState
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,8 @@
 """The job fold (J-3, J-4): a pure ``reduce(state, receipt)`` over a ``jobs/<jobId>`` stream.
 
-This module owns the job's state shape (`JobState`, `Command`), the fold, the attempt
-fence (`Fence`) and the one translation of a job to and from its camelCase wire form
-(A-2). It must not import Django, read a clock or touch I/O: every time it records is a
-receipt's ``ts`` or a value carried in a receipt body.
+It builds the `JobState` of `jobs.core.state` (whose wire form is `jobs.core.wire`) and
+must not import Django, read a clock or touch I/O: every time it records is a receipt's
+``ts`` or a value carried in a receipt body.
 
 Rules the spec leaves open, decided here:
 
@@ -60,13 +59,12 @@ Rules the spec leaves open, decided here:
 
 from __future__ import annotations
 
-import copy
 import json
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, replace
-from enum import StrEnum
-from typing import Any, Final, TypeGuard, TypeVar
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Final, TypeVar
 
+from jobs.core.state import Command, Fence, FenceOutcome, JobState, is_int
 from jobs.core.vocabulary import (
     DEFAULT_LANE,
     DEFAULT_MAX_ATTEMPTS,
@@ -79,14 +77,9 @@ from jobs.core.vocabulary import (
     JOB_LEASE_EXPIRED,
     JOB_LEASED,
     JOB_PROGRESS,
-    LEASED_STATUSES,
     QUEUE_COMMAND,
     QUEUE_COMMAND_CONSUMED,
-    TERMINAL_STATUSES,
-    Status,
-    is_status,
     job_id_from_stream,
-    job_stream,
     validate_job_id,
 )
 from receipts.core.chain import Receipt
@@ -108,115 +101,6 @@ class InvariantError(Exception):
         super().__init__(message)
         self.job_id = job_id
         self.receipt_type = receipt_type
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Command:
-    """One queue command sent to a job (J-10); ``consumed_at`` is set once a worker reads it."""
-
-    id: str
-    command: str
-    lane: str | None
-    payload: Any
-    by: str | None
-    created_at: int
-    consumed_at: int | None = None
-
-    @property
-    def pending(self) -> bool:
-        return self.consumed_at is None
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class JobState:
-    """The fold of one job stream. Treat ``payload``, ``result`` and command payloads as
-    read-only: they may share structure with the receipts they came from."""
-
-    job_id: str
-    agent_id: str
-    lane: str
-    kind: str | None
-    status: Status
-    attempt: int
-    max_attempts: int
-    session_key: str | None
-    singleton_mode: str
-    payload: Any
-    worker_id: str | None
-    lease_until: int | None
-    lease_ms: int | None
-    abort_requested: bool
-    abort_reason: str | None
-    commands: tuple[Command, ...]
-    result: Any
-    last_error: str | None
-    created_at: int
-    updated_at: int
-    organization_id: str | None
-    objective_id: str | None
-    task_id: str | None
-    receipt_count: int
-    head: str
-    settled_by: str | None
-    cancel_reason: str | None
-
-    @property
-    def stream(self) -> str:
-        return job_stream(self.job_id)
-
-    @property
-    def is_terminal(self) -> bool:
-        return self.status in TERMINAL_STATUSES
-
-    @property
-    def is_active(self) -> bool:
-        return not self.is_terminal
-
-    @property
-    def holds_lease(self) -> bool:
-        return self.status in LEASED_STATUSES
-
-    @property
-    def pending_commands(self) -> tuple[Command, ...]:
-        return tuple(c for c in self.commands if c.pending)
-
-
-class FenceOutcome(StrEnum):
-    """What a fence check found; a lost fence is an outcome, not an exception (J-11)."""
-
-    OK = "ok"
-    MISSING = "missing"  # no such job
-    TERMINAL = "terminal"  # the job already settled
-    LOST = "lost"  # no lease, or the lease belongs to another worker or attempt
-
-
-@dataclass(frozen=True, slots=True)
-class Fence:
-    """The (workerId, attempt) pair every worker-side write must match (glossary, J-3)."""
-
-    worker_id: str
-    attempt: int
-
-    def check(self, job: JobState | None) -> FenceOutcome:
-        if job is None:
-            return FenceOutcome.MISSING
-        if job.is_terminal:
-            return FenceOutcome.TERMINAL
-        if not job.holds_lease or job.worker_id != self.worker_id or job.attempt != self.attempt:
-            return FenceOutcome.LOST
-        return FenceOutcome.OK
-
-    def body(self) -> dict[str, Any]:
-        """The fence as receipt-body fields."""
-        return {"workerId": self.worker_id, "attempt": self.attempt}
-
-    @classmethod
-    def from_body(cls, body: Mapping[str, Any]) -> Fence | None:
-        """The fence a receipt body carries, or None when it has no well-formed one."""
-        worker_id, attempt = body.get("workerId"), body.get("attempt")
-        if isinstance(worker_id, str) and _is_int(attempt):
-            return cls(worker_id, attempt)
-        return None
 
 
 # --- the fold -------------------------------------------------------------------------
@@ -446,10 +330,6 @@ def _matches_lease(job: JobState, receipt: Receipt) -> bool:
 # --- body access ----------------------------------------------------------------------
 
 
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _or_default(value: T | None, default: T) -> T:
     return default if value is None else value
 
@@ -495,7 +375,7 @@ def _optional_str(receipt: Receipt, job_id: str, key: str) -> str | None:
 
 def _required_int(receipt: Receipt, job_id: str, key: str) -> int:
     value = receipt.body.get(key)
-    if not _is_int(value):
+    if not is_int(value):
         raise _malformed(receipt, job_id, f"{key} must be an integer, got {value!r}")
     return value
 
@@ -504,167 +384,6 @@ def _optional_int(receipt: Receipt, job_id: str, key: str) -> int | None:
     value = receipt.body.get(key)
     if value is None:
         return None
-    if not _is_int(value):
+    if not is_int(value):
         raise _malformed(receipt, job_id, f"{key} must be an integer or null, got {value!r}")
     return value
-
-
-# --- the wire form (A-2) --------------------------------------------------------------
-
-
-def command_to_wire(command: Command) -> dict[str, Any]:
-    return {
-        "id": command.id,
-        "command": command.command,
-        "lane": command.lane,
-        "payload": copy.deepcopy(command.payload),
-        "by": command.by,
-        "createdAt": command.created_at,
-        "consumedAt": command.consumed_at,
-    }
-
-
-def job_to_wire(state: JobState) -> dict[str, Any]:
-    """The camelCase JSON form of a job (A-2) that the read model stores.
-
-    Beyond A-2's list it carries ``abortReason``, ``settledBy``, ``cancelReason``,
-    ``organizationId``, ``objectiveId`` and ``taskId`` so `job_from_wire` can rebuild the
-    state exactly. ``contractGroup``/``routedGroup`` are derived by the API, not stored.
-    """
-    return {
-        "id": state.job_id,
-        "agentId": state.agent_id,
-        "lane": state.lane,
-        "kind": state.kind,
-        "status": state.status,
-        "attempt": state.attempt,
-        "maxAttempts": state.max_attempts,
-        "sessionKey": state.session_key,
-        "singletonMode": state.singleton_mode,
-        "payload": copy.deepcopy(state.payload),
-        "workerId": state.worker_id,
-        "leaseUntil": state.lease_until,
-        "leaseMs": state.lease_ms,
-        "abortRequested": state.abort_requested,
-        "abortReason": state.abort_reason,
-        "commands": [command_to_wire(c) for c in state.commands],
-        "result": copy.deepcopy(state.result),
-        "lastError": state.last_error,
-        "createdAt": state.created_at,
-        "updatedAt": state.updated_at,
-        "stream": state.stream,
-        "receiptCount": state.receipt_count,
-        "head": state.head,
-        "settledBy": state.settled_by,
-        "cancelReason": state.cancel_reason,
-        "organizationId": state.organization_id,
-        "objectiveId": state.objective_id,
-        "taskId": state.task_id,
-    }
-
-
-def command_from_wire(wire: Mapping[str, Any]) -> Command:
-    reader = _WireReader(wire, "command")
-    return Command(
-        id=reader.text("id"),
-        command=reader.text("command"),
-        lane=reader.opt_text("lane"),
-        payload=copy.deepcopy(reader.any("payload")),
-        by=reader.opt_text("by"),
-        created_at=reader.integer("createdAt"),
-        consumed_at=reader.opt_integer("consumedAt"),
-    )
-
-
-def job_from_wire(wire: Mapping[str, Any]) -> JobState:
-    """Rebuild a `JobState` from `job_to_wire` output; raise ValueError on a bad form.
-
-    Every key `job_to_wire` writes is required except the derived ``stream``; keys it does
-    not write (``contractGroup``, ``routedGroup`` ...) are ignored.
-    """
-    reader = _WireReader(wire, "job")
-    status = reader.text("status")
-    if not is_status(status):
-        raise ValueError(f"job wire form: 'status' {status!r} is not a job status")
-    commands = reader.any("commands")
-    if not isinstance(commands, list) or not all(isinstance(c, Mapping) for c in commands):
-        raise ValueError("job wire form: 'commands' must be a list of objects")
-    return JobState(
-        job_id=reader.text("id"),
-        agent_id=reader.text("agentId"),
-        lane=reader.text("lane"),
-        kind=reader.opt_text("kind"),
-        status=status,
-        attempt=reader.integer("attempt"),
-        max_attempts=reader.integer("maxAttempts"),
-        session_key=reader.opt_text("sessionKey"),
-        singleton_mode=reader.text("singletonMode"),
-        payload=copy.deepcopy(reader.any("payload")),
-        worker_id=reader.opt_text("workerId"),
-        lease_until=reader.opt_integer("leaseUntil"),
-        lease_ms=reader.opt_integer("leaseMs"),
-        abort_requested=reader.flag("abortRequested"),
-        abort_reason=reader.opt_text("abortReason"),
-        commands=tuple(command_from_wire(c) for c in commands),
-        result=copy.deepcopy(reader.any("result")),
-        last_error=reader.opt_text("lastError"),
-        created_at=reader.integer("createdAt"),
-        updated_at=reader.integer("updatedAt"),
-        organization_id=reader.opt_text("organizationId"),
-        objective_id=reader.opt_text("objectiveId"),
-        task_id=reader.opt_text("taskId"),
-        receipt_count=reader.integer("receiptCount"),
-        head=reader.text("head"),
-        settled_by=reader.opt_text("settledBy"),
-        cancel_reason=reader.opt_text("cancelReason"),
-    )
-
-
-class _WireReader:
-    """Typed access to a wire mapping; every failure names the form and the key."""
-
-    def __init__(self, wire: Mapping[str, Any], what: str) -> None:
-        if not isinstance(wire, Mapping):
-            raise ValueError(f"{what} wire form must be an object, got {type(wire).__name__}")
-        self._wire = wire
-        self._what = what
-
-    def any(self, key: str) -> Any:
-        if key not in self._wire:
-            raise ValueError(f"{self._what} wire form lacks {key!r}")
-        return self._wire[key]
-
-    def _fail(self, key: str, expected: str) -> ValueError:
-        return ValueError(
-            f"{self._what} wire form: {key!r} must be {expected}, got {self._wire[key]!r}"
-        )
-
-    def text(self, key: str) -> str:
-        value = self.any(key)
-        if not isinstance(value, str):
-            raise self._fail(key, "a string")
-        return value
-
-    def opt_text(self, key: str) -> str | None:
-        value = self.any(key)
-        if value is not None and not isinstance(value, str):
-            raise self._fail(key, "a string or null")
-        return value
-
-    def integer(self, key: str) -> int:
-        value = self.any(key)
-        if not _is_int(value):
-            raise self._fail(key, "an integer")
-        return value
-
-    def opt_integer(self, key: str) -> int | None:
-        value = self.any(key)
-        if value is None:
-            return None
-        return self.integer(key)
-
-    def flag(self, key: str) -> bool:
-        value = self.any(key)
-        if not isinstance(value, bool):
-            raise self._fail(key, "a boolean")
-        return value

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from django.http import HttpRequest, JsonResponse
 
-from access.permissions import visible_job_or_404
 from access.principals import BadCredentials, Principal, principal_for_request
-from jobs.core.reducer import JobState
+from jobs import selectors
+from jobs.api.errors import error_response
+from jobs.core.state import JobState
 from jobs.errors import JobNotFound
 from jobs.live import db
-from receipt_site.api_errors import error_response
 
 READ_SCOPE = "jobs:read"
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="receipt"'}
@@ -50,7 +50,7 @@ async def visible_job(request: HttpRequest, job_id: str) -> tuple[Principal, Job
     """The caller and the job it may read, or Refused."""
     who = await principal(request, READ_SCOPE)
     try:
-        job = await db.run(visible_job_or_404, who, job_id)
+        job = await db.run(selectors.visible_job_or_404, who, job_id)
     except JobNotFound as error:
         raise refuse(error.code, str(error), error.status) from None
     return who, job

@@ -31,7 +31,7 @@ from django.db import connections
 from jobs.live import db, horizon, listener, reads
 from jobs.live.config import CONFIG
 from jobs.live.reads import Entry
-from receipt_site.logs import log_event
+from observability.logs import log_event
 
 logger = logging.getLogger("receipt.live")
 PENDING_RECHECK_S = 0.05  # a candidate horizon waits on open writers; aborts send no NOTIFY

@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 from django.conf import settings
 
-from receipt_site.logs import log_event
+from observability.logs import log_event
 from receipts.writer import NOTIFY_CHANNEL
 
 logger = logging.getLogger("receipt.live")

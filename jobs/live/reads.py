@@ -11,7 +11,7 @@ from typing import NamedTuple
 from django.db.models.fields.json import KT
 
 from jobs import queue
-from jobs.core.reducer import JobState
+from jobs.core.state import JobState
 from receipts.models import Receipt as ReceiptRow
 
 

@@ -14,7 +14,7 @@ import time
 import weakref
 from typing import NamedTuple
 
-from jobs.core.reducer import JobState
+from jobs.core.state import JobState
 from jobs.live import db, reads
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from django.db import OperationalError, transaction
 
 from jobs import handlers, queue
-from jobs.core.reducer import Fence, JobState
+from jobs.core.state import Fence, JobState
 from jobs.queue import Outcome, Start
 from jobs.runtime import faults, promises
 from jobs.runtime.storage_retry import with_storage_retry

@@ -30,10 +30,10 @@ from django.conf import settings
 from django.db import connection
 
 from jobs.core import callbacks as core
-from jobs.core.reducer import JobState
+from jobs.core.state import JobState
 from jobs.models import Callback
 from jobs.runtime import counters
-from receipt_site.logs import log_event
+from observability.logs import log_event
 
 if TYPE_CHECKING:
     from jobs.recovery import Report

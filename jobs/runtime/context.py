@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from jobs.core.reducer import Command, Fence, JobState
+from jobs.core.state import Command, Fence, JobState
 from receipts.core.storable import storable
 
 

@@ -17,11 +17,11 @@ from django.conf import settings
 from django.db import transaction
 
 from jobs.core.contracts import routed_group
-from jobs.core.reducer import JobState
+from jobs.core.state import JobState
 from jobs.core.timing import TimingSettings, driver_timeout_ms
 from jobs.errors import JobsError
 from jobs.runtime import counters, outbox, promises, transport
-from receipt_site.logs import log_event
+from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 
 logger = logging.getLogger("receipt.delivery")

@@ -13,11 +13,11 @@ from django.db import transaction
 
 from jobs import queue
 from jobs.core.contracts import routed_group
-from jobs.core.reducer import Fence, JobState
+from jobs.core.state import Fence, JobState
 from jobs.core.timing import TimingSettings
 from jobs.runtime import callbacks, counters, faults, promises, transport
 from jobs.runtime.roles import cluster_for_group
-from receipt_site.logs import log_event
+from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 
 logger = logging.getLogger("receipt.delivery")

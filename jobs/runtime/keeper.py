@@ -33,10 +33,11 @@ from typing import Any
 from django.db import close_old_connections, connection
 
 from jobs import queue
-from jobs.core.reducer import Fence, job_from_wire
+from jobs.core.state import Fence
+from jobs.core.wire import job_from_wire
 from jobs.models import Job
 from jobs.runtime import attempt as attempts
-from receipt_site.logs import log_event
+from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 
 logger = logging.getLogger("receipt.keeper")

@@ -19,7 +19,7 @@ from django.db import close_old_connections
 from jobs.models import LoopRun
 from jobs.recovery import Report
 from jobs.runtime import counters
-from receipt_site.logs import log_event
+from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 
 logger = logging.getLogger("receipt.loops")

@@ -17,8 +17,8 @@ from collections.abc import Callable
 
 from django.db import close_old_connections, connection
 
-from jobs.core.reducer import JobState
-from receipt_site.logs import log_event
+from jobs.core.state import JobState
+from observability.logs import log_event
 
 logger = logging.getLogger("receipt.delivery")
 BATCH = 200

@@ -16,7 +16,7 @@ from typing import Any
 from django.db import models
 from django.db.models.fields.json import KT
 
-from jobs.core.reducer import Fence
+from jobs.core.state import Fence
 from jobs.models import Job, WorkerProcess
 
 BEAT_MS = 5_000

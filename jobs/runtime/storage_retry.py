@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connection
 
-from receipt_site.logs import log_event
+from observability.logs import log_event
 
 logger = logging.getLogger("receipt.delivery")
 T = TypeVar("T")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from receipt_site.logs import log_event
+from observability.logs import log_event
 
 logger = logging.getLogger("receipt.delivery")
 

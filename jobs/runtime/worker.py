@@ -29,14 +29,14 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 
 from jobs import handlers, queue
-from jobs.core.reducer import Command
+from jobs.core.state import Command
 from jobs.core.timing import TimingSettings, execution_timeout_ms, heartbeat_interval_ms
 from jobs.queue import Outcome
 from jobs.runtime import attempt as attempts
 from jobs.runtime import callbacks, counters, keeper, processes, promises
 from jobs.runtime.context import HandlerContext, JobResult
 from jobs.runtime.storage_retry import is_transient
-from receipt_site.logs import log_event
+from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 
 logger = logging.getLogger("receipt.worker")

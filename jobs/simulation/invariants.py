@@ -37,7 +37,8 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q
 
-from jobs.core.reducer import FenceOutcome, JobState, job_from_wire, reduce
+from jobs.core.reducer import reduce
+from jobs.core.state import FenceOutcome, JobState
 from jobs.core.timing import TimingSettings
 from jobs.core.vocabulary import (
     JOB_CANCELED,
@@ -48,6 +49,7 @@ from jobs.core.vocabulary import (
     job_id_from_stream,
     job_stream,
 )
+from jobs.core.wire import job_from_wire
 from jobs.models import DeliveryPromise, Job
 from jobs.projector import row_for
 from jobs.runtime import promises

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from random import Random
 from typing import Any
 
-from jobs.core.reducer import Fence, JobState
+from jobs.core.state import Fence, JobState
 from jobs.runtime import attempt as attempts
 from jobs.runtime import promises, transport
 from jobs.runtime.dispatch import DRIVE_TASK

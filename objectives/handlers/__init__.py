@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from jobs.core.reducer import JobState
+from jobs.core.state import JobState
 from jobs.handlers import register_handler
 from jobs.runtime.context import HandlerContext, JobResult
 from objectives.core import vocabulary as v

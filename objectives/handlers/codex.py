@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from jobs.core.reducer import JobState
+from jobs.core.state import JobState
 from jobs.runtime.context import HandlerContext, JobResult
 from objectives import processes, selectors, services
 from objectives.core import vocabulary as v

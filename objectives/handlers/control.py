@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobs.core.reducer import JobState
+from jobs.core.state import JobState
 from jobs.runtime import faults
 from jobs.runtime.context import HandlerContext, JobResult
 from objectives import control_pass, selectors

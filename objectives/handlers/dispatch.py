@@ -12,7 +12,7 @@ import hashlib
 from collections.abc import Callable
 from typing import Any
 
-from jobs.core.reducer import JobState
+from jobs.core.state import JobState
 from jobs.errors import JobsError
 from jobs.runtime.context import HandlerContext, JobResult
 from objectives import services

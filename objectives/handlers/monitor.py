@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 
 from jobs import queue
-from jobs.core.reducer import JobState
+from jobs.core.state import JobState
 from jobs.runtime.context import HandlerContext, JobResult
 from objectives import selectors, services
 from objectives.core import vocabulary as v

@@ -14,7 +14,7 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from jobs.core.reducer import JobState
+from jobs.core.state import JobState
 from jobs.core.vocabulary import validate_job_id
 from jobs.errors import JobsError
 from jobs.runtime.context import HandlerContext, JobResult

@@ -17,14 +17,14 @@ from typing import Any
 
 from django.conf import settings
 
-from jobs.core.reducer import JobState
+from jobs.core.state import JobState
 from jobs.runtime.context import HandlerContext, JobResult
 from objectives import selectors, services
 from objectives.core.facts import COMPUTER_STALE_MS, LIVE_STALE_MS, Staleness
 from objectives.core.state import objective_from_wire
 from objectives.core.watchdog import RECONCILE, assess
 from objectives.models import ObjectiveSummary
-from receipt_site.logs import log_event
+from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 
 logger = logging.getLogger("receipt.factory")

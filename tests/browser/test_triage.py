@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from jobs import queue
-from jobs.core.reducer import Fence
+from jobs.core.state import Fence
 from tests.browser.conftest import PASSWORD, TIMEOUT_MS
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]

@@ -3,7 +3,7 @@
 import json
 import logging
 
-from receipt_site.logs import JsonFormatter, redact
+from observability.logs import JsonFormatter, redact
 
 
 def record(message, **extra):

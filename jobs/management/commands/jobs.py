@@ -20,7 +20,7 @@ from jobs.errors import JobsError
 from jobs.models import Job
 from jobs.presenters import job_json
 from jobs.runtime import dispatch
-from receipt_site.logs import log_event
+from observability.logs import log_event
 from receipts import audit, store
 from receipts.clock import now_ms as wall_clock_ms
 

@@ -36,7 +36,7 @@ from jobs import handlers, recovery, retention
 from jobs.core.timing import TimingSettings, concurrency_for
 from jobs.runtime import callbacks, keeper, loops, processes
 from jobs.runtime.roles import ROLE_CLUSTERS, UnknownRole, group_of, normalize_role
-from receipt_site.logs import log_event
+from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 
 logger = logging.getLogger("receipt.runtime")

@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from jobs import admin as jobs_admin
 from jobs import queue, selectors
 from jobs.core import contracts
-from jobs.core.reducer import Fence
+from jobs.core.state import Fence
 from jobs.models import Job
 from tests.integration.admin.conftest import CHANGELIST, NOW, enqueue, text, words
 

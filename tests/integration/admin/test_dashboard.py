@@ -11,7 +11,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from jobs import dashboard, queue
-from jobs.core.reducer import Fence
+from jobs.core.state import Fence
 from jobs.models import WorkerProcess
 from jobs.recovery import Report
 from jobs.runtime import loops, processes

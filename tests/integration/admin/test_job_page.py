@@ -9,7 +9,7 @@ import re
 import pytest
 
 from jobs import queue
-from jobs.core.reducer import Fence
+from jobs.core.state import Fence
 from jobs.runtime import dispatch
 from receipts import store
 from receipts.models import Receipt as ReceiptRow

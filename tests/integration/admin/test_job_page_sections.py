@@ -10,7 +10,7 @@ import pytest
 from django.contrib.admin.utils import quote
 
 from jobs import page_sections, queue
-from jobs.core.reducer import Fence
+from jobs.core.state import Fence
 from objectives.handlers.dispatch import objective_id_for
 from objectives.ledger import activity_key
 from objectives.models import ObjectiveSummary

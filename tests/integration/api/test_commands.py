@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jobs import queue
-from jobs.core.reducer import Fence
+from jobs.core.state import Fence
 from receipts import store
 from tests.integration.api.conftest import written
 

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from jobs import queue
-from jobs.core.reducer import Fence
+from jobs.core.state import Fence
 from tests.integration.api.conftest import payload, written
 
 pytestmark = pytest.mark.django_db

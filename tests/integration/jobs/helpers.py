@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.core.reducer import fold_job, job_to_wire
+from jobs.core.reducer import fold_job
+from jobs.core.wire import job_to_wire
 from jobs.models import Job
 from jobs.projector import row_for
 from receipts import store

@@ -12,7 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from jobs import dashboard, metrics, queue, recovery
-from jobs.core.reducer import Fence
+from jobs.core.state import Fence
 from jobs.models import Callback
 from jobs.runtime import callbacks, dispatch, driver, worker
 from receipts import store

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from jobs import queue
-from jobs.core.reducer import Fence
+from jobs.core.state import Fence
 from jobs.models import Job
 from jobs.queue import Outcome
 from receipts import store

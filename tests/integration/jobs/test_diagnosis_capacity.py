@@ -132,7 +132,7 @@ def test_a_gone_or_stopped_process_gives_no_slots_and_no_live_process_stays_the_
 
 
 def test_settling_the_holder_frees_the_slot(codex_full):
-    from jobs.core.reducer import Fence
+    from jobs.core.state import Fence
 
     assert queue.complete(
         codex_full["long"], {"ok": True}, fence=Fence("codex:h:1", 1), now_ms=NOW - SECOND

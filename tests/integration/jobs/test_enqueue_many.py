@@ -10,8 +10,8 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
 
 from jobs import queue
-from jobs.core.reducer import job_to_wire
 from jobs.core.timing import driver_timeout_ms
+from jobs.core.wire import job_to_wire
 from jobs.models import DeliveryPromise, Job
 from jobs.runtime import dispatch, promises
 from receipts import store

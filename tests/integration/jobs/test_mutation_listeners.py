@@ -8,7 +8,7 @@ import pytest
 from django.db import transaction
 
 from jobs import queue
-from jobs.core.reducer import Fence
+from jobs.core.state import Fence
 from tests.integration.jobs.helpers import payload
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from jobs import queue
-from jobs.core.reducer import Fence
+from jobs.core.state import Fence
 from jobs.errors import JobsError
 from tests.integration.jobs.helpers import (
     assert_read_model_matches_receipts,

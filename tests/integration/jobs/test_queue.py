@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from jobs import queue
-from jobs.core.reducer import Fence
+from jobs.core.state import Fence
 from jobs.errors import InvalidRequest, JobNotFound, JobTerminal
 from jobs.models import Job
 from jobs.queue import Outcome

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from jobs import queue
-from jobs.core.reducer import Fence
+from jobs.core.state import Fence
 from receipts import store
 from tests.integration.live.conftest import enqueue
 

@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from jobs import queue
-from jobs.core.reducer import Fence
+from jobs.core.state import Fence
 from tests.integration.live.conftest import enqueue
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -16,7 +16,7 @@ import pytest
 from django.conf import settings
 
 from jobs import handlers, queue
-from jobs.core.reducer import Fence
+from jobs.core.state import Fence
 from jobs.models import Job
 from jobs.runtime.context import HandlerContext, JobResult
 from objectives import selectors

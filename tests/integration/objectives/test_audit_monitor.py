@@ -69,7 +69,7 @@ def test_a_monitor_records_checkpoints_until_its_task_settles(factory):
     work(queued()[0])
     task_job = v.task_job_id(oid, "a", 1)
     queue.lease(task_job, worker_id="w:1")
-    from jobs.core.reducer import Fence
+    from jobs.core.state import Fence
     queue.progress(task_job, {"stdoutTail": "compiling", "stderrTail": ""},
                    fence=Fence("w:1", 1))
     queue.complete(task_job, {"outcome": "approved"}, fence=Fence("w:1", 1))

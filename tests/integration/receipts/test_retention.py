@@ -17,8 +17,8 @@ from django.urls import reverse
 
 from access.models import ApiToken
 from jobs import queue, retention
-from jobs.core.reducer import Fence
 from jobs.core.retention import Windows
+from jobs.core.state import Fence
 from jobs.management.commands.runworker import maintenance_loops
 from jobs.models import Callback, DeliveryPromise, Job
 from objectives.models import ObjectiveSummary

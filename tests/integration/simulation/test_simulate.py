@@ -13,7 +13,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from jobs import projector, queue, recovery
-from jobs.core.reducer import Fence, FenceOutcome
+from jobs.core.state import Fence, FenceOutcome
 from jobs.models import DeliveryPromise, Job
 from jobs.runtime import promises
 from jobs.simulation import actions, world

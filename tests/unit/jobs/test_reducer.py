@@ -9,16 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.core.reducer import (
-    LEASE_EXPIRED_ERROR,
-    Command,
-    Fence,
-    FenceOutcome,
-    InvariantError,
-    JobState,
-    fold_job,
-    reduce,
-)
+from jobs.core.reducer import LEASE_EXPIRED_ERROR, InvariantError, fold_job, reduce
+from jobs.core.state import Command, Fence, FenceOutcome, JobState
 from jobs.core.vocabulary import RECEIPT_TYPES, TERMINAL_STATUSES, job_stream
 from receipts.core.chain import Receipt, seal, verify
 

@@ -9,8 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.core.reducer import Command, JobState, fold_job, job_from_wire, job_to_wire
+from jobs.core.reducer import fold_job
+from jobs.core.state import Command, JobState
 from jobs.core.vocabulary import STATUSES, job_stream
+from jobs.core.wire import job_from_wire, job_to_wire
 from receipts.core.canonical import canonical_json
 from receipts.core.chain import Receipt, seal
 

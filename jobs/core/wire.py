@@ -1,0 +1,172 @@
+"""The one translation of a job to and from its camelCase wire form (A-2).
+
+`job_from_wire(job_to_wire(state)) == state` for every state the fold produces; the read
+model stores the wire form. Pure: no Django, no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from jobs.core.state import Command, JobState, is_int
+from jobs.core.vocabulary import is_status
+
+
+def command_to_wire(command: Command) -> dict[str, Any]:
+    return {
+        "id": command.id,
+        "command": command.command,
+        "lane": command.lane,
+        "payload": copy.deepcopy(command.payload),
+        "by": command.by,
+        "createdAt": command.created_at,
+        "consumedAt": command.consumed_at,
+    }
+
+
+def job_to_wire(state: JobState) -> dict[str, Any]:
+    """The camelCase JSON form of a job (A-2) that the read model stores.
+
+    Beyond A-2's list it carries ``abortReason``, ``settledBy``, ``cancelReason``,
+    ``organizationId``, ``objectiveId`` and ``taskId`` so `job_from_wire` can rebuild the
+    state exactly. ``contractGroup``/``routedGroup`` are derived by the API, not stored.
+    """
+    return {
+        "id": state.job_id,
+        "agentId": state.agent_id,
+        "lane": state.lane,
+        "kind": state.kind,
+        "status": state.status,
+        "attempt": state.attempt,
+        "maxAttempts": state.max_attempts,
+        "sessionKey": state.session_key,
+        "singletonMode": state.singleton_mode,
+        "payload": copy.deepcopy(state.payload),
+        "workerId": state.worker_id,
+        "leaseUntil": state.lease_until,
+        "leaseMs": state.lease_ms,
+        "abortRequested": state.abort_requested,
+        "abortReason": state.abort_reason,
+        "commands": [command_to_wire(c) for c in state.commands],
+        "result": copy.deepcopy(state.result),
+        "lastError": state.last_error,
+        "createdAt": state.created_at,
+        "updatedAt": state.updated_at,
+        "stream": state.stream,
+        "receiptCount": state.receipt_count,
+        "head": state.head,
+        "settledBy": state.settled_by,
+        "cancelReason": state.cancel_reason,
+        "organizationId": state.organization_id,
+        "objectiveId": state.objective_id,
+        "taskId": state.task_id,
+    }
+
+
+def command_from_wire(wire: Mapping[str, Any]) -> Command:
+    reader = _WireReader(wire, "command")
+    return Command(
+        id=reader.text("id"),
+        command=reader.text("command"),
+        lane=reader.opt_text("lane"),
+        payload=copy.deepcopy(reader.any("payload")),
+        by=reader.opt_text("by"),
+        created_at=reader.integer("createdAt"),
+        consumed_at=reader.opt_integer("consumedAt"),
+    )
+
+
+def job_from_wire(wire: Mapping[str, Any]) -> JobState:
+    """Rebuild a `JobState` from `job_to_wire` output; raise ValueError on a bad form.
+
+    Every key `job_to_wire` writes is required except the derived ``stream``; keys it does
+    not write (``contractGroup``, ``routedGroup`` ...) are ignored.
+    """
+    reader = _WireReader(wire, "job")
+    status = reader.text("status")
+    if not is_status(status):
+        raise ValueError(f"job wire form: 'status' {status!r} is not a job status")
+    commands = reader.any("commands")
+    if not isinstance(commands, list) or not all(isinstance(c, Mapping) for c in commands):
+        raise ValueError("job wire form: 'commands' must be a list of objects")
+    return JobState(
+        job_id=reader.text("id"),
+        agent_id=reader.text("agentId"),
+        lane=reader.text("lane"),
+        kind=reader.opt_text("kind"),
+        status=status,
+        attempt=reader.integer("attempt"),
+        max_attempts=reader.integer("maxAttempts"),
+        session_key=reader.opt_text("sessionKey"),
+        singleton_mode=reader.text("singletonMode"),
+        payload=copy.deepcopy(reader.any("payload")),
+        worker_id=reader.opt_text("workerId"),
+        lease_until=reader.opt_integer("leaseUntil"),
+        lease_ms=reader.opt_integer("leaseMs"),
+        abort_requested=reader.flag("abortRequested"),
+        abort_reason=reader.opt_text("abortReason"),
+        commands=tuple(command_from_wire(c) for c in commands),
+        result=copy.deepcopy(reader.any("result")),
+        last_error=reader.opt_text("lastError"),
+        created_at=reader.integer("createdAt"),
+        updated_at=reader.integer("updatedAt"),
+        organization_id=reader.opt_text("organizationId"),
+        objective_id=reader.opt_text("objectiveId"),
+        task_id=reader.opt_text("taskId"),
+        receipt_count=reader.integer("receiptCount"),
+        head=reader.text("head"),
+        settled_by=reader.opt_text("settledBy"),
+        cancel_reason=reader.opt_text("cancelReason"),
+    )
+
+
+class _WireReader:
+    """Typed access to a wire mapping; every failure names the form and the key."""
+
+    def __init__(self, wire: Mapping[str, Any], what: str) -> None:
+        if not isinstance(wire, Mapping):
+            raise ValueError(f"{what} wire form must be an object, got {type(wire).__name__}")
+        self._wire = wire
+        self._what = what
+
+    def any(self, key: str) -> Any:
+        if key not in self._wire:
+            raise ValueError(f"{self._what} wire form lacks {key!r}")
+        return self._wire[key]
+
+    def _fail(self, key: str, expected: str) -> ValueError:
+        return ValueError(
+            f"{self._what} wire form: {key!r} must be {expected}, got {self._wire[key]!r}"
+        )
+
+    def text(self, key: str) -> str:
+        value = self.any(key)
+        if not isinstance(value, str):
+            raise self._fail(key, "a string")
+        return value
+
+    def opt_text(self, key: str) -> str | None:
+        value = self.any(key)
+        if value is not None and not isinstance(value, str):
+            raise self._fail(key, "a string or null")
+        return value
+
+    def integer(self, key: str) -> int:
+        value = self.any(key)
+        if not is_int(value):
+            raise self._fail(key, "an integer")
+        return value
+
+    def opt_integer(self, key: str) -> int | None:
+        value = self.any(key)
+        if value is None:
+            return None
+        return self.integer(key)
+
+    def flag(self, key: str) -> bool:
+        value = self.any(key)
+        if not isinstance(value, bool):
+            raise self._fail(key, "a boolean")
+        return value

@@ -1,0 +1,1 @@
+"""Structured logs, below every app: each app logs through `observability.logs`."""
