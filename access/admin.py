@@ -15,8 +15,11 @@ from access.models import ApiToken
 
 class ApiTokenForm(forms.ModelForm):
     scopes = forms.MultipleChoiceField(
-        choices=[(scope, scope) for scope in tokens.SCOPES], required=False,
-        widget=forms.CheckboxSelectMultiple, help_text="none ticked: every scope")
+        choices=[(scope, scope) for scope in tokens.SCOPES],
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="none ticked: every scope",
+    )
 
     class Meta:
         model = ApiToken
@@ -31,11 +34,27 @@ class ApiTokenForm(forms.ModelForm):
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
     form = ApiTokenForm
-    list_display = ("name", "prefix", "organization_id", "scope_list", "created_at",
-                    "last_used_at", "revoked_at")
+    list_display = (
+        "name",
+        "prefix",
+        "organization_id",
+        "scope_list",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    )
     readonly_fields = ("prefix", "digest", "created_at", "created_by", "last_used_at")
-    fields = ("name", "organization_id", "scopes", "prefix", "digest", "created_at",
-              "created_by", "last_used_at", "revoked_at")
+    fields = (
+        "name",
+        "organization_id",
+        "scopes",
+        "prefix",
+        "digest",
+        "created_at",
+        "created_by",
+        "last_used_at",
+        "revoked_at",
+    )
     search_fields = ("name", "prefix", "organization_id")
 
     @admin.display(description="scopes")
@@ -45,7 +64,11 @@ class ApiTokenAdmin(admin.ModelAdmin):
     def save_model(self, request: Any, obj: ApiToken, form: Any, change: bool) -> None:
         if change:
             return super().save_model(request, obj, form, change)
-        token, secret = ApiToken.issue(name=obj.name, organization_id=obj.organization_id,
-                                       scopes=obj.scopes or None, created_by=request.user)
+        token, secret = ApiToken.issue(
+            name=obj.name,
+            organization_id=obj.organization_id,
+            scopes=obj.scopes or None,
+            created_by=request.user,
+        )
         obj.pk = token.pk
         messages.warning(request, f"Token created. Copy it now, it is not shown again: {secret}")

@@ -72,6 +72,10 @@ class PrincipalAuthenticationScheme(OpenApiAuthenticationExtension):
     name = "bearerAuth"
 
     def get_security_definition(self, auto_schema: Any) -> dict[str, Any]:
-        return {"type": "http", "scheme": "bearer", "bearerFormat": "rcpt_<token>",
-                "description": "An API token from `manage.py createtoken` or the admin; "
-                               "a staff admin session works too (with X-CSRFToken on POST)."}
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "bearerFormat": "rcpt_<token>",
+            "description": "An API token from `manage.py createtoken` or the admin; "
+            "a staff admin session works too (with X-CSRFToken on POST).",
+        }

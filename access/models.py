@@ -13,13 +13,16 @@ class ApiToken(models.Model):
     prefix = models.CharField(max_length=16, help_text="first characters, to recognise a token")
     digest = models.CharField(max_length=64, unique=True)
     organization_id = models.CharField(
-        max_length=128, null=True, blank=True,
+        max_length=128,
+        null=True,
+        blank=True,
         help_text="when set, the token only sees and writes this organization's jobs",
     )
     scopes = models.JSONField(default=list)
     created_at = models.DateTimeField(auto_now_add=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True,
-                                   on_delete=models.SET_NULL)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
 
@@ -30,13 +33,22 @@ class ApiToken(models.Model):
         return f"{self.name} ({self.prefix}…)"
 
     @classmethod
-    def issue(cls, *, name: str, organization_id: str | None = None,
-              scopes: list[str] | None = None, created_by=None) -> tuple[ApiToken, str]:
+    def issue(
+        cls,
+        *,
+        name: str,
+        organization_id: str | None = None,
+        scopes: list[str] | None = None,
+        created_by=None,
+    ) -> tuple[ApiToken, str]:
         """Create a token; returns the row and the secret, which is never stored."""
         secret = tokens.new_secret()
         token = cls.objects.create(
-            name=name, prefix=secret[:12], digest=tokens.digest(secret),
-            organization_id=organization_id or None, scopes=tokens.parse_scopes(scopes),
+            name=name,
+            prefix=secret[:12],
+            digest=tokens.digest(secret),
+            organization_id=organization_id or None,
+            scopes=tokens.parse_scopes(scopes),
             created_by=created_by,
         )
         return token, secret

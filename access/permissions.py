@@ -29,7 +29,8 @@ def principal_of(request: Request) -> Principal:
     user = getattr(request, "user", None)
     if not isinstance(user, Principal):
         raise exceptions.NotAuthenticated(
-            "credentials are required: send Authorization: Bearer <token>")
+            "credentials are required: send Authorization: Bearer <token>"
+        )
     return user
 
 
@@ -64,7 +65,8 @@ class OrganizationForbidden(exceptions.PermissionDenied):
         super().__init__(
             f"this credential acts for organization {principal.organization_id} only; "
             f"payload.authContext.organizationId is {organization_id!r}",
-            code="organization_forbidden")
+            code="organization_forbidden",
+        )
 
 
 def require_organization(principal: Principal, organization_id: str | None) -> None:

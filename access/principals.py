@@ -57,16 +57,24 @@ def principal_for_token(secret: str) -> Principal:
     now = timezone.now()
     if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
         ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-    return Principal(name=f"token:{token.name}", organization_id=token.organization_id,
-                     scopes=frozenset(token.scopes or []), via="token")
+    return Principal(
+        name=f"token:{token.name}",
+        organization_id=token.organization_id,
+        scopes=frozenset(token.scopes or []),
+        via="token",
+    )
 
 
 def principal_for_user(user) -> Principal | None:
     """Staff sessions act as operators: every scope, every organization (U-7)."""
     if user is None or not user.is_authenticated or not user.is_active or not user.is_staff:
         return None
-    return Principal(name=user.get_username(), organization_id=None,
-                     scopes=frozenset(tokens.SCOPES), via="session")
+    return Principal(
+        name=user.get_username(),
+        organization_id=None,
+        scopes=frozenset(tokens.SCOPES),
+        via="session",
+    )
 
 
 def principal_for_request(request: HttpRequest) -> Principal | None:

@@ -56,10 +56,17 @@ LABELS = {
 
 def body(i: int) -> dict:
     # the same fields and size as the body of the peers' pgbench scripts (227 bytes as text)
-    return {"type": "JobEnqueued", "job": "bench_noop", "queue": "default",
-            "args": {"job_id": i}, "priority": 0, "attempt": 1, "max_attempts": 3,
-            "scheduled_at": 1796040000, "meta": {"source": "receipt-bench",
-                                                 "trace": "0123456789abcdef"}}
+    return {
+        "type": "JobEnqueued",
+        "job": "bench_noop",
+        "queue": "default",
+        "args": {"job_id": i},
+        "priority": 0,
+        "attempt": 1,
+        "max_attempts": 3,
+        "scheduled_at": 1796040000,
+        "meta": {"source": "receipt-bench", "trace": "0123456789abcdef"},
+    }
 
 
 # ---------------------------------------------------------------- setup
@@ -74,18 +81,24 @@ def setup_django(url: str) -> None:
     if ensure_database(server, dbname):
         print(f"created database {dbname}", file=sys.stderr)
     import django
+
     django.setup()
     from django.core.management import call_command
+
     call_command("migrate", verbosity=0)
     from receipts import registry
+
     family = registry.family_for(PREFIX + "x")
     if family is not None:
-        sys.exit(f"stream prefix {PREFIX!r} belongs to the {family.label!r} family (its projector "
-                 "would run); pick another --stream-prefix")
+        sys.exit(
+            f"stream prefix {PREFIX!r} belongs to the {family.label!r} family (its projector "
+            "would run); pick another --stream-prefix"
+        )
 
 
 def sql(statement: str) -> None:
     from django.db import connection
+
     with connection.cursor() as cursor:
         cursor.execute(statement)
 
@@ -98,6 +111,7 @@ def reset() -> None:
 def backend_cpu() -> float | None:
     """CPU seconds used so far by this connection's PostgreSQL backend (same machine only)."""
     from django.db import connection
+
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         pid = cursor.fetchone()[0]
@@ -113,6 +127,7 @@ def backend_cpu() -> float | None:
 # Each workload: prepare(n, tag) (untimed), then run(n, tag) -> receipts written (timed).
 def run_single_new(n: int, tag: str) -> int:
     from receipts.store import append
+
     for i in range(n):
         append(f"{PREFIX}{tag}{i:07d}", body(i))
     return n
@@ -122,6 +137,7 @@ def prepare_existing(n: int, tag: str) -> None:
     from django.db import transaction
 
     from receipts.store import append
+
     with transaction.atomic():
         for s in range(EXISTING_STREAMS):
             append(f"{PREFIX}{tag}{s:07d}", body(s))
@@ -129,6 +145,7 @@ def prepare_existing(n: int, tag: str) -> None:
 
 def run_single_existing(n: int, tag: str) -> int:
     from receipts.store import append
+
     for i in range(n):
         append(f"{PREFIX}{tag}{i % EXISTING_STREAMS:07d}", body(i))
     return n
@@ -138,6 +155,7 @@ def run_batched(n: int, tag: str) -> int:
     from django.db import transaction
 
     from receipts.store import append
+
     with transaction.atomic():
         for i in range(n):
             append(f"{PREFIX}{tag}{i:07d}", body(i))
@@ -146,6 +164,7 @@ def run_batched(n: int, tag: str) -> int:
 
 def run_multi(n: int, tag: str) -> int:
     from receipts.store import append
+
     rounds = max(1, n // MULTI)
     for r in range(rounds):
         append(f"{PREFIX}{tag}multi", [body(r * MULTI + k) for k in range(MULTI)])
@@ -176,11 +195,17 @@ def measure(test: str, n: int, warmup: int, rep: int) -> dict:
     elapsed = time.perf_counter() - t0
     cpu, mach = time.process_time() - cpu0, busy_jiffies()
     srv1 = backend_cpu()
-    rec = {"bench": "receipt", "test": test, "n": n, "receipts": receipts,
-           "elapsed_s": round(elapsed, 4), "rate": round(receipts / elapsed, 1),
-           "us_per_receipt": round(1e6 * elapsed / receipts, 1),
-           "client_cpu_us_per_receipt": round(1e6 * cpu / receipts, 1),
-           "busy_cores": busy_cores(mach0, mach)}
+    rec = {
+        "bench": "receipt",
+        "test": test,
+        "n": n,
+        "receipts": receipts,
+        "elapsed_s": round(elapsed, 4),
+        "rate": round(receipts / elapsed, 1),
+        "us_per_receipt": round(1e6 * elapsed / receipts, 1),
+        "client_cpu_us_per_receipt": round(1e6 * cpu / receipts, 1),
+        "busy_cores": busy_cores(mach0, mach),
+    }
     ours = cpu
     if srv0 is not None and srv1 is not None:
         rec["server_cpu_us_per_receipt"] = round(1e6 * (srv1 - srv0) / receipts, 1)
@@ -220,8 +245,10 @@ def _mmm(values: list[float]) -> str:
 def _pct(values: list[float]) -> str:
     if not values:
         return "n/a"
-    return (f"{100 * min(values):.0f} % / **{100 * statistics.median(values):.0f} %** / "
-            f"{100 * max(values):.0f} %")
+    return (
+        f"{100 * min(values):.0f} % / **{100 * statistics.median(values):.0f} %** / "
+        f"{100 * max(values):.0f} %"
+    )
 
 
 def report(records: list[dict]) -> str:
@@ -230,9 +257,11 @@ def report(records: list[dict]) -> str:
     for rec in records:
         if rec.get("test") in LABELS and "error" not in rec:
             by.setdefault(rec["test"], {})[rec["rep"]] = rec
-    lines = ["| figure | receipts/s or TPS (min / **median** / max) | µs per receipt or tx "
-             "| client CPU µs | server CPU µs | foreign cores |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| figure | receipts/s or TPS (min / **median** / max) | µs per receipt or tx "
+        "| client CPU µs | server CPU µs | foreign cores |",
+        "|---|---|---|---|---|---|",
+    ]
     for test, label in LABELS.items():
         reps = by.get(test)
         if not reps:
@@ -250,32 +279,56 @@ def report(records: list[dict]) -> str:
             rates, per = [r["rate"] for r in rs], med("us_per_receipt")
             client, server = med("client_cpu_us_per_receipt"), med("server_cpu_us_per_receipt")
         foreign = med("foreign_cores")
-        lines.append(f"| {label} | {_mmm(rates)} | {_fmt(per)} | {_fmt(client)} | {_fmt(server)} "
-                     f"| {'n/a' if foreign is None else f'{foreign:.2f}'} |")
+        lines.append(
+            f"| {label} | {_mmm(rates)} | {_fmt(per)} | {_fmt(client)} | {_fmt(server)} "
+            f"| {'n/a' if foreign is None else f'{foreign:.2f}'} |"
+        )
 
     def ratios(test: str, anchor: str) -> list[float]:
         a, b = by.get(test, {}), by.get(anchor, {})
         return [a[r]["rate"] / b[r]["tps"] for r in sorted(set(a) & set(b)) if b[r]["tps"]]
 
     if "pgbench_es_append_c1" in by:
-        lines += ["", "| ratio (same repetition, min / **median** / max) | value | target |",
-                  "|---|---|---|"]
+        lines += [
+            "",
+            "| ratio (same repetition, min / **median** / max) | value | target |",
+            "|---|---|---|",
+        ]
         rows = [
-            ("single_new", "pgbench_es_append_c1", "(a) single append / event-store append",
-             "T-1: >= 70 %"),
+            (
+                "single_new",
+                "pgbench_es_append_c1",
+                "(a) single append / event-store append",
+                "T-1: >= 70 %",
+            ),
             ("single_new", "pgbench_insert_one_c1", "(a) single append / insert one row", "-"),
-            ("single_existing", "pgbench_es_append_c1", "(b) existing stream / event-store append", "-"),
+            (
+                "single_existing",
+                "pgbench_es_append_c1",
+                "(b) existing stream / event-store append",
+                "-",
+            ),
             ("batched", "pgbench_es_append_c1", "(c) batched / event-store append", "-"),
-            ("multi100", "pgbench_es_append_c1", "(d) 100 events per append / event-store append", "-"),
+            (
+                "multi100",
+                "pgbench_es_append_c1",
+                "(d) 100 events per append / event-store append",
+                "-",
+            ),
         ]
         cpu = []
         a_reps, e_reps = by.get("single_new", {}), by["pgbench_es_append_c1"]
         for r in sorted(set(a_reps) & set(e_reps)):
             a, e = a_reps[r], e_reps[r]
-            if all(e.get(k) for k in ("client_cpu_us_per_tx", "server_cpu_us_per_tx")) and \
-                    a.get("server_cpu_us_per_receipt"):
-                cpu.append(a["client_cpu_us_per_receipt"] + a["server_cpu_us_per_receipt"]
-                           - e["client_cpu_us_per_tx"] - e["server_cpu_us_per_tx"])
+            if all(e.get(k) for k in ("client_cpu_us_per_tx", "server_cpu_us_per_tx")) and a.get(
+                "server_cpu_us_per_receipt"
+            ):
+                cpu.append(
+                    a["client_cpu_us_per_receipt"]
+                    + a["server_cpu_us_per_receipt"]
+                    - e["client_cpu_us_per_tx"]
+                    - e["server_cpu_us_per_tx"]
+                )
         for test, anchor, label, target in rows:
             vals = ratios(test, anchor)
             if vals:
@@ -284,21 +337,28 @@ def report(records: list[dict]) -> str:
                     verdict = " (met)" if statistics.median(vals) >= 0.70 else " (NOT met)"
                 lines.append(f"| {label} | {_pct(vals)} | {target}{verdict} |")
         if cpu:
-            lines.append(f"| (a) extra CPU µs per append over one es_append tx (client + server; "
-                         f"little affected by other load) | {_mmm(cpu)} µs | - |")
+            lines.append(
+                f"| (a) extra CPU µs per append over one es_append tx (client + server; "
+                f"little affected by other load) | {_mmm(cpu)} µs | - |"
+            )
     measured = [r for r in records if "foreign_cores" in r]
     noisy = [r for r in measured if r["foreign_cores"] > NOISY]
     if noisy:
-        lines += ["", f"WARNING: {len(noisy)} of {len(measured)} measurements ran while other processes "
-                  f"used more than {NOISY} cores (column 'foreign cores'); the rate ratios are "
-                  "unreliable, rerun on a quiet machine (the CPU columns are less affected)."]
+        lines += [
+            "",
+            f"WARNING: {len(noisy)} of {len(measured)} measurements ran while other processes "
+            f"used more than {NOISY} cores (column 'foreign cores'); the rate ratios are "
+            "unreliable, rerun on a quiet machine (the CPU columns are less affected).",
+        ]
     return "\n".join(lines)
 
 
 # ---------------------------------------------------------------- main
 def main() -> None:
     global PREFIX
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--database-url", default=DEFAULT_URL)
     ap.add_argument("--n", type=int, default=3000, help="receipts per timed section")
     ap.add_argument("--reps", type=int, default=3)
@@ -307,8 +367,11 @@ def main() -> None:
     ap.add_argument("--pgbench", action="store_true", help="interleave the pgbench anchor")
     ap.add_argument("--pgbench-db", default=pgbench_anchor.DEFAULT_DB)
     ap.add_argument("--pgbench-secs", type=int, default=15)
-    ap.add_argument("--stream-prefix", default=PREFIX,
-                    help="stream name prefix; must not belong to a registered family")
+    ap.add_argument(
+        "--stream-prefix",
+        default=PREFIX,
+        help="stream name prefix; must not belong to a registered family",
+    )
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
 
@@ -325,20 +388,39 @@ def main() -> None:
     out = Out(a.out or os.path.join(results, f"append-{stamp}.jsonl"))
     anchor = None
     if a.pgbench:
-        anchor = pgbench_anchor.Anchor(a.database_url, a.pgbench_db, a.pgbench_secs,
-                                       log=os.path.join(results, f"pgbench-{stamp}.log"))
+        anchor = pgbench_anchor.Anchor(
+            a.database_url,
+            a.pgbench_db,
+            a.pgbench_secs,
+            log=os.path.join(results, f"pgbench-{stamp}.log"),
+        )
         anchor.setup()
     import django
     from django.db import connection
+
     with connection.cursor() as cursor:
-        cursor.execute("SELECT version(), current_setting('fsync'), "
-                       "current_setting('synchronous_commit'), current_setting('shared_buffers')")
+        cursor.execute(
+            "SELECT version(), current_setting('fsync'), "
+            "current_setting('synchronous_commit'), current_setting('shared_buffers')"
+        )
         version, fsync, sync_commit, shared_buffers = cursor.fetchone()
-    out.write({"bench": "meta", "test": "settings", "server": version, "fsync": fsync,
-               "synchronous_commit": sync_commit, "shared_buffers": shared_buffers,
-               "django": django.get_version(), "python": sys.version.split()[0],
-               "cpus": os.cpu_count(), "pgbench": anchor.version() if anchor else None,
-               "n": a.n, "reps": a.reps, "warmup": a.warmup})
+    out.write(
+        {
+            "bench": "meta",
+            "test": "settings",
+            "server": version,
+            "fsync": fsync,
+            "synchronous_commit": sync_commit,
+            "shared_buffers": shared_buffers,
+            "django": django.get_version(),
+            "python": sys.version.split()[0],
+            "cpus": os.cpu_count(),
+            "pgbench": anchor.version() if anchor else None,
+            "n": a.n,
+            "reps": a.reps,
+            "warmup": a.warmup,
+        }
+    )
 
     records: list[dict] = []
     t_all = time.monotonic()
@@ -356,8 +438,10 @@ def main() -> None:
         if anchor:
             anchor.close()
     print(f"done in {time.monotonic() - t_all:.0f} s; raw records: {out.path}", file=sys.stderr)
-    print(f"\nreceipt append, PostgreSQL, {a.reps} reps, N={a.n}, {os.cpu_count()} cores, "
-          f"{dt.date.today().isoformat()}\n")
+    print(
+        f"\nreceipt append, PostgreSQL, {a.reps} reps, N={a.n}, {os.cpu_count()} cores, "
+        f"{dt.date.today().isoformat()}\n"
+    )
     print(report(records))
 
 

@@ -45,9 +45,14 @@ def _admin(url: str):  # -> psycopg.Connection to the server's `postgres` databa
     import psycopg
 
     parts = urlsplit(url)
-    return psycopg.connect(host=parts.hostname, port=parts.port or 5432,
-                           user=parts.username or None, password=parts.password or None,
-                           dbname="postgres", autocommit=True)
+    return psycopg.connect(
+        host=parts.hostname,
+        port=parts.port or 5432,
+        user=parts.username or None,
+        password=parts.password or None,
+        dbname="postgres",
+        autocommit=True,
+    )
 
 
 def ensure_database(url: str, *, fresh: bool = False) -> None:
@@ -85,8 +90,11 @@ def setup_django(url: str, broker: str) -> None:
     try:
         call_command("migrate", verbosity=0)
     except Exception as error:
-        print(f"migrate failed ({type(error).__name__}: {error}); recreating the bench database",
-              file=sys.stderr, flush=True)
+        print(
+            f"migrate failed ({type(error).__name__}: {error}); recreating the bench database",
+            file=sys.stderr,
+            flush=True,
+        )
         connections.close_all()
         ensure_database(url, fresh=True)
         call_command("migrate", verbosity=0)
@@ -116,7 +124,9 @@ def server_roots() -> set[int]:
 
 def dispatched() -> int:
     """Jobs whose delivery has started: they have a driver promise (D-1, D-2)."""
-    return sql("SELECT count(DISTINCT job_id) FROM jobs_delivery_promise WHERE function = 'driver'")[0][0]
+    return sql(
+        "SELECT count(DISTINCT job_id) FROM jobs_delivery_promise WHERE function = 'driver'"
+    )[0][0]
 
 
 def wait_dispatched(expected: int, timeout_s: float) -> float:
@@ -133,7 +143,9 @@ def wait_dispatched(expected: int, timeout_s: float) -> float:
         if count >= expected:
             return time.monotonic()
         if time.monotonic() > deadline:
-            raise RuntimeError(f"only {count} of {expected} jobs dispatched after {timeout_s:.0f} s")
+            raise RuntimeError(
+                f"only {count} of {expected} jobs dispatched after {timeout_s:.0f} s"
+            )
         time.sleep(0.005)
 
 
@@ -146,7 +158,7 @@ def marker_count(path: Path) -> int:
 
 def marker_times(path: Path) -> list[tuple[int, float]]:
     data = path.read_bytes()
-    return [(int(data[i:i + 9]), float(data[i + 10:i + 30])) for i in range(0, len(data), LINE)]
+    return [(int(data[i : i + 9]), float(data[i + 10 : i + 30])) for i in range(0, len(data), LINE)]
 
 
 def percentile(sorted_values: list[float], p: float) -> float:
@@ -161,23 +173,36 @@ def payload(i: int) -> dict:
     # The agent routes to the chat group: the driver hop, then the chat worker hop. The
     # kind is one without Factory's durable ledger (factory.run adds a ledger upsert
     # after each of the job's writes): a plain job, as the peers' no-op tasks are.
-    return {"kind": KIND, "authContext": {"userId": "bench", "organizationId": "bench"},
-            "i": i}
+    return {"kind": KIND, "authContext": {"userId": "bench", "organizationId": "bench"}, "i": i}
 
 
 def launch(marker: Path, logs: Path) -> list[subprocess.Popen]:
-    env = {**os.environ, "BENCH_MARKER": str(marker), "RECEIPT_RESONATE_EXECUTE_CONCURRENCY": "2",
-           "RECEIPT_LOG_LEVEL": "WARNING"}
+    env = {
+        **os.environ,
+        "BENCH_MARKER": str(marker),
+        "RECEIPT_RESONATE_EXECUTE_CONCURRENCY": "2",
+        "RECEIPT_LOG_LEVEL": "WARNING",
+    }
     procs = []
     for role in ("driver", "chat"):
         with open(logs / f"{role}.log", "ab") as log:
-            procs.append(subprocess.Popen([sys.executable, "manage.py", "runworker", "--role", role],
-                                          cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                          start_new_session=True))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "manage.py", "runworker", "--role", role],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            )
     pids = os.environ.get("BENCH_WORKER_PIDS")  # so a supervisor can stop what survives us
     if pids:
         with open(pids, "a") as handle:
-            handle.writelines(f"{proc.pid} receipt-{role}\n" for proc, role in zip(procs, ("driver", "chat"), strict=True))
+            handle.writelines(
+                f"{proc.pid} receipt-{role}\n"
+                for proc, role in zip(procs, ("driver", "chat"), strict=True)
+            )
     return procs
 
 
@@ -199,8 +224,12 @@ def fill(n: int) -> float:
 
     started = time.monotonic()
     for start in range(0, n, 500):
-        queue.enqueue_many([queue.build_request("bench-noop", payload(i))
-                            for i in range(start, min(n, start + 500))])
+        queue.enqueue_many(
+            [
+                queue.build_request("bench-noop", payload(i))
+                for i in range(start, min(n, start + 500))
+            ]
+        )
     wait_dispatched(n, 300)
     return time.monotonic() - started
 
@@ -220,8 +249,10 @@ def drain(n: int, logs: Path, timeout_s: float = 600.0) -> dict:
     try:
         while marker_count(marker) < n:  # stat() only while bodies run, as the peers' watcher
             if time.monotonic() > deadline or any(p.poll() is not None for p in procs):
-                raise RuntimeError(f"drain: {marker_count(marker)} of {n} bodies ran "
-                                   f"(workers alive: {[p.poll() is None for p in procs]})")
+                raise RuntimeError(
+                    f"drain: {marker_count(marker)} of {n} bodies ran "
+                    f"(workers alive: {[p.poll() is None for p in procs]})"
+                )
             time.sleep(0.005)
         bodies_seen = time.monotonic()
         while Job.objects.filter(status="completed").count() < n:
@@ -235,15 +266,25 @@ def drain(n: int, logs: Path, timeout_s: float = 600.0) -> dict:
     times = marker_times(marker)
     ids = [i for i, _ in times]
     if len(ids) != n or len(set(ids)) != n:
-        raise RuntimeError(f"drain: {len(ids)} bodies for {len(set(ids))} jobs, expected {n} once each")
+        raise RuntimeError(
+            f"drain: {len(ids)} bodies for {len(set(ids))} jobs, expected {n} once each"
+        )
     first, last = min(t for _, t in times), max(t for _, t in times)
-    return {"test": "drain", "n": n, "concurrency": 2, "fill_s": round(fill_s, 3),
-            "jobs_per_s_from_launch": n / (done - launched),
-            "jobs_per_s_steady": (n - 1) / (done - first),
-            "jobs_per_s_bodies_steady": (n - 1) / (last - first) if last > first else None,
-            "first_start_s": first - launched, "all_done_s": done - launched,
-            "bookkeeping_lag_s": done - last, "detect_lag_s": bodies_seen - last,
-            "complete": True, **fields}
+    return {
+        "test": "drain",
+        "n": n,
+        "concurrency": 2,
+        "fill_s": round(fill_s, 3),
+        "jobs_per_s_from_launch": n / (done - launched),
+        "jobs_per_s_steady": (n - 1) / (done - first),
+        "jobs_per_s_bodies_steady": (n - 1) / (last - first) if last > first else None,
+        "first_start_s": first - launched,
+        "all_done_s": done - launched,
+        "bookkeeping_lag_s": done - last,
+        "detect_lag_s": bodies_seen - last,
+        "complete": True,
+        **fields,
+    }
 
 
 def latency(n: int, logs: Path, seed: int = 1001, warmup: int = 5) -> dict:
@@ -275,10 +316,17 @@ def latency(n: int, logs: Path, seed: int = 1001, warmup: int = 5) -> dict:
     finally:
         stop(procs)
     samples.sort()
-    return {"test": "latency", "n": n, "p50_ms": percentile(samples, 50),
-            "p95_ms": percentile(samples, 95), "max_ms": samples[-1],
-            "mean_ms": sum(samples) / len(samples), "lat_ms": [round(x, 3) for x in samples],
-            "warmup_ms": [round(x, 3) for x in warm], **fields}
+    return {
+        "test": "latency",
+        "n": n,
+        "p50_ms": percentile(samples, 50),
+        "p95_ms": percentile(samples, 95),
+        "max_ms": samples[-1],
+        "mean_ms": sum(samples) / len(samples),
+        "lat_ms": [round(x, 3) for x in samples],
+        "warmup_ms": [round(x, 3) for x in warm],
+        **fields,
+    }
 
 
 def main() -> None:
@@ -298,11 +346,16 @@ def main() -> None:
     out = RESULTS / f"delivery-{stamp}.jsonl"
     for rep in range(args.reps):
         for test in args.tests.split(","):
-            record = drain(args.n, logs) if test == "drain" else latency(args.latency_n, logs,
-                                                                         seed=1001 + rep)
+            record = (
+                drain(args.n, logs)
+                if test == "drain"
+                else latency(args.latency_n, logs, seed=1001 + rep)
+            )
             record.update(rep=rep, broker=args.broker)
-            print(json.dumps({k: v for k, v in record.items() if k not in ("lat_ms", "warmup_ms")}),
-                  flush=True)
+            print(
+                json.dumps({k: v for k, v in record.items() if k not in ("lat_ms", "warmup_ms")}),
+                flush=True,
+            )
             with out.open("a") as handle:
                 handle.write(json.dumps(record) + "\n")
 

@@ -68,9 +68,18 @@ def enqueue_single(n: int, kind: str) -> dict:
     t_done = delivery.wait_dispatched(n + WARMUP, 300)
     total = t_done - t_mono
     fields = noise.done()
-    rec = {"test": "enqueue_single", "n": n, "kind": kind, "elapsed_s": caller,
-           "caller_per_s": n / caller, "dispatched_per_s": n / total, "dispatch_lag_s": total - caller,
-           "expected": n + WARMUP, **_counts(), **fields}
+    rec = {
+        "test": "enqueue_single",
+        "n": n,
+        "kind": kind,
+        "elapsed_s": caller,
+        "caller_per_s": n / caller,
+        "dispatched_per_s": n / total,
+        "dispatch_lag_s": total - caller,
+        "expected": n + WARMUP,
+        **_counts(),
+        **fields,
+    }
     rec["ok"] = rec["jobs_after"] == rec["expected"] == rec["dispatched_after"]
     return rec
 
@@ -81,21 +90,33 @@ def enqueue_bulk(n: int, kind: str) -> dict:
     noise = _warmed_up(kind)
     started = time.perf_counter()
     t_mono = time.monotonic()
-    queue.enqueue_many([queue.build_request("bench-noop", enqueue_payload(kind, i)) for i in range(n)])
+    queue.enqueue_many(
+        [queue.build_request("bench-noop", enqueue_payload(kind, i)) for i in range(n)]
+    )
     caller = time.perf_counter() - started
     t_done = delivery.wait_dispatched(n + WARMUP, 600)
     total = t_done - t_mono
     fields = noise.done()
-    rec = {"test": "enqueue_bulk", "n": n, "kind": kind, "elapsed_s": total,
-           "caller_per_s": n / caller, "dispatched_per_s": n / total, "dispatch_lag_s": total - caller,
-           "expected": n + WARMUP, **_counts(), **fields}
+    rec = {
+        "test": "enqueue_bulk",
+        "n": n,
+        "kind": kind,
+        "elapsed_s": total,
+        "caller_per_s": n / caller,
+        "dispatched_per_s": n / total,
+        "dispatch_lag_s": total - caller,
+        "expected": n + WARMUP,
+        **_counts(),
+        **fields,
+    }
     rec["ok"] = rec["jobs_after"] == rec["expected"] == rec["dispatched_after"]
     return rec
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("figure", choices=FIGURES)
     parser.add_argument("--database-url", default="postgres://root@127.0.0.1:5432/receipt_bench")
     parser.add_argument("--broker", default="orm")

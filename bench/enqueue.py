@@ -29,7 +29,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from delivery import ROOT, reset, setup_django
 
-PAYLOAD = {"kind": "factory.dispatch", "authContext": {"userId": "bench", "organizationId": "bench"}}
+PAYLOAD = {
+    "kind": "factory.dispatch",
+    "authContext": {"userId": "bench", "organizationId": "bench"},
+}
 
 
 def one_by_one(n: int) -> dict:
@@ -46,8 +49,12 @@ def one_by_one(n: int) -> dict:
     caller = time.perf_counter() - started
     dispatch.OUTBOX.drain(120)
     total = time.perf_counter() - started
-    return {"test": "enqueue_one_by_one", "n": n, "caller_per_s": n / caller,
-            "dispatched_per_s": n / total}
+    return {
+        "test": "enqueue_one_by_one",
+        "n": n,
+        "caller_per_s": n / caller,
+        "dispatched_per_s": n / total,
+    }
 
 
 def batch(n: int) -> dict:
@@ -61,8 +68,12 @@ def batch(n: int) -> dict:
     caller = time.perf_counter() - started
     dispatch.OUTBOX.drain(300)
     total = time.perf_counter() - started
-    return {"test": "enqueue_batch", "n": n, "caller_per_s": n / caller,
-            "dispatched_per_s": n / total}
+    return {
+        "test": "enqueue_batch",
+        "n": n,
+        "caller_per_s": n / caller,
+        "dispatched_per_s": n / total,
+    }
 
 
 @contextlib.contextmanager
@@ -76,12 +87,26 @@ def _api_server():  # -> an httpx.Client with a token, on one uvicorn process
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "receipt_site.asgi:application", "--port", str(port),
-         "--no-access-log", "--log-level", "warning"], cwd=ROOT,
-        env={**os.environ, "RECEIPT_LOG_LEVEL": "WARNING"})
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "receipt_site.asgi:application",
+            "--port",
+            str(port),
+            "--no-access-log",
+            "--log-level",
+            "warning",
+        ],
+        cwd=ROOT,
+        env={**os.environ, "RECEIPT_LOG_LEVEL": "WARNING"},
+    )
     try:
-        client = httpx.Client(base_url=f"http://127.0.0.1:{port}",
-                              headers={"Authorization": f"Bearer {secret}"}, timeout=60)
+        client = httpx.Client(
+            base_url=f"http://127.0.0.1:{port}",
+            headers={"Authorization": f"Bearer {secret}"},
+            timeout=60,
+        )
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -120,8 +145,12 @@ def http_batch(n: int, size: int = 1000) -> dict:
             response = client.post("/agents/bench-noop/jobs/batch", json=body)
             assert response.status_code == 202 and response.json()["enqueued"] == size
         elapsed = time.perf_counter() - started
-    return {"test": "enqueue_http_batch", "n": max(1, n // size) * size, "batch": size,
-            "per_s": max(1, n // size) * size / elapsed}
+    return {
+        "test": "enqueue_http_batch",
+        "n": max(1, n // size) * size,
+        "batch": size,
+        "per_s": max(1, n // size) * size / elapsed,
+    }
 
 
 def main() -> None:
@@ -145,8 +174,10 @@ def main() -> None:
         for key in ("caller_per_s", "dispatched_per_s", "per_s"):
             values = sorted(r[key] for r in rows if key in r)
             if values:
-                print(f"{name} {key}: {values[0]:.0f} / {statistics.median(values):.0f} / "
-                      f"{values[-1]:.0f}")
+                print(
+                    f"{name} {key}: {values[0]:.0f} / {statistics.median(values):.0f} / "
+                    f"{values[-1]:.0f}"
+                )
 
 
 if __name__ == "__main__":

@@ -18,8 +18,9 @@ _fd: dict[int, int] = {}
 def mark(index: int) -> None:
     fd = _fd.get(os.getpid())
     if fd is None:
-        fd = _fd[os.getpid()] = os.open(os.environ["BENCH_MARKER"],
-                                        os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+        fd = _fd[os.getpid()] = os.open(
+            os.environ["BENCH_MARKER"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666
+        )
     os.write(fd, b"%09d %020.6f\n" % (index, time.monotonic()))
 
 

@@ -26,7 +26,7 @@ def _table() -> dict[int, tuple[int, float]]:
         try:
             with open(f"/proc/{entry}/stat") as handle:
                 stat = handle.read()
-            fields = stat[stat.rindex(")") + 2:].split()
+            fields = stat[stat.rindex(")") + 2 :].split()
             table[int(entry)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / CLK_TCK)
         except (OSError, ValueError, IndexError):
             pass
@@ -37,7 +37,7 @@ def parent_of(pid: int) -> int | None:
     try:
         with open(f"/proc/{pid}/stat") as handle:
             stat = handle.read()
-        return int(stat[stat.rindex(")") + 2:].split()[1])
+        return int(stat[stat.rindex(")") + 2 :].split()[1])
     except (OSError, ValueError, IndexError):
         return None
 

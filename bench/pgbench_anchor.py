@@ -50,20 +50,30 @@ class Server:
     @classmethod
     def from_url(cls, url: str) -> Server:
         parts = urlsplit(url)
-        return cls(parts.hostname or "127.0.0.1", parts.port or 5432,
-                   unquote(parts.username or os.environ.get("USER", "postgres")),
-                   unquote(parts.password or ""))
+        return cls(
+            parts.hostname or "127.0.0.1",
+            parts.port or 5432,
+            unquote(parts.username or os.environ.get("USER", "postgres")),
+            unquote(parts.password or ""),
+        )
 
     def connect(self, dbname: str, autocommit: bool = True):  # -> psycopg.Connection
         import psycopg
-        return psycopg.connect(host=self.host, port=self.port, user=self.user,
-                               password=self.password or None, dbname=dbname,
-                               autocommit=autocommit)
+
+        return psycopg.connect(
+            host=self.host,
+            port=self.port,
+            user=self.user,
+            password=self.password or None,
+            dbname=dbname,
+            autocommit=autocommit,
+        )
 
 
 def ensure_database(server: Server, dbname: str) -> bool:
     """CREATE DATABASE `dbname` unless it exists (through the `postgres` database)."""
     from psycopg import sql
+
     with server.connect("postgres") as conn:
         if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [dbname]).fetchone():
             return False
@@ -72,8 +82,11 @@ def ensure_database(server: Server, dbname: str) -> bool:
 
 
 def pgbench_binary() -> str:
-    for candidate in (os.environ.get("PGBENCH"), "/usr/lib/postgresql/15/bin/pgbench",
-                      shutil.which("pgbench")):
+    for candidate in (
+        os.environ.get("PGBENCH"),
+        "/usr/lib/postgresql/15/bin/pgbench",
+        shutil.which("pgbench"),
+    ):
         if candidate and os.access(candidate, os.X_OK):
             return candidate
     sys.exit("pgbench not found (set PGBENCH=/path/to/pgbench)")
@@ -125,7 +138,8 @@ class BackendWatch(threading.Thread):
         while not self.stop.wait(0.2):
             rows = self.conn.execute(
                 "SELECT pid FROM pg_stat_activity WHERE datname = %s AND application_name = 'pgbench'",
-                [self.dbname]).fetchall()
+                [self.dbname],
+            ).fetchall()
             for (pid,) in rows:
                 cpu = proc_cpu(pid)
                 if cpu is not None:
@@ -133,8 +147,14 @@ class BackendWatch(threading.Thread):
 
 
 class Anchor:
-    def __init__(self, url: str = DEFAULT_URL, dbname: str = DEFAULT_DB, secs: int = 15,
-                 clients: int = 1, log: str | None = None) -> None:
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        dbname: str = DEFAULT_DB,
+        secs: int = 15,
+        clients: int = 1,
+        log: str | None = None,
+    ) -> None:
         self.server = Server.from_url(url)
         self.dbname = dbname
         self.secs = secs
@@ -160,10 +180,27 @@ class Anchor:
         assert self._conn is not None, "call setup() first"
         _run_sql_file(self._conn, "reset.sql")
         self._conn.execute("CHECKPOINT")
-        cmd = [self.binary, "-h", self.server.host, "-p", str(self.server.port),
-               "-U", self.server.user, "-n", "-M", "prepared", "-c", str(self.clients),
-               "-j", str(min(self.clients, 2)), "-T", str(self.secs),
-               "-f", os.path.join(PEERS_PGBENCH, script), self.dbname]
+        cmd = [
+            self.binary,
+            "-h",
+            self.server.host,
+            "-p",
+            str(self.server.port),
+            "-U",
+            self.server.user,
+            "-n",
+            "-M",
+            "prepared",
+            "-c",
+            str(self.clients),
+            "-j",
+            str(min(self.clients, 2)),
+            "-T",
+            str(self.secs),
+            "-f",
+            os.path.join(PEERS_PGBENCH, script),
+            self.dbname,
+        ]
         env = dict(os.environ)
         if self.server.password:
             env["PGPASSWORD"] = self.server.password
@@ -173,8 +210,9 @@ class Anchor:
         cpu0 = busy_jiffies()
         t0 = time.monotonic()
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env,
-                                  timeout=self.secs + 60)
+            proc = subprocess.run(
+                cmd, capture_output=True, text=True, env=env, timeout=self.secs + 60
+            )
             text = proc.stdout + proc.stderr
         except subprocess.TimeoutExpired:
             text = "timeout"
@@ -184,8 +222,9 @@ class Anchor:
         watch.stop.set()
         watch.join()
         watch.conn.close()
-        client_cpu = (children1.ru_utime + children1.ru_stime
-                      - children0.ru_utime - children0.ru_stime)
+        client_cpu = (
+            children1.ru_utime + children1.ru_stime - children0.ru_utime - children0.ru_stime
+        )
         server_cpu = sum(watch.cpu.values())
         tps = latency = None
         for line in text.splitlines():
@@ -196,14 +235,22 @@ class Anchor:
         if self.log:
             with open(self.log, "a") as handle:
                 handle.write(" ".join(cmd) + "\n" + text + "\n")
-        rec = {"bench": "pgbench", "test": f"pgbench_{script.removesuffix('.sql')}_c{self.clients}",
-               "script": script, "clients": self.clients, "secs": self.secs, "tps": tps,
-               "latency_avg_ms": latency, "wall_s": round(wall, 2),
-               "client_cpu_cores": round(client_cpu / wall, 2),
-               "server_cpu_cores": round(server_cpu / wall, 2),
-               "busy_cores": busy_cores(cpu0, cpu1)}
-        rec["foreign_cores"] = round(max(0.0, rec["busy_cores"] - rec["client_cpu_cores"]
-                                         - rec["server_cpu_cores"]), 2)
+        rec = {
+            "bench": "pgbench",
+            "test": f"pgbench_{script.removesuffix('.sql')}_c{self.clients}",
+            "script": script,
+            "clients": self.clients,
+            "secs": self.secs,
+            "tps": tps,
+            "latency_avg_ms": latency,
+            "wall_s": round(wall, 2),
+            "client_cpu_cores": round(client_cpu / wall, 2),
+            "server_cpu_cores": round(server_cpu / wall, 2),
+            "busy_cores": busy_cores(cpu0, cpu1),
+        }
+        rec["foreign_cores"] = round(
+            max(0.0, rec["busy_cores"] - rec["client_cpu_cores"] - rec["server_cpu_cores"]), 2
+        )
         if tps:
             rec["client_cpu_us_per_tx"] = round(1e6 * client_cpu / (tps * wall), 1)
             rec["server_cpu_us_per_tx"] = round(1e6 * server_cpu / (tps * wall), 1)
@@ -213,9 +260,14 @@ class Anchor:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--database-url", default=DEFAULT_URL,
-                    help="server to use (only host/port/user/password are taken)")
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument(
+        "--database-url",
+        default=DEFAULT_URL,
+        help="server to use (only host/port/user/password are taken)",
+    )
     ap.add_argument("--pgbench-db", default=DEFAULT_DB)
     ap.add_argument("--secs", type=int, default=15)
     ap.add_argument("--clients", type=int, default=1)

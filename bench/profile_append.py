@@ -52,23 +52,35 @@ import append as bench  # noqa: E402
 import pgbench_anchor  # noqa: E402
 from pgbench_anchor import Server, busy_cores, busy_jiffies, proc_cpu  # noqa: E402
 
-COLUMNS = "stream, stream_seq, receipt_id, ts, prev, hash, event_type, body, context, hints, event_id"
-LOCK = ("INSERT INTO receipt_stream (name, head, receipt_count, last_ts, updated_at) "
-        "VALUES (%s, NULL, 0, NULL, 0) ON CONFLICT (name) DO UPDATE SET name = excluded.name "
-        "RETURNING head, receipt_count")
-INSERT = (f"INSERT INTO receipt_receipt ({COLUMNS}) VALUES "
-          "(%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s::jsonb, %s) RETURNING seq, stream_seq")
-UPDATE = ("UPDATE receipt_stream SET head = %s, receipt_count = %s, last_ts = %s, updated_at = %s "
-          "WHERE name = %s")
+COLUMNS = (
+    "stream, stream_seq, receipt_id, ts, prev, hash, event_type, body, context, hints, event_id"
+)
+LOCK = (
+    "INSERT INTO receipt_stream (name, head, receipt_count, last_ts, updated_at) "
+    "VALUES (%s, NULL, 0, NULL, 0) ON CONFLICT (name) DO UPDATE SET name = excluded.name "
+    "RETURNING head, receipt_count"
+)
+INSERT = (
+    f"INSERT INTO receipt_receipt ({COLUMNS}) VALUES "
+    "(%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s::jsonb, %s) RETURNING seq, stream_seq"
+)
+UPDATE = (
+    "UPDATE receipt_stream SET head = %s, receipt_count = %s, last_ts = %s, updated_at = %s "
+    "WHERE name = %s"
+)
 NOTIFY = "SELECT pg_notify(%s, %s)"
-CTE = (f"WITH r AS (INSERT INTO receipt_receipt ({COLUMNS}) VALUES "
-       "(%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s::jsonb, %s) RETURNING seq, stream_seq), "
-       "s AS (UPDATE receipt_stream SET head = %s, receipt_count = %s, last_ts = %s, updated_at = %s "
-       "WHERE name = %s) "
-       "SELECT r.seq, r.stream_seq, pg_notify('receipt', r.seq || ' ' || %s) FROM r")
-ES_BODY = ('{"type": "JobEnqueued", "job": "bench_noop", "queue": "default", "args": {"job_id": 12345}, '
-           '"priority": 0, "attempt": 1, "max_attempts": 3, "scheduled_at": 1796040000, '
-           '"meta": {"source": "pgbench", "trace": "0123456789abcdef"}}')
+CTE = (
+    f"WITH r AS (INSERT INTO receipt_receipt ({COLUMNS}) VALUES "
+    "(%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s::jsonb, %s) RETURNING seq, stream_seq), "
+    "s AS (UPDATE receipt_stream SET head = %s, receipt_count = %s, last_ts = %s, updated_at = %s "
+    "WHERE name = %s) "
+    "SELECT r.seq, r.stream_seq, pg_notify('receipt', r.seq || ' ' || %s) FROM r"
+)
+ES_BODY = (
+    '{"type": "JobEnqueued", "job": "bench_noop", "queue": "default", "args": {"job_id": 12345}, '
+    '"priority": 0, "attempt": 1, "max_attempts": 3, "scheduled_at": 1796040000, '
+    '"meta": {"source": "pgbench", "trace": "0123456789abcdef"}}'
+)
 ES = [
     "UPDATE es_streams SET version = version + 1, updated_at = now() WHERE id = %s",
     "INSERT INTO es_events (stream, version, body) VALUES ('job-' || %s, 1, %s::jsonb)",
@@ -86,7 +98,10 @@ def sealed(stream: str, i: int):
     """What StreamHandle.append computes for one event on a new stream (seal = id + hash)."""
     from receipts.clock import now_ms
     from receipts.core.chain import seal
-    return seal(stream=stream, prev=None, body=bench.body(i), ts=now_ms(), random_hex16=secrets.token_hex(8))
+
+    return seal(
+        stream=stream, prev=None, body=bench.body(i), ts=now_ms(), random_hex16=secrets.token_hex(8)
+    )
 
 
 # ---------------------------------------------------------------- variants
@@ -95,6 +110,7 @@ class Raw:
 
     def __init__(self, server: Server, dbname: str, client_side: bool) -> None:
         import psycopg
+
         self.conn = server.connect(dbname)
         if client_side:
             self.conn.cursor_factory = psycopg.ClientCursor
@@ -114,8 +130,11 @@ def one_append_6(raw: Raw, stream: str, i: int, notify: bool = True) -> None:
     cur.execute("BEGIN")
     _head, count = cur.execute(LOCK, [stream], prepare=prep).fetchone()
     r = sealed(stream, i)
-    seq, _stream_seq = cur.execute(INSERT, [r.stream, count + 1, r.id, r.ts, r.prev, r.hash, r.type,
-                                           dump(r.body), None, None, None], prepare=prep).fetchone()
+    seq, _stream_seq = cur.execute(
+        INSERT,
+        [r.stream, count + 1, r.id, r.ts, r.prev, r.hash, r.type, dump(r.body), None, None, None],
+        prepare=prep,
+    ).fetchone()
     cur.execute(UPDATE, [r.hash, count + 1, r.ts, r.ts, stream], prepare=prep)
     if notify:
         cur.execute(NOTIFY, ["receipt", f"{seq} {stream} {r.type}"], prepare=prep)
@@ -127,8 +146,25 @@ def one_append_5(raw: Raw, stream: str, i: int) -> None:
 
 
 def cte_params(r, count: int, stream: str) -> list:
-    return [r.stream, count + 1, r.id, r.ts, r.prev, r.hash, r.type, dump(r.body), None, None, None,
-            r.hash, count + 1, r.ts, r.ts, stream, f"{stream} {r.type}"]
+    return [
+        r.stream,
+        count + 1,
+        r.id,
+        r.ts,
+        r.prev,
+        r.hash,
+        r.type,
+        dump(r.body),
+        None,
+        None,
+        None,
+        r.hash,
+        count + 1,
+        r.ts,
+        r.ts,
+        stream,
+        f"{stream} {r.type}",
+    ]
 
 
 def one_append_cte(raw: Raw, stream: str, i: int) -> None:
@@ -170,18 +206,28 @@ def timed(label: str, loop, n: int, server_pid, **extra) -> dict:
     loop(n)
     wall = time.perf_counter() - t0
     cpu, m1, s1 = time.process_time() - c0, busy_jiffies(), proc_cpu(server_pid())
-    rec = {"variant": label, "n": n, "rate": n / wall, "us": 1e6 * wall / n,
-           "client_us": 1e6 * cpu / n, "busy_cores": busy_cores(m0, m1), **extra}
+    rec = {
+        "variant": label,
+        "n": n,
+        "rate": n / wall,
+        "us": 1e6 * wall / n,
+        "client_us": 1e6 * cpu / n,
+        "busy_cores": busy_cores(m0, m1),
+        **extra,
+    }
     if s0 is not None and s1 is not None:
         rec["server_us"] = 1e6 * (s1 - s0) / n
         rec["foreign_cores"] = max(0.0, rec["busy_cores"] - (cpu + s1 - s0) / wall)
     return rec
 
 
-def run_variants(server: Server, dbname: str, pgb_db: str, n: int, rep: int, tag: str) -> list[dict]:
+def run_variants(
+    server: Server, dbname: str, pgb_db: str, n: int, rep: int, tag: str
+) -> list[dict]:
     from django.db import connection
 
     from receipts.store import append
+
     out = []
 
     def django_pid() -> int:
@@ -193,9 +239,11 @@ def run_variants(server: Server, dbname: str, pgb_db: str, n: int, rep: int, tag
     # store (Django), then the same with DATABASES OPTIONS changed (reconnects in between)
     options = connection.settings_dict["OPTIONS"]
     saved = dict(options)
-    for label, extra in (("store", {}),
-                         ("store ssb", {"server_side_binding": True}),
-                         ("store ssb+prep5", {"server_side_binding": True, "prepare_threshold": 5})):
+    for label, extra in (
+        ("store", {}),
+        ("store ssb", {"server_side_binding": True}),
+        ("store ssb+prep5", {"server_side_binding": True, "prepare_threshold": 5}),
+    ):
         if tag and extra:
             continue
         connection.close()
@@ -205,17 +253,28 @@ def run_variants(server: Server, dbname: str, pgb_db: str, n: int, rep: int, tag
             reset_all()
             bench.run_single_new(200, f"w{label[6:].replace('+', '')}{tag}{rep}-")
             bench.sql("CHECKPOINT")
-            out.append(timed(label + tag, lambda k, label=label: [
-                append(f"bench/{label[6:].replace('+', '')}s{rep}-{i:07d}", bench.body(i))
-                for i in range(k)], n, django_pid))
+            out.append(
+                timed(
+                    label + tag,
+                    lambda k, label=label: [
+                        append(f"bench/{label[6:].replace('+', '')}s{rep}-{i:07d}", bench.body(i))
+                        for i in range(k)
+                    ],
+                    n,
+                    django_pid,
+                )
+            )
         finally:
             connection.close()
             options.clear()
             options.update(saved)
-    for label, client_side, fn in (("raw-simple", True, one_append_6), ("raw-prep", False, one_append_6),
-                                   ("raw-prep-nonotify", False, one_append_5),
-                                   ("raw-cte", False, one_append_cte),
-                                   ("raw-pipe", False, one_append_pipe)):
+    for label, client_side, fn in (
+        ("raw-simple", True, one_append_6),
+        ("raw-prep", False, one_append_6),
+        ("raw-prep-nonotify", False, one_append_5),
+        ("raw-cte", False, one_append_cte),
+        ("raw-pipe", False, one_append_pipe),
+    ):
         if tag and label not in ("raw-prep", "raw-cte"):
             continue
         raw = Raw(server, dbname, client_side)
@@ -224,8 +283,16 @@ def run_variants(server: Server, dbname: str, pgb_db: str, n: int, rep: int, tag
             for i in range(200):
                 fn(raw, f"bench/w{label}{rep}-{i}", i)
             bench.sql("CHECKPOINT")
-            out.append(timed(label + tag, lambda k, raw=raw, fn=fn, label=label: [
-                fn(raw, f"bench/{label}{rep}-{i:07d}", i) for i in range(k)], n, raw.pid))
+            out.append(
+                timed(
+                    label + tag,
+                    lambda k, raw=raw, fn=fn, label=label: [
+                        fn(raw, f"bench/{label}{rep}-{i:07d}", i) for i in range(k)
+                    ],
+                    n,
+                    raw.pid,
+                )
+            )
         finally:
             raw.close()
     if not tag:
@@ -240,8 +307,14 @@ def run_variants(server: Server, dbname: str, pgb_db: str, n: int, rep: int, tag
                 cur.execute("CHECKPOINT")
             for i in range(200):
                 one_es(raw, 1 + i % 1000)
-            out.append(timed("es-python", lambda k: [one_es(raw, 1 + (i * 7919) % 1000)
-                                                      for i in range(k)], n, raw.pid))
+            out.append(
+                timed(
+                    "es-python",
+                    lambda k: [one_es(raw, 1 + (i * 7919) % 1000) for i in range(k)],
+                    n,
+                    raw.pid,
+                )
+            )
         finally:
             raw.close()
     return out
@@ -256,6 +329,7 @@ def normalise(text: str) -> str:
 
 def statements(k: int, trace_path: str) -> list[str]:
     from django.db import connection
+
     bench.reset()
     bench.run_single_new(100, "tw-")
     seen: Counter[str] = Counter()
@@ -289,12 +363,18 @@ def statements(k: int, trace_path: str) -> list[str]:
 
 
 LAYERS = [
-    ("psycopg: blocked on the server (connection.wait, incl. C-level I/O)", r"psycopg/connection\.py.*\(wait\)"),
+    (
+        "psycopg: blocked on the server (connection.wait, incl. C-level I/O)",
+        r"psycopg/connection\.py.*\(wait\)",
+    ),
     ("psycopg: send query (client_cursor._execute_send)", r"_execute_send"),
     ("psycopg: other (cursor machinery, adaptation, results)", r"/psycopg/"),
     ("django db layer (cursor wrappers, atomic, autocommit)", r"/django/"),
-    ("receipts: canonical check + json + sha256 (seal)", r"receipts/core/|json/|_hashlib|hashlib|sha256|"
-     r"_json|hexdigest|token_hex|urandom"),
+    (
+        "receipts: canonical check + json + sha256 (seal)",
+        r"receipts/core/|json/|_hashlib|hashlib|sha256|"
+        r"_json|hexdigest|token_hex|urandom",
+    ),
     ("receipts.store glue", r"receipts/store\.py|receipts/registry\.py"),
 ]
 
@@ -320,8 +400,10 @@ def cprofile(n: int) -> list[str]:
                 break
         else:
             layers["other (asgiref locals, contextlib, builtins, bench loop)"] += tottime
-    lines = [f"cProfile: {n} appends, {1e6 * wall / n:.0f} µs/append under the profiler; "
-             "own time by layer (µs per append):"]
+    lines = [
+        f"cProfile: {n} appends, {1e6 * wall / n:.0f} µs/append under the profiler; "
+        "own time by layer (µs per append):"
+    ]
     for name, t in sorted(layers.items(), key=lambda kv: -kv[1]):
         lines.append(f"  {1e6 * t / n:7.0f}  {100 * t / total:4.1f} %  {name}")
     buf = io.StringIO()
@@ -333,9 +415,14 @@ def cprofile(n: int) -> list[str]:
 # ---------------------------------------------------------------- index what-if
 def drop_indexes() -> list[str]:
     from django.db import connection
+
     with connection.cursor() as cursor:
-        cursor.execute("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' AND ("
-                       + " OR ".join(["indexname LIKE %s"] * len(DROPPABLE)) + ")", list(DROPPABLE))
+        cursor.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' AND ("
+            + " OR ".join(["indexname LIKE %s"] * len(DROPPABLE))
+            + ")",
+            list(DROPPABLE),
+        )
         found = cursor.fetchall()
         for name, _ in found:
             cursor.execute(f'DROP INDEX "{name}"')
@@ -344,6 +431,7 @@ def drop_indexes() -> list[str]:
 
 def restore_indexes(definitions: list[str]) -> None:
     from django.db import connection
+
     with connection.cursor() as cursor:
         for definition in definitions:
             cursor.execute(definition)
@@ -351,7 +439,9 @@ def restore_indexes(definitions: list[str]) -> None:
 
 # ---------------------------------------------------------------- main
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--database-url", default=bench.DEFAULT_URL)
     ap.add_argument("--pgbench-db", default=pgbench_anchor.DEFAULT_DB)
     ap.add_argument("--n", type=int, default=2000)
@@ -377,10 +467,16 @@ def main() -> None:
     for rep in range(1, a.reps + 1):
         if a.pgbench_secs:
             pg = anchor.run("es_append.sql")
-            recs.append({"variant": "pgbench es_append", "rate": pg["tps"],
-                         "us": pg["latency_avg_ms"] * 1000, "client_us": pg.get("client_cpu_us_per_tx"),
-                         "server_us": pg.get("server_cpu_us_per_tx"),
-                         "foreign_cores": pg["foreign_cores"]})
+            recs.append(
+                {
+                    "variant": "pgbench es_append",
+                    "rate": pg["tps"],
+                    "us": pg["latency_avg_ms"] * 1000,
+                    "client_us": pg.get("client_cpu_us_per_tx"),
+                    "server_us": pg.get("server_cpu_us_per_tx"),
+                    "foreign_cores": pg["foreign_cores"],
+                }
+            )
         recs += run_variants(server, dbname, a.pgbench_db, a.n, rep, "")
         if a.drop_indexes:
             saved = drop_indexes()
@@ -396,21 +492,30 @@ def main() -> None:
     for r in recs:
         by[r["variant"]].append(r)
     ref = statistics.median(r["rate"] for r in by["store"])
-    es = statistics.median(r["rate"] for r in by["pgbench es_append"]) if "pgbench es_append" in by else None
+    es = (
+        statistics.median(r["rate"] for r in by["pgbench es_append"])
+        if "pgbench es_append" in by
+        else None
+    )
 
     def med(rs, key):
         vals = [r[key] for r in rs if r.get(key) is not None]
         return f"{statistics.median(vals):,.0f}" if vals else "n/a"
 
-    table = ["| variant | appends/s (median) | best | µs/append | client CPU µs | server CPU µs | x store "
-             "| % of pgbench es_append | foreign cores |", "|---|---|---|---|---|---|---|---|---|"]
+    table = [
+        "| variant | appends/s (median) | best | µs/append | client CPU µs | server CPU µs | x store "
+        "| % of pgbench es_append | foreign cores |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for variant, rs in by.items():
         rate = statistics.median(r["rate"] for r in rs)
         best = max(r["rate"] for r in rs)
-        table.append(f"| {variant} | {rate:,.0f} | {best:,.0f} | {med(rs, 'us')} | {med(rs, 'client_us')} "
-                     f"| {med(rs, 'server_us')} | {rate / ref:.2f} | "
-                     f"{'n/a' if not es else f'{100 * rate / es:.0f} %'} "
-                     f"| {statistics.median(r.get('foreign_cores', 0) for r in rs):.2f} |")
+        table.append(
+            f"| {variant} | {rate:,.0f} | {best:,.0f} | {med(rs, 'us')} | {med(rs, 'client_us')} "
+            f"| {med(rs, 'server_us')} | {rate / ref:.2f} | "
+            f"{'n/a' if not es else f'{100 * rate / es:.0f} %'} "
+            f"| {statistics.median(r.get('foreign_cores', 0) for r in rs):.2f} |"
+        )
     report += ["", f"## what-if variants (median of {a.reps}, N={a.n} per run)", "", *table]
     path = os.path.join(results, f"profile-{stamp}.md")
     with open(path, "w") as handle:

@@ -44,35 +44,98 @@ NOISY = 0.3  # foreign cores above which a figure is flagged
 
 # (label, test, receipt key, peer key); peer key None: the figure exists for Receipt only
 FIGURES = [
-    ("drain, launch → all done (jobs/s)", "drain", "jobs_per_s_from_launch", "jobs_per_s_from_launch"),
+    (
+        "drain, launch → all done (jobs/s)",
+        "drain",
+        "jobs_per_s_from_launch",
+        "jobs_per_s_from_launch",
+    ),
     ("drain, 1st body → all done (jobs/s)", "drain", "jobs_per_s_steady", "jobs_per_s_steady"),
     ("drain, launch → 1st body (s)", "drain", "first_start_s", "first_start_s"),
     ("drain, last body → all recorded (s)", "drain", "bookkeeping_lag_s", "bookkeeping_lag_s"),
     ("enqueue 1-by-1, caller (jobs/s)", "enqueue_single", "caller_per_s", "jobs_per_s"),
-    ("enqueue 1-by-1, until dispatched (jobs/s; peers: = caller)", "enqueue_single", "dispatched_per_s", "jobs_per_s"),
-    ("enqueue bulk, until dispatched (jobs/s; peers: = caller)", "enqueue_bulk", "dispatched_per_s", "jobs_per_s"),
+    (
+        "enqueue 1-by-1, until dispatched (jobs/s; peers: = caller)",
+        "enqueue_single",
+        "dispatched_per_s",
+        "jobs_per_s",
+    ),
+    (
+        "enqueue bulk, until dispatched (jobs/s; peers: = caller)",
+        "enqueue_bulk",
+        "dispatched_per_s",
+        "jobs_per_s",
+    ),
     ("enqueue bulk, caller (jobs/s)", "enqueue_bulk", "caller_per_s", None),
     ("latency enqueue → start p50 (ms)", "latency", "p50_ms", "p50_ms"),
     ("latency enqueue → start p95 (ms)", "latency", "p95_ms", "p95_ms"),
 ]
 # (label, test, receipt key, peer, peer key, target multiple or None)
 RATIOS = [
-    ("T-3 drain launch → done / procrastinate", "drain", "jobs_per_s_from_launch", "procrastinate",
-     "jobs_per_s_from_launch", 1.0),
-    ("T-3 floor: drain launch → done / django-q2 ORM (CONN_MAX_AGE=60)", "drain",
-     "jobs_per_s_from_launch", "djq-orm-cma60", "jobs_per_s_from_launch", 2.0),
-    ("drain 1st body → done / procrastinate", "drain", "jobs_per_s_steady", "procrastinate",
-     "jobs_per_s_steady", None),
-    ("drain 1st body → done / django-q2 ORM (CONN_MAX_AGE=60)", "drain", "jobs_per_s_steady",
-     "djq-orm-cma60", "jobs_per_s_steady", None),
-    ("T-1 enqueue 1-by-1 (caller) / procrastinate defer", "enqueue_single", "caller_per_s",
-     "procrastinate", "jobs_per_s", 1.0),
-    ("enqueue 1-by-1 until dispatched / procrastinate defer", "enqueue_single", "dispatched_per_s",
-     "procrastinate", "jobs_per_s", 1.0),
-    ("T-1 enqueue_many until dispatched / procrastinate batch_defer", "enqueue_bulk",
-     "dispatched_per_s", "procrastinate", "jobs_per_s", 1.0),
-    ("enqueue_many caller / procrastinate batch_defer", "enqueue_bulk", "caller_per_s",
-     "procrastinate", "jobs_per_s", None),
+    (
+        "T-3 drain launch → done / procrastinate",
+        "drain",
+        "jobs_per_s_from_launch",
+        "procrastinate",
+        "jobs_per_s_from_launch",
+        1.0,
+    ),
+    (
+        "T-3 floor: drain launch → done / django-q2 ORM (CONN_MAX_AGE=60)",
+        "drain",
+        "jobs_per_s_from_launch",
+        "djq-orm-cma60",
+        "jobs_per_s_from_launch",
+        2.0,
+    ),
+    (
+        "drain 1st body → done / procrastinate",
+        "drain",
+        "jobs_per_s_steady",
+        "procrastinate",
+        "jobs_per_s_steady",
+        None,
+    ),
+    (
+        "drain 1st body → done / django-q2 ORM (CONN_MAX_AGE=60)",
+        "drain",
+        "jobs_per_s_steady",
+        "djq-orm-cma60",
+        "jobs_per_s_steady",
+        None,
+    ),
+    (
+        "T-1 enqueue 1-by-1 (caller) / procrastinate defer",
+        "enqueue_single",
+        "caller_per_s",
+        "procrastinate",
+        "jobs_per_s",
+        1.0,
+    ),
+    (
+        "enqueue 1-by-1 until dispatched / procrastinate defer",
+        "enqueue_single",
+        "dispatched_per_s",
+        "procrastinate",
+        "jobs_per_s",
+        1.0,
+    ),
+    (
+        "T-1 enqueue_many until dispatched / procrastinate batch_defer",
+        "enqueue_bulk",
+        "dispatched_per_s",
+        "procrastinate",
+        "jobs_per_s",
+        1.0,
+    ),
+    (
+        "enqueue_many caller / procrastinate batch_defer",
+        "enqueue_bulk",
+        "caller_per_s",
+        "procrastinate",
+        "jobs_per_s",
+        None,
+    ),
 ]
 # (label, system, key, limit in ms)
 LATENCY_TARGETS = [
@@ -100,7 +163,9 @@ class Out:
         with self.path.open("a") as handle:
             handle.write(json.dumps(rec) + "\n")
         self.records.append(rec)
-        short = {k: v for k, v in rec.items() if k not in ("lat_ms", "warmup_ms", "settings", "top")}
+        short = {
+            k: v for k, v in rec.items() if k not in ("lat_ms", "warmup_ms", "settings", "top")
+        }
         log("  -> " + json.dumps(short))
         return rec
 
@@ -122,7 +187,7 @@ def _group(pgid: int) -> list[int]:
             try:
                 with open(f"/proc/{entry}/stat") as handle:
                     stat = handle.read()
-                if int(stat[stat.rindex(")") + 2:].split()[2]) == pgid:
+                if int(stat[stat.rindex(")") + 2 :].split()[2]) == pgid:
                     members.append(int(entry))
             except (OSError, ValueError, IndexError):
                 pass
@@ -160,8 +225,9 @@ def stop_recorded(pids_file: Path, needle: bytes) -> None:
     pids_file.write_text("")
 
 
-def run_child(cmd: list[str], env: dict, timeout: float, log_path: Path,
-              echo: bool = False) -> tuple[int | None, list[str]]:
+def run_child(
+    cmd: list[str], env: dict, timeout: float, log_path: Path, echo: bool = False
+) -> tuple[int | None, list[str]]:
     """Run cmd in its own session; return (exit code or None on timeout, stdout lines).
     stdout lines are echoed to stderr if asked, stderr goes to log_path. On timeout: SIGTERM
     to the child (it stops its own workers), SIGKILL to its process group after 45 s."""
@@ -169,8 +235,15 @@ def run_child(cmd: list[str], env: dict, timeout: float, log_path: Path,
     with log_path.open("ab") as err:
         err.write(f"$ {' '.join(cmd)}\n".encode())
         err.flush()
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=err,
-                                start_new_session=True, text=True)
+        proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err,
+            start_new_session=True,
+            text=True,
+        )
 
         def pump() -> None:
             for line in proc.stdout:
@@ -199,9 +272,23 @@ def run_child(cmd: list[str], env: dict, timeout: float, log_path: Path,
 def receipt_figure(a, out: Out, rep: int, figure: str, broker: str, system: str) -> None:
     n = {"drain": a.n, "latency": a.latency_n}.get(figure, a.enqueue_n)
     timeout = {"drain": 180 + n / 5, "latency": 180 + 2 * n}.get(figure, 180 + n / 10)
-    cmd = [sys.executable, str(HERE / "delivery_figures.py"), figure, "--database-url",
-           a.database_url, "--broker", broker, "--n", str(n), "--seed", str(1000 + rep),
-           "--logs", str(a.logdir), "--enqueue-kind", a.enqueue_kind]
+    cmd = [
+        sys.executable,
+        str(HERE / "delivery_figures.py"),
+        figure,
+        "--database-url",
+        a.database_url,
+        "--broker",
+        broker,
+        "--n",
+        str(n),
+        "--seed",
+        str(1000 + rep),
+        "--logs",
+        str(a.logdir),
+        "--enqueue-kind",
+        a.enqueue_kind,
+    ]
     env = {**os.environ, "BENCH_WORKER_PIDS": str(a.receipt_pids), "PYTHONUNBUFFERED": "1"}
     log(f"[rep {rep}] {system} {figure} (n={n})")
     rc, lines = run_child(cmd, env, timeout, a.logdir / f"{system}-{figure}.log")
@@ -211,7 +298,9 @@ def receipt_figure(a, out: Out, rep: int, figure: str, broker: str, system: str)
         if line.startswith("RESULT "):
             result = json.loads(line[7:])
     if result is None:
-        tail = (a.logdir / f"{system}-{figure}.log").read_text(errors="replace").strip().splitlines()
+        tail = (
+            (a.logdir / f"{system}-{figure}.log").read_text(errors="replace").strip().splitlines()
+        )
         error = f"rc={rc}: " + " | ".join(tail[-3:])[-600:]
         out.write({"system": system, "rep": rep, "test": figure, "error": error})
         return
@@ -227,8 +316,12 @@ class Peers:
         self.redis_port: int | None = None
         self.python = PEERS_VENV / "bin" / "python"
         parts = urlsplit(a.database_url)
-        self.pg = {"host": parts.hostname or "127.0.0.1", "port": parts.port or 5432,
-                   "user": parts.username or "postgres", "password": parts.password}
+        self.pg = {
+            "host": parts.hostname or "127.0.0.1",
+            "port": parts.port or 5432,
+            "user": parts.username or "postgres",
+            "password": parts.password,
+        }
 
     def prepare(self) -> None:
         if not (PEERS_DIR / "runner.py").exists():
@@ -236,18 +329,40 @@ class Peers:
         if not self.python.exists():
             log(f"creating {PEERS_VENV}")
             subprocess.run(["python3", "-m", "venv", str(PEERS_VENV)], check=True)
-        probe = [str(self.python), "-c", "import celery, django, django_q, procrastinate, psycopg, redis"]
+        probe = [
+            str(self.python),
+            "-c",
+            "import celery, django, django_q, procrastinate, psycopg, redis",
+        ]
         if subprocess.run(probe, capture_output=True).returncode != 0:
             log(f"installing {PEERS_DIR / 'requirements.txt'} into {PEERS_VENV}")
-            subprocess.run([str(self.python), "-m", "pip", "install", "-q", "-r",
-                            str(PEERS_DIR / "requirements.txt")], check=True)
+            subprocess.run(
+                [
+                    str(self.python),
+                    "-m",
+                    "pip",
+                    "install",
+                    "-q",
+                    "-r",
+                    str(PEERS_DIR / "requirements.txt"),
+                ],
+                check=True,
+            )
         PEERS_RUNDIR.mkdir(parents=True, exist_ok=True)
         (PEERS_RUNDIR / "worker.pids").write_text("")
         import psycopg
 
-        admin = psycopg.connect(host=self.pg["host"], port=self.pg["port"], user=self.pg["user"],
-                                password=self.pg["password"], dbname="postgres", autocommit=True)
-        if not admin.execute("SELECT 1 FROM pg_database WHERE datname=%s", [self.a.peers_db]).fetchone():
+        admin = psycopg.connect(
+            host=self.pg["host"],
+            port=self.pg["port"],
+            user=self.pg["user"],
+            password=self.pg["password"],
+            dbname="postgres",
+            autocommit=True,
+        )
+        if not admin.execute(
+            "SELECT 1 FROM pg_database WHERE datname=%s", [self.a.peers_db]
+        ).fetchone():
             admin.execute(f'CREATE DATABASE "{self.a.peers_db}"')
             log(f"created database {self.a.peers_db}")
         # runner.py's "foreign CPU" treats the postmaster (and our Redis) as ours, as with its
@@ -270,10 +385,28 @@ class Peers:
             port = probe.getsockname()[1]
         pidfile = PEERS_RUNDIR / "redis.pid"
         pidfile.unlink(missing_ok=True)
-        subprocess.run(["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--save", "",
-                        "--appendonly", "no", "--daemonize", "yes", "--pidfile", str(pidfile),
-                        "--logfile", str(PEERS_RUNDIR / "redis.log"), "--dir", str(PEERS_RUNDIR)],
-                       check=True)
+        subprocess.run(
+            [
+                "redis-server",
+                "--bind",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--daemonize",
+                "yes",
+                "--pidfile",
+                str(pidfile),
+                "--logfile",
+                str(PEERS_RUNDIR / "redis.log"),
+                "--dir",
+                str(PEERS_RUNDIR),
+            ],
+            check=True,
+        )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -281,7 +414,9 @@ class Peers:
                     conn.sendall(b"PING\r\n")
                     if conn.recv(16).startswith(b"+PONG") and pidfile.exists():
                         self.redis_port = port
-                        log(f"private redis on 127.0.0.1:{port} (pid {pidfile.read_text().strip()})")
+                        log(
+                            f"private redis on 127.0.0.1:{port} (pid {pidfile.read_text().strip()})"
+                        )
                         return
             except OSError:
                 pass
@@ -303,12 +438,24 @@ class Peers:
         self.redis_port = None
 
     def env(self) -> dict:
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("RECEIPT_", "DJANGO_", "BENCH_")) and k not in ("DATABASE_URL", "VIRTUAL_ENV")}
-        env.update({"BENCH_PG_HOST": self.pg["host"], "BENCH_PG_PORT": str(self.pg["port"]),
-                    "BENCH_PG_USER": self.pg["user"], "BENCH_PG_DB": self.a.peers_db,
-                    "BENCH_RUNDIR": str(PEERS_RUNDIR), "BENCH_REDIS_HOST": "127.0.0.1",
-                    "BENCH_REDIS_PORT": str(self.redis_port or 6379), "PYTHONUNBUFFERED": "1"})
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("RECEIPT_", "DJANGO_", "BENCH_"))
+            and k not in ("DATABASE_URL", "VIRTUAL_ENV")
+        }
+        env.update(
+            {
+                "BENCH_PG_HOST": self.pg["host"],
+                "BENCH_PG_PORT": str(self.pg["port"]),
+                "BENCH_PG_USER": self.pg["user"],
+                "BENCH_PG_DB": self.a.peers_db,
+                "BENCH_RUNDIR": str(PEERS_RUNDIR),
+                "BENCH_REDIS_HOST": "127.0.0.1",
+                "BENCH_REDIS_PORT": str(self.redis_port or 6379),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         if self.pg["password"]:
             env["PGPASSWORD"] = self.pg["password"]
         return env
@@ -316,13 +463,32 @@ class Peers:
     def run_rep(self, out: Out, rep: int) -> None:
         raw = RESULTS / f"delivery-{self.stamp}-peers-r{rep}.jsonl"
         tests = "enqueue,bulk,drain,latency"
-        cmd = [str(self.python), str(PEERS_DIR / "runner.py"), "--peers", ",".join(self.a.peers),
-               "--reps", "1", "--tests", tests, "--no-pgbench", "--enqueue-n", str(self.a.enqueue_n),
-               "--drain-n", str(self.a.n), "--lat-n", str(self.a.latency_n), "--out", str(raw)]
-        log(f"[rep {rep}] peers: {', '.join(self.a.peers)} (harness runner.py, log {self.a.logdir}/peers.log)")
+        cmd = [
+            str(self.python),
+            str(PEERS_DIR / "runner.py"),
+            "--peers",
+            ",".join(self.a.peers),
+            "--reps",
+            "1",
+            "--tests",
+            tests,
+            "--no-pgbench",
+            "--enqueue-n",
+            str(self.a.enqueue_n),
+            "--drain-n",
+            str(self.a.n),
+            "--lat-n",
+            str(self.a.latency_n),
+            "--out",
+            str(raw),
+        ]
+        log(
+            f"[rep {rep}] peers: {', '.join(self.a.peers)} (harness runner.py, log {self.a.logdir}/peers.log)"
+        )
         per_peer = 300 + self.a.enqueue_n / 100 + self.a.n / 20 + 3 * self.a.latency_n
-        rc, lines = run_child(cmd, self.env(), per_peer * len(self.a.peers), self.a.logdir / "peers.log",
-                              echo=True)
+        rc, lines = run_child(
+            cmd, self.env(), per_peer * len(self.a.peers), self.a.logdir / "peers.log", echo=True
+        )
         stop_recorded(PEERS_RUNDIR / "worker.pids", b".peers-venv")
         records = []
         if raw.exists():
@@ -333,8 +499,14 @@ class Peers:
             rec["rep"] = rep
             out.write(rec)
         if rc != 0:
-            out.write({"system": "peers", "rep": rep, "test": "runner",
-                       "error": f"runner.py rc={rc}: " + " | ".join(lines[-3:])[-600:]})
+            out.write(
+                {
+                    "system": "peers",
+                    "rep": rep,
+                    "test": "runner",
+                    "error": f"runner.py rc={rc}: " + " | ".join(lines[-3:])[-600:],
+                }
+            )
 
 
 # ---------------------------------------------------------------- report
@@ -374,14 +546,23 @@ def report(records: list[dict], a) -> str:
         if system in ("machine", "meta") or test in ("settings", "noise"):
             continue
         if not _valid(rec):
-            why = rec.get("error") or (f"jobs/queued after {rec.get('jobs_after', rec.get('queued_after'))}, "
-                                       f"expected {rec.get('expected', rec.get('expected_queued'))}")
+            why = rec.get("error") or (
+                f"jobs/queued after {rec.get('jobs_after', rec.get('queued_after'))}, "
+                f"expected {rec.get('expected', rec.get('expected_queued'))}"
+            )
             errors.append(f"{system} {test} rep {rec.get('rep')}: {str(why)[:300]}")
             continue
         if system not in systems:
             systems.append(system)
         by.setdefault((system, test), {})[rec["rep"]] = rec
-    order = ["receipt", "receipt-redis", "procrastinate", "djq-orm-cma60", "djq-orm", "celery-redis"]
+    order = [
+        "receipt",
+        "receipt-redis",
+        "procrastinate",
+        "djq-orm-cma60",
+        "djq-orm",
+        "celery-redis",
+    ]
     systems.sort(key=lambda s: order.index(s) if s in order else len(order))
     if "peers" in systems:
         systems.remove("peers")
@@ -389,18 +570,26 @@ def report(records: list[dict], a) -> str:
     def values(system: str, test: str, key: str | None) -> dict[int, float]:
         if key is None:
             return {}
-        return {rep: rec[key] for rep, rec in by.get((system, test), {}).items()
-                if isinstance(rec.get(key), (int, float))}
+        return {
+            rep: rec[key]
+            for rep, rec in by.get((system, test), {}).items()
+            if isinstance(rec.get(key), (int, float))
+        }
 
-    lines = [f"Cells: min / **median** / max over {a.reps} interleaved repetition(s); "
-             f"drain N={a.n}, enqueue N={a.enqueue_n}, latency N={a.latency_n}, 2 workers.", ""]
+    lines = [
+        f"Cells: min / **median** / max over {a.reps} interleaved repetition(s); "
+        f"drain N={a.n}, enqueue N={a.enqueue_n}, latency N={a.latency_n}, 2 workers.",
+        "",
+    ]
     lines.append("| figure | " + " | ".join(systems) + " |")
     lines.append("|---|" + "---|" * len(systems))
     for label, test, rkey, pkey in FIGURES:
         cells = []
         for s in systems:
             key = rkey if s.startswith("receipt") else pkey
-            cells.append(_mmm(list(values(s, test, key).values())) if by.get((s, test)) and key else "-")
+            cells.append(
+                _mmm(list(values(s, test, key).values())) if by.get((s, test)) and key else "-"
+            )
         if any(c != "-" for c in cells):
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
 
@@ -419,11 +608,17 @@ def report(records: list[dict], a) -> str:
         vals = list(values(system, "latency", key).values())
         if vals:
             met = statistics.median(vals) <= limit
-            ratio_lines.append(f"| {label} | {_mmm(vals)} ms | <= {limit:.0f} ms "
-                               f"({'met' if met else '**not met**'}) |")
+            ratio_lines.append(
+                f"| {label} | {_mmm(vals)} ms | <= {limit:.0f} ms "
+                f"({'met' if met else '**not met**'}) |"
+            )
     if ratio_lines:
-        lines += ["", "| ratio receipt / peer (per repetition) or absolute figure | value "
-                      "(min / **median** / max) | target (on the median) |", "|---|---|---|"]
+        lines += [
+            "",
+            "| ratio receipt / peer (per repetition) or absolute figure | value "
+            "(min / **median** / max) | target (on the median) |",
+            "|---|---|---|",
+        ]
         lines += ratio_lines
 
     noise_rows = []
@@ -433,13 +628,25 @@ def report(records: list[dict], a) -> str:
             vals = list(values(s, test, "foreign_cpu_cores").values())
             cells.append(f"{statistics.median(vals):.2f}" if vals else "-")
         noise_rows.append(f"| {test} | " + " | ".join(cells) + " |")
-    lines += ["", "Foreign CPU (cores busy with processes that are not part of the measurement, median):",
-              "", "| figure | " + " | ".join(systems) + " |", "|---|" + "---|" * len(systems), *noise_rows]
-    noisy = [r for r in records if isinstance(r.get("foreign_cpu_cores"), (int, float))
-             and r["foreign_cpu_cores"] > NOISY]
+    lines += [
+        "",
+        "Foreign CPU (cores busy with processes that are not part of the measurement, median):",
+        "",
+        "| figure | " + " | ".join(systems) + " |",
+        "|---|" + "---|" * len(systems),
+        *noise_rows,
+    ]
+    noisy = [
+        r
+        for r in records
+        if isinstance(r.get("foreign_cpu_cores"), (int, float)) and r["foreign_cpu_cores"] > NOISY
+    ]
     if noisy:
-        lines += ["", f"WARNING: {len(noisy)} measurement(s) ran while other processes used more than "
-                      f"{NOISY} cores; the ratios of those repetitions are unreliable."]
+        lines += [
+            "",
+            f"WARNING: {len(noisy)} measurement(s) ran while other processes used more than "
+            f"{NOISY} cores; the ratios of those repetitions are unreliable.",
+        ]
     if errors:
         lines += ["", "Failed or excluded measurements:"] + [f"- {e}" for e in errors]
     return "\n".join(lines)
@@ -450,57 +657,113 @@ def meta(a, peers: Peers | None) -> dict:
     import django
     import psycopg
 
-    info = {"system": "meta", "test": "settings", "cpus": os.cpu_count(),
-            "python": sys.version.split()[0], "django": django.get_version(),
-            "psycopg": psycopg.__version__, "args": {k: str(v) for k, v in vars(a).items()}}
+    info = {
+        "system": "meta",
+        "test": "settings",
+        "cpus": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "django": django.get_version(),
+        "psycopg": psycopg.__version__,
+        "args": {k: str(v) for k, v in vars(a).items()},
+    }
     try:
-        conn = psycopg.connect(a.database_url.replace("postgres://", "postgresql://", 1), autocommit=True,
-                               dbname="postgres")
-        info.update(zip(("server", "fsync", "synchronous_commit", "shared_buffers"), conn.execute(
-            "SELECT version(), current_setting('fsync'), current_setting('synchronous_commit'), "
-            "current_setting('shared_buffers')").fetchone(), strict=True))
+        conn = psycopg.connect(
+            a.database_url.replace("postgres://", "postgresql://", 1),
+            autocommit=True,
+            dbname="postgres",
+        )
+        info.update(
+            zip(
+                ("server", "fsync", "synchronous_commit", "shared_buffers"),
+                conn.execute(
+                    "SELECT version(), current_setting('fsync'), current_setting('synchronous_commit'), "
+                    "current_setting('shared_buffers')"
+                ).fetchone(),
+                strict=True,
+            )
+        )
         conn.close()
     except Exception as error:
         info["server_error"] = str(error)
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                             text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                               capture_output=True, text=True, timeout=10)
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         info["git"] = rev.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except Exception:
         pass
     if peers is not None:
-        frozen = subprocess.run([str(peers.python), "-m", "pip", "freeze"], capture_output=True, text=True)
+        frozen = subprocess.run(
+            [str(peers.python), "-m", "pip", "freeze"], capture_output=True, text=True
+        )
         wanted = ("django==", "django-q2==", "procrastinate==", "celery==", "psycopg==", "redis==")
-        info["peer_versions"] = [x for x in frozen.stdout.splitlines() if x.lower().startswith(wanted)]
+        info["peer_versions"] = [
+            x for x in frozen.stdout.splitlines() if x.lower().startswith(wanted)
+        ]
     return info
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--reps", type=int, default=None, help="interleaved repetitions (default 3)")
     ap.add_argument("--n", type=int, default=None, help="drain jobs (default 3000)")
     ap.add_argument("--enqueue-n", type=int, default=None, help="enqueue jobs (default 5000)")
     ap.add_argument("--latency-n", type=int, default=None, help="latency samples (default 100)")
-    ap.add_argument("--quick", action="store_true",
-                    help="smoke run: 1 rep, drain 300, enqueue 500, latency 20 (unless given)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="smoke run: 1 rep, drain 300, enqueue 500, latency 20 (unless given)",
+    )
     ap.add_argument("--database-url", default=DEFAULT_URL)
-    ap.add_argument("--redis-broker", default="redis://127.0.0.1:6379/13",
-                    help="Receipt's Redis broker for the extra latency figure; 'none' to skip")
+    ap.add_argument(
+        "--redis-broker",
+        default="redis://127.0.0.1:6379/13",
+        help="Receipt's Redis broker for the extra latency figure; 'none' to skip",
+    )
     ap.add_argument("--skip-peers", action="store_true")
-    ap.add_argument("--peers", default=DEFAULT_PEERS, help=f"harness labels (default {DEFAULT_PEERS})")
-    ap.add_argument("--peers-db", default="receipt_peers", help="peers' database on the same server")
-    ap.add_argument("--figures", default="drain,enqueue_single,enqueue_bulk,latency",
-                    help="Receipt figures to run")
-    ap.add_argument("--enqueue-kind", default="factory.dispatch",
-                    help="payload kind of the enqueue figures (factory.dispatch: no ledger rows)")
-    ap.add_argument("--report", nargs="+", metavar="JSONL",
-                    help="only print the report of earlier raw files (bench/results/delivery-*.jsonl)")
+    ap.add_argument(
+        "--peers", default=DEFAULT_PEERS, help=f"harness labels (default {DEFAULT_PEERS})"
+    )
+    ap.add_argument(
+        "--peers-db", default="receipt_peers", help="peers' database on the same server"
+    )
+    ap.add_argument(
+        "--figures",
+        default="drain,enqueue_single,enqueue_bulk,latency",
+        help="Receipt figures to run",
+    )
+    ap.add_argument(
+        "--enqueue-kind",
+        default="factory.dispatch",
+        help="payload kind of the enqueue figures (factory.dispatch: no ledger rows)",
+    )
+    ap.add_argument(
+        "--report",
+        nargs="+",
+        metavar="JSONL",
+        help="only print the report of earlier raw files (bench/results/delivery-*.jsonl)",
+    )
     a = ap.parse_args()
     if a.report:
-        records = [json.loads(x) for path in a.report for x in Path(path).read_text().splitlines()
-                   if x.strip()]
+        records = [
+            json.loads(x)
+            for path in a.report
+            for x in Path(path).read_text().splitlines()
+            if x.strip()
+        ]
         args = next((r["args"] for r in records if r.get("system") == "meta"), {})
         for key in ("n", "enqueue_n", "latency_n"):
             setattr(a, key, args.get(key, "?"))
@@ -525,9 +788,13 @@ def main() -> None:
     if redis_ok:
         parts = urlsplit(a.redis_broker)
         try:
-            socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 6379), timeout=2).close()
+            socket.create_connection(
+                (parts.hostname or "127.0.0.1", parts.port or 6379), timeout=2
+            ).close()
         except OSError as error:
-            log(f"Redis broker {a.redis_broker} not reachable ({error}): skipping the Redis latency figure")
+            log(
+                f"Redis broker {a.redis_broker} not reachable ({error}): skipping the Redis latency figure"
+            )
             redis_ok = False
 
     peers = None if a.skip_peers else Peers(a, stamp)
@@ -550,10 +817,12 @@ def main() -> None:
             peers.stop_redis()
     text = report(out.records, a)
     where = urlsplit(a.database_url)
-    header = (f"# Delivery figures {stamp}\n\n{os.cpu_count()} cores; PostgreSQL {where.hostname}:"
-              f"{where.port or 5432}, database {where.path.lstrip('/')}"
-              + ("" if a.skip_peers else f" (peers: {a.peers_db}, same server)")
-              + f"; Receipt enqueue payload kind {a.enqueue_kind}; {time.monotonic() - t_all:.0f} s\n\n")
+    header = (
+        f"# Delivery figures {stamp}\n\n{os.cpu_count()} cores; PostgreSQL {where.hostname}:"
+        f"{where.port or 5432}, database {where.path.lstrip('/')}"
+        + ("" if a.skip_peers else f" (peers: {a.peers_db}, same server)")
+        + f"; Receipt enqueue payload kind {a.enqueue_kind}; {time.monotonic() - t_all:.0f} s\n\n"
+    )
     (RESULTS / f"delivery-{stamp}.md").write_text(header + text + "\n")
     log(f"done in {time.monotonic() - t_all:.0f} s; raw: {out.path}; logs: {a.logdir}")
     print(header + text)

@@ -79,16 +79,19 @@ def _secondary_ddl() -> tuple[list[str], list[str], list[str]]:
     drops, creates_c, creates_i = [], [], []
     for table in _LOAD_TABLES:
         for name, definition in sql(
-                "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
-                "WHERE conrelid = %s::regclass AND contype = 'u'", [table]):
+            "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
+            "WHERE conrelid = %s::regclass AND contype = 'u'",
+            [table],
+        ):
             drops.append(f'ALTER TABLE {table} DROP CONSTRAINT "{name}"')
             creates_c.append(f'ALTER TABLE {table} ADD CONSTRAINT "{name}" {definition}')
         for name, definition in sql(
-                "SELECT i.relname, pg_get_indexdef(x.indexrelid) FROM pg_index x "
-                "JOIN pg_class i ON i.oid = x.indexrelid "
-                "WHERE x.indrelid = %s::regclass AND NOT x.indisprimary "
-                "AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = x.indexrelid)",
-                [table]):
+            "SELECT i.relname, pg_get_indexdef(x.indexrelid) FROM pg_index x "
+            "JOIN pg_class i ON i.oid = x.indexrelid "
+            "WHERE x.indrelid = %s::regclass AND NOT x.indisprimary "
+            "AND NOT EXISTS (SELECT 1 FROM pg_constraint c WHERE c.conindid = x.indexrelid)",
+            [table],
+        ):
             drops.append(f'DROP INDEX "{name}"')
             creates_i.append(definition)
     return drops, creates_c, creates_i
@@ -109,8 +112,10 @@ def build(n: int, scenario: str, workers: int) -> dict[str, Any]:
     for statement in drops:
         sql(statement)
     connections.close_all()  # no connection crosses the fork
-    chunks = [(start, plan[start:start + CHUNK_JOBS], n, SEED, scenario, now)
-              for start in range(0, n, CHUNK_JOBS)]
+    chunks = [
+        (start, plan[start : start + CHUNK_JOBS], n, SEED, scenario, now)
+        for start in range(0, n, CHUNK_JOBS)
+    ]
     seq = 0
     totals = {"receipts": 0, "jobs": 0}
     ctx = multiprocessing.get_context("fork")
@@ -125,18 +130,21 @@ def build(n: int, scenario: str, workers: int) -> dict[str, Any]:
             seq += len(lines)
             with raw.cursor() as cursor:
                 for table, columns, data in (
-                        ("receipt_receipt", scale_data.RECEIPT_COLUMNS, block),
-                        ("receipt_stream", scale_data.STREAM_COLUMNS, part["streams"]),
-                        ("jobs_job", scale_data.JOB_COLUMNS, part["jobs"]),
-                        ("jobs_delivery_promise", scale_data.PROMISE_COLUMNS, part["promises"])):
+                    ("receipt_receipt", scale_data.RECEIPT_COLUMNS, block),
+                    ("receipt_stream", scale_data.STREAM_COLUMNS, part["streams"]),
+                    ("jobs_job", scale_data.JOB_COLUMNS, part["jobs"]),
+                    ("jobs_delivery_promise", scale_data.PROMISE_COLUMNS, part["promises"]),
+                ):
                     with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
                         copy.write(data.encode())
             raw.commit() if not raw.autocommit else None
             totals["receipts"] += len(lines)
             totals["jobs"] += part["count"]
             if done % 25 == 0 or done == len(chunks):
-                log(f"  {scenario} {totals['jobs']:,}/{n:,} jobs, {totals['receipts']:,} receipts, "
-                    f"{time.monotonic() - started:.0f} s")
+                log(
+                    f"  {scenario} {totals['jobs']:,}/{n:,} jobs, {totals['receipts']:,} receipts, "
+                    f"{time.monotonic() - started:.0f} s"
+                )
     loaded = time.monotonic()
     sql("SET maintenance_work_mem = '512MB'")
     for statement in creates_c + creates_i:
@@ -147,9 +155,16 @@ def build(n: int, scenario: str, workers: int) -> dict[str, Any]:
         sql(f"VACUUM (ANALYZE) {table}")
     sql("CHECKPOINT")
     finished = time.monotonic()
-    return {"record": "build", "scenario": scenario, "n": n, "receipts": totals["receipts"],
-            "load_s": round(loaded - started, 1), "index_s": round(indexed - loaded, 1),
-            "analyze_s": round(finished - indexed, 1), "total_s": round(finished - started, 1)}
+    return {
+        "record": "build",
+        "scenario": scenario,
+        "n": n,
+        "receipts": totals["receipts"],
+        "load_s": round(loaded - started, 1),
+        "index_s": round(indexed - loaded, 1),
+        "analyze_s": round(finished - indexed, 1),
+        "total_s": round(finished - started, 1),
+    }
 
 
 # ---- timing -------------------------------------------------------------------------------
@@ -166,13 +181,15 @@ class Bench:
         user_model = get_user_model()
         user = user_model.objects.filter(username="scale-admin").first()
         if user is None:
-            user = user_model.objects.create_superuser("scale-admin", "scale@example.invalid",
-                                                       "scale-admin-password")
+            user = user_model.objects.create_superuser(
+                "scale-admin", "scale@example.invalid", "scale-admin-password"
+            )
         self.client = Client()
         self.client.force_login(user)
 
-    def figure(self, name: str, call: Callable[[], Any],
-               per: Callable[[], int] | None = None) -> None:
+    def figure(
+        self, name: str, call: Callable[[], Any], per: Callable[[], int] | None = None
+    ) -> None:
         from django.core.signals import request_started
         from django.db import connection, reset_queries
         from django.test.utils import CaptureQueriesContext
@@ -195,20 +212,31 @@ class Bench:
             call()
             times.append((time.perf_counter() - t0) * 1000 / (per() if per else 1))
         warm /= per() if per else 1
-        queries = [{"sql": q["sql"], "ms": round(float(q["time"]) * 1000, 3)}
-                   for q in captured_list]
+        queries = [
+            {"sql": q["sql"], "ms": round(float(q["time"]) * 1000, 3)} for q in captured_list
+        ]
         slow = sorted(queries, key=lambda q: -q["ms"])[:4]
-        record = {"record": "figure", "size": self.size, "scenario": self.scenario,
-                  "figure": name, "median_ms": round(statistics.median(times), 3),
-                  "min_ms": round(min(times), 3), "max_ms": round(max(times), 3),
-                  "warmup_ms": round(warm, 3), "queries": len(queries),
-                  "status": status if isinstance(status, int | str) else None,
-                  "slow_sql": slow, **noise.done()}
+        record = {
+            "record": "figure",
+            "size": self.size,
+            "scenario": self.scenario,
+            "figure": name,
+            "median_ms": round(statistics.median(times), 3),
+            "min_ms": round(min(times), 3),
+            "max_ms": round(max(times), 3),
+            "warmup_ms": round(warm, 3),
+            "queries": len(queries),
+            "status": status if isinstance(status, int | str) else None,
+            "slow_sql": slow,
+            **noise.done(),
+        }
         self.out.write(json.dumps(record) + "\n")
         self.out.flush()
-        log(f"  {self.scenario:7} {name:48} {record['median_ms']:9.2f} ms "
+        log(
+            f"  {self.scenario:7} {name:48} {record['median_ms']:9.2f} ms "
             f"({record['queries']} queries, status {record['status']}, "
-            f"foreign {record['foreign_cpu_cores']})")
+            f"foreign {record['foreign_cpu_cores']})"
+        )
 
     def get(self, url: str) -> Callable[[], Any]:
         def call() -> Any:
@@ -224,6 +252,7 @@ class Bench:
                 if content.startswith(b'{"jobs"'):
                     return f"rows {len(response.json()['jobs'])}"
             return response.status_code
+
         return call
 
 
@@ -238,33 +267,58 @@ def samples(n: int) -> dict[str, Any]:
     """Jobs picked from the middle of the store (untimed)."""
     mid = n // 2
     pick = {}
-    pick["settled"] = _sample("SELECT id FROM jobs_job WHERE status = 'completed' "
-                              "ORDER BY created_at DESC, id DESC OFFSET %s LIMIT 1", [mid // 2])
-    pick["progress"] = _sample(
-        "SELECT j.id FROM jobs_job j WHERE j.status = 'completed' AND EXISTS (SELECT 1 FROM "
-        "receipt_receipt r WHERE r.stream = 'jobs/' || j.id AND r.event_type = 'job.progress') "
-        "ORDER BY j.created_at DESC LIMIT 1 OFFSET 3") or pick["settled"]
-    pick["failed"] = _sample("SELECT id FROM jobs_job WHERE status = 'failed' "
-                             "ORDER BY created_at DESC OFFSET 3 LIMIT 1")
-    pick["queued"] = _sample("SELECT id FROM jobs_job WHERE status = 'queued' "
-                             "ORDER BY created_at DESC, id DESC OFFSET %s LIMIT 1",
-                             [max(0, _sample("SELECT count(*) FROM jobs_job WHERE status = 'queued'") // 2)])
-    pick["running"] = _sample("SELECT id FROM jobs_job WHERE status = 'running' "
-                              "ORDER BY created_at DESC LIMIT 1")
-    pick["session"] = _sample("SELECT session_key FROM jobs_job WHERE id = %s", [pick["settled"]]) or \
-        _sample("SELECT session_key FROM jobs_job WHERE session_key IS NOT NULL "
-                "ORDER BY created_at DESC LIMIT 1 OFFSET 5")
-    pick["objective"] = _sample("SELECT objective_id FROM jobs_job WHERE objective_id IS NOT NULL "
-                                "ORDER BY created_at DESC LIMIT 1 OFFSET 7")
+    pick["settled"] = _sample(
+        "SELECT id FROM jobs_job WHERE status = 'completed' "
+        "ORDER BY created_at DESC, id DESC OFFSET %s LIMIT 1",
+        [mid // 2],
+    )
+    pick["progress"] = (
+        _sample(
+            "SELECT j.id FROM jobs_job j WHERE j.status = 'completed' AND EXISTS (SELECT 1 FROM "
+            "receipt_receipt r WHERE r.stream = 'jobs/' || j.id AND r.event_type = 'job.progress') "
+            "ORDER BY j.created_at DESC LIMIT 1 OFFSET 3"
+        )
+        or pick["settled"]
+    )
+    pick["failed"] = _sample(
+        "SELECT id FROM jobs_job WHERE status = 'failed' ORDER BY created_at DESC OFFSET 3 LIMIT 1"
+    )
+    pick["queued"] = _sample(
+        "SELECT id FROM jobs_job WHERE status = 'queued' "
+        "ORDER BY created_at DESC, id DESC OFFSET %s LIMIT 1",
+        [max(0, _sample("SELECT count(*) FROM jobs_job WHERE status = 'queued'") // 2)],
+    )
+    pick["running"] = _sample(
+        "SELECT id FROM jobs_job WHERE status = 'running' ORDER BY created_at DESC LIMIT 1"
+    )
+    pick["session"] = _sample(
+        "SELECT session_key FROM jobs_job WHERE id = %s", [pick["settled"]]
+    ) or _sample(
+        "SELECT session_key FROM jobs_job WHERE session_key IS NOT NULL "
+        "ORDER BY created_at DESC LIMIT 1 OFFSET 5"
+    )
+    pick["objective"] = _sample(
+        "SELECT objective_id FROM jobs_job WHERE objective_id IS NOT NULL "
+        "ORDER BY created_at DESC LIMIT 1 OFFSET 7"
+    )
     pick["org"] = "org-0003"
     from delivery import sql
 
-    pick["objectives"] = [r[0] for r in sql(
-        "SELECT DISTINCT objective_id FROM jobs_job WHERE objective_id IS NOT NULL "
-        "AND status IN ('queued', 'leased', 'running') ORDER BY 1 LIMIT 100")]
-    pick["verify"] = [r[0] for r in sql(
-        "SELECT 'jobs/' || id FROM jobs_job WHERE status IN ('completed', 'failed') "
-        "ORDER BY created_at DESC, id DESC OFFSET %s LIMIT 20", [mid // 3])]
+    pick["objectives"] = [
+        r[0]
+        for r in sql(
+            "SELECT DISTINCT objective_id FROM jobs_job WHERE objective_id IS NOT NULL "
+            "AND status IN ('queued', 'leased', 'running') ORDER BY 1 LIMIT 100"
+        )
+    ]
+    pick["verify"] = [
+        r[0]
+        for r in sql(
+            "SELECT 'jobs/' || id FROM jobs_job WHERE status IN ('completed', 'failed') "
+            "ORDER BY created_at DESC, id DESC OFFSET %s LIMIT 20",
+            [mid // 3],
+        )
+    ]
     return pick
 
 
@@ -278,6 +332,7 @@ def rolled_back(run: Callable[[int], Any]) -> Callable[[], str]:
             report = run(now_ms())
             transaction.set_rollback(True)
         return f"examined {getattr(report, 'examined', '?')} acted {getattr(report, 'acted', '?')}"
+
     return call
 
 
@@ -306,7 +361,11 @@ def measure(size: str, scenario: str, runs: int, out: Any) -> None:
             fetched["pages"] = 0
             for _ in range(pages):
                 fetched["pages"] += 1
-                url = "/jobs?" + query + (("&" if query else "") + f"cursor={cursor}" if cursor else "")
+                url = (
+                    "/jobs?"
+                    + query
+                    + (("&" if query else "") + f"cursor={cursor}" if cursor else "")
+                )
                 response = bench.client.get(url)
                 if response.status_code != 200:
                     raise RuntimeError(f"GET {url}: {response.status_code}")
@@ -316,13 +375,23 @@ def measure(size: str, scenario: str, runs: int, out: Any) -> None:
                 if not cursor:
                     break
             return seen
+
         return call
 
     if scenario == "mixed":
         fig("admin changelist", get(admin))
-        for query in ("status=failed", "status=queued", "status=running", "lane=steer",
-                      "agent=codex", "agent=agent-07", "kind=factory.task.monitor",
-                      "group=codex", f"org={pick['org']}", "status=failed&agent=factory"):
+        for query in (
+            "status=failed",
+            "status=queued",
+            "status=running",
+            "lane=steer",
+            "agent=codex",
+            "agent=agent-07",
+            "kind=factory.task.monitor",
+            "group=codex",
+            f"org={pick['org']}",
+            "status=failed&agent=factory",
+        ):
             fig(f"admin changelist ?{query}", get(f"{admin}?{query}"))
         fig("admin search id", get(f"{admin}?q={pick['settled']}"))
         fig("admin search session key", get(f"{admin}?q={pick['session']}"))
@@ -330,17 +399,33 @@ def measure(size: str, scenario: str, runs: int, out: Any) -> None:
         fig("admin job page (completed)", get(f"{admin}{pick['progress']}/change/"))
         fig("admin job page (running)", get(f"{admin}{pick['running']}/change/"))
         fig("GET /jobs", get("/jobs"))
-        for query in ("status=failed", "status=running", "agentId=codex", "kind=factory.run",
-                      "lane=chat", f"organizationId={pick['org']}",
-                      f"sessionKey={pick['session']}", f"objectiveId={pick['objective']}",
-                      "routedGroup=codex", "status=completed&agentId=agent-07"):
-            fig(f"GET /jobs?{query.split('=')[0] + '=<sample>' if 'Key=' in query or 'objectiveId=' in query else query}", get(f"/jobs?{query}"))
-        fig("GET /jobs keyset, per page (50 deep)", keyset(""),
-            per=lambda: fetched["pages"])
-        fig("GET /jobs?status=completed keyset, per page (50 deep)", keyset("status=completed"),
-            per=lambda: fetched["pages"])
-        fig("GET /jobs?agentId=codex keyset, per page (50 deep)", keyset("agentId=codex"),
-            per=lambda: fetched["pages"])
+        for query in (
+            "status=failed",
+            "status=running",
+            "agentId=codex",
+            "kind=factory.run",
+            "lane=chat",
+            f"organizationId={pick['org']}",
+            f"sessionKey={pick['session']}",
+            f"objectiveId={pick['objective']}",
+            "routedGroup=codex",
+            "status=completed&agentId=agent-07",
+        ):
+            fig(
+                f"GET /jobs?{query.split('=')[0] + '=<sample>' if 'Key=' in query or 'objectiveId=' in query else query}",
+                get(f"/jobs?{query}"),
+            )
+        fig("GET /jobs keyset, per page (50 deep)", keyset(""), per=lambda: fetched["pages"])
+        fig(
+            "GET /jobs?status=completed keyset, per page (50 deep)",
+            keyset("status=completed"),
+            per=lambda: fetched["pages"],
+        )
+        fig(
+            "GET /jobs?agentId=codex keyset, per page (50 deep)",
+            keyset("agentId=codex"),
+            per=lambda: fetched["pages"],
+        )
         fig("GET /jobs/<id>", get(f"/jobs/{pick['settled']}"))
         fig("GET /jobs/<id>/receipts", get(f"/jobs/{pick['progress']}/receipts"))
         fig("GET /jobs/<id>/diagnosis (completed)", get(f"/jobs/{pick['settled']}/diagnosis"))
@@ -365,8 +450,12 @@ def measure(size: str, scenario: str, runs: int, out: Any) -> None:
                 for fact in objective_selectors.active_job_facts(objective_id):
                     stale += bool(fact.is_active and is_stale(fact, now, judge))
             return len(pick["objectives"])
-        fig("watchdog facts, per objective (<=100 with active jobs)", watchdog_facts,
-            per=lambda: max(1, len(pick["objectives"])))
+
+        fig(
+            "watchdog facts, per objective (<=100 with active jobs)",
+            watchdog_facts,
+            per=lambda: max(1, len(pick["objectives"])),
+        )
         fig("watchdog handler scan", lambda: watchdog.scan(limit=200)["scanned"])
 
         def verify() -> int:
@@ -375,11 +464,14 @@ def measure(size: str, scenario: str, runs: int, out: Any) -> None:
                 if not result.ok:
                     raise RuntimeError(f"verify {stream}: {result.describe()}")
             return len(pick["verify"])
+
         fig("receipts verify (20 streams)", verify)
     else:
         fig("admin changelist", get(admin))
         fig("admin changelist ?status=queued", get(f"{admin}?status=queued"))
-        fig("admin changelist ?status=queued&agent=codex", get(f"{admin}?status=queued&agent=codex"))
+        fig(
+            "admin changelist ?status=queued&agent=codex", get(f"{admin}?status=queued&agent=codex")
+        )
         fig("admin changelist ?status=completed", get(f"{admin}?status=completed"))
         fig("admin search id (queued)", get(f"{admin}?q={pick['queued']}"))
         fig("admin job page (queued)", get(f"{admin}{pick['queued']}/change/"))
@@ -387,10 +479,12 @@ def measure(size: str, scenario: str, runs: int, out: Any) -> None:
         fig("GET /jobs?status=queued", get("/jobs?status=queued"))
         fig("GET /jobs?status=queued&agentId=codex", get("/jobs?status=queued&agentId=codex"))
         fig("GET /jobs?status=failed", get("/jobs?status=failed"))
-        fig("GET /jobs?status=queued keyset, per page (50 deep)", keyset("status=queued"),
-            per=lambda: fetched["pages"])
-        fig("GET /jobs keyset, per page (50 deep)", keyset(""),
-            per=lambda: fetched["pages"])
+        fig(
+            "GET /jobs?status=queued keyset, per page (50 deep)",
+            keyset("status=queued"),
+            per=lambda: fetched["pages"],
+        )
+        fig("GET /jobs keyset, per page (50 deep)", keyset(""), per=lambda: fetched["pages"])
         fig("GET /jobs/<id> (queued)", get(f"/jobs/{pick['queued']}"))
         fig("GET /jobs/<id>/diagnosis (queued)", get(f"/jobs/{pick['queued']}/diagnosis"))
         fig("admin dashboard.json", get(f"{admin}dashboard.json"))
@@ -400,8 +494,17 @@ def measure(size: str, scenario: str, runs: int, out: Any) -> None:
                 fig(f"loop pass: {loop.name}", rolled_back(loop.run))
 
 
-def _one(size: str, scenario: str, url: str, n: int, out: Any, runs: int, rebuild: bool,
-         build_only: bool, workers: int) -> None:
+def _one(
+    size: str,
+    scenario: str,
+    url: str,
+    n: int,
+    out: Any,
+    runs: int,
+    rebuild: bool,
+    build_only: bool,
+    workers: int,
+) -> None:
     from delivery import setup_django, sql
 
     setup_django(url, "orm")
@@ -411,8 +514,10 @@ def _one(size: str, scenario: str, url: str, n: int, out: Any, runs: int, rebuil
 
     jobs_count, streams = _counts()
     if rebuild or jobs_count != n or streams != n:
-        log(f"[{size}/{scenario}] building {n:,} jobs in {url} "
-            f"(found {jobs_count:,} jobs, {streams:,} streams)")
+        log(
+            f"[{size}/{scenario}] building {n:,} jobs in {url} "
+            f"(found {jobs_count:,} jobs, {streams:,} streams)"
+        )
         record = build(n, scenario, workers)
         record["size"] = size
         out.write(json.dumps(record) + "\n")
@@ -420,11 +525,23 @@ def _one(size: str, scenario: str, url: str, n: int, out: Any, runs: int, rebuil
         log(f"[{size}/{scenario}] built: {record}")
     else:
         log(f"[{size}/{scenario}] reusing {url} ({n:,} jobs)")
-    rows = sql("SELECT pg_database_size(current_database()), "
-               "(SELECT count(*) FROM receipt_receipt)")
-    out.write(json.dumps({"record": "store", "size": size, "scenario": scenario, "n": n,
-                          "bytes": rows[0][0], "receipts": rows[0][1],
-                          "server": connection.pg_version}) + "\n")
+    rows = sql(
+        "SELECT pg_database_size(current_database()), (SELECT count(*) FROM receipt_receipt)"
+    )
+    out.write(
+        json.dumps(
+            {
+                "record": "store",
+                "size": size,
+                "scenario": scenario,
+                "n": n,
+                "bytes": rows[0][0],
+                "receipts": rows[0][1],
+                "server": connection.pg_version,
+            }
+        )
+        + "\n"
+    )
     out.flush()
     if not build_only:
         log(f"[{size}/{scenario}] measuring")
@@ -456,15 +573,28 @@ def report(path: Path, server: str) -> str:
     builds = [r for r in records if r["record"] == "build"]
     stores = [r for r in records if r["record"] == "store"]
     if stores:
-        out += ["| store | jobs | receipts | database size | build (load + index + analyze) |",
-                "|---|---|---|---|---|"]
+        out += [
+            "| store | jobs | receipts | database size | build (load + index + analyze) |",
+            "|---|---|---|---|---|",
+        ]
         for s in stores:
-            b = next((b for b in builds if b.get("size") == s["size"]
-                      and b["scenario"] == s["scenario"]), None)
-            built = (f"{b['total_s']} s ({b['load_s']} + {b['index_s']} + {b['analyze_s']})"
-                     if b else "reused")
-            out.append(f"| {s['size']} {s['scenario']} | {s['n']:,} | {s['receipts']:,} | "
-                       f"{s['bytes'] / 2**20:,.0f} MiB | {built} |")
+            b = next(
+                (
+                    b
+                    for b in builds
+                    if b.get("size") == s["size"] and b["scenario"] == s["scenario"]
+                ),
+                None,
+            )
+            built = (
+                f"{b['total_s']} s ({b['load_s']} + {b['index_s']} + {b['analyze_s']})"
+                if b
+                else "reused"
+            )
+            out.append(
+                f"| {s['size']} {s['scenario']} | {s['n']:,} | {s['receipts']:,} | "
+                f"{s['bytes'] / 2**20:,.0f} MiB | {built} |"
+            )
         out.append("")
     head = "| scenario | figure | " + " | ".join(f"{s} ms" for s in sizes)
     head += " | " + " | ".join(f"{s}/{base}" for s in sizes[1:]) + " | queries | foreign cores |"
@@ -489,17 +619,26 @@ def report(path: Path, server: str) -> str:
             r = by.get((scenario, name, s))
             if r and b:
                 ratio = r["median_ms"] / max(b["median_ms"], 1e-6)
-                unfair = (str(b["status"]).startswith("rows") and b["status"] != r["status"])
+                unfair = str(b["status"]).startswith("rows") and b["status"] != r["status"]
                 miss = ratio > TARGET and s == top and not unfair
-                ratios.append(f"**{ratio:.2f}x miss**" if miss else
-                              f"{ratio:.2f}x n/c ({b['status']} vs {r['status'].split()[1]})"
-                              if unfair and ratio > TARGET else f"{ratio:.2f}x")
+                ratios.append(
+                    f"**{ratio:.2f}x miss**"
+                    if miss
+                    else f"{ratio:.2f}x n/c ({b['status']} vs {r['status'].split()[1]})"
+                    if unfair and ratio > TARGET
+                    else f"{ratio:.2f}x"
+                )
                 if miss:
                     misses.append((scenario, name, s, ratio, r))
             else:
                 ratios.append("-")
-        out.append(f"| {scenario} | {name} | " + " | ".join(cells) + " | " + " | ".join(ratios)
-                   + f" | {'/'.join(queries)} | {'/'.join(foreign)} |")
+        out.append(
+            f"| {scenario} | {name} | "
+            + " | ".join(cells)
+            + " | "
+            + " | ".join(ratios)
+            + f" | {'/'.join(queries)} | {'/'.join(foreign)} |"
+        )
         did = [str(by[(scenario, name, s)]["status"]) for s in sizes if (scenario, name, s) in by]
         if did and did[0].startswith("examined"):  # a loop: its cost per job it examined
             per = []
@@ -509,16 +648,27 @@ def report(path: Path, server: str) -> str:
                 per.append(r["median_ms"] / examined if r and examined else None)
             cells = [f"{p:,.3f}" if p is not None else "-" for p in per]
             ratios = [f"{p / per[0]:.2f}x" if p is not None and per[0] else "-" for p in per[1:]]
-            out.append(f"| {scenario} | {name}, per job examined ({'; '.join(did)}) | "
-                       + " | ".join(cells) + " | " + " | ".join(ratios) + " | | |")
-    out += ["", f"Target T-5: figure at {top} <= {TARGET}x its figure at {base}. "
-            f"{len(misses)} of {len(seen_keys)} figures miss (n/c: not comparable, the page at "
-            f"{base} had fewer rows than at {top}; loops: compare the per-job rows)."]
+            out.append(
+                f"| {scenario} | {name}, per job examined ({'; '.join(did)}) | "
+                + " | ".join(cells)
+                + " | "
+                + " | ".join(ratios)
+                + " | | |"
+            )
+    out += [
+        "",
+        f"Target T-5: figure at {top} <= {TARGET}x its figure at {base}. "
+        f"{len(misses)} of {len(seen_keys)} figures miss (n/c: not comparable, the page at "
+        f"{base} had fewer rows than at {top}; loops: compare the per-job rows).",
+    ]
     if misses:
         out += ["", f"### Misses: plans of the slowest statements on the {top} store", ""]
         for scenario, name, s, ratio, r in misses:
-            out += [f"#### {scenario}: {name} ({ratio:.2f}x; {r['median_ms']:,.1f} ms at {s}, "
-                    f"{r['queries']} queries)", ""]
+            out += [
+                f"#### {scenario}: {name} ({ratio:.2f}x; {r['median_ms']:,.1f} ms at {s}, "
+                f"{r['queries']} queries)",
+                "",
+            ]
             for q in r["slow_sql"][:2]:
                 if q["ms"] < 0.5 and q is not r["slow_sql"][0]:
                     continue
@@ -543,8 +693,17 @@ def main() -> None:
     if args.child:
         os.environ.setdefault("RECEIPT_LOG_LEVEL", "WARNING")
         out = (RESULTS / f"scale-{args.stamp}.jsonl").open("a")
-        _one(args.child, args.scenario, db_url(args.server, args.child, args.scenario),
-             SIZES[args.child], out, args.runs, args.rebuild, args.build_only, args.workers)
+        _one(
+            args.child,
+            args.scenario,
+            db_url(args.server, args.child, args.scenario),
+            SIZES[args.child],
+            out,
+            args.runs,
+            args.rebuild,
+            args.build_only,
+            args.workers,
+        )
         return
     if args.report:
         print(report(args.report, args.server))
@@ -559,9 +718,22 @@ def main() -> None:
     path = RESULTS / f"scale-{stamp}.jsonl"
     for size in sizes:
         for scenario in SCENARIOS:
-            command = [sys.executable, __file__, "--child", size, "--scenario", scenario,
-                       "--server", args.server, "--stamp", stamp, "--runs", str(args.runs),
-                       "--workers", str(args.workers)]
+            command = [
+                sys.executable,
+                __file__,
+                "--child",
+                size,
+                "--scenario",
+                scenario,
+                "--server",
+                args.server,
+                "--stamp",
+                stamp,
+                "--runs",
+                str(args.runs),
+                "--workers",
+                str(args.workers),
+            ]
             command += ["--rebuild"] if args.rebuild else []
             command += ["--build-only"] if args.build_only else []
             log(f"== {size} {scenario}: {' '.join(command[1:])}")

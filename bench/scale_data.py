@@ -26,25 +26,43 @@ from typing import Any
 AGENTS = (  # (agent id, weight, kinds)
     ("factory", 30, ("factory.run", "factory.task.run", "factory.dispatch")),
     ("factory-monitor", 12, ("factory.task.monitor",)),
-    ("codex", 12, ("factory.task.run", "factory.integration.validate",
-                   "factory.integration.publish")),
+    (
+        "codex",
+        12,
+        ("factory.task.run", "factory.integration.validate", "factory.integration.publish"),
+    ),
     ("factory-control", 6, ("factory.objective.control", "factory.objective.audit")),
     ("bench-noop", 10, ("factory.dispatch",)),
     *((f"agent-{n:02d}", 1, ("factory.run", "factory.dispatch")) for n in range(30)),
 )
 LANES = (("collect", 60), ("chat", 30), ("steer", 5), ("follow_up", 5))
-ERRORS = ("TimeoutError: the model did not answer within 600 s",
-          "RuntimeError: git push rejected (non-fast-forward)",
-          "ValueError: payload.prompt is empty",
-          "ConnectionResetError: [Errno 104] Connection reset by peer")
+ERRORS = (
+    "TimeoutError: the model did not answer within 600 s",
+    "RuntimeError: git push rejected (non-fast-forward)",
+    "ValueError: payload.prompt is empty",
+    "ConnectionResetError: [Errno 104] Connection reset by peer",
+)
 DAY = 86_400_000
 HOUR = 3_600_000
 
 # outcome -> share, per scenario
-MIXED = (("completed", 780), ("failed", 45), ("retry_completed", 35), ("canceled", 20),
-         ("queued", 40), ("queued_retry", 10), ("leased", 20), ("running", 50))
-BACKLOG = (("completed", 500), ("failed", 40), ("retry_completed", 30), ("canceled", 30),
-           ("queued", 400))
+MIXED = (
+    ("completed", 780),
+    ("failed", 45),
+    ("retry_completed", 35),
+    ("canceled", 20),
+    ("queued", 40),
+    ("queued_retry", 10),
+    ("leased", 20),
+    ("running", 50),
+)
+BACKLOG = (
+    ("completed", 500),
+    ("failed", 40),
+    ("retry_completed", 30),
+    ("canceled", 30),
+    ("queued", 400),
+)
 ACTIVE = frozenset({"queued", "queued_retry", "leased", "running"})
 
 
@@ -75,8 +93,12 @@ def _esc(value: Any) -> str:
         return "\\N"
     text = value if isinstance(value, str) else str(value)
     if "\\" in text or "\t" in text or "\n" in text or "\r" in text:
-        text = (text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n")
-                .replace("\r", "\\r"))
+        text = (
+            text.replace("\\", "\\\\")
+            .replace("\t", "\\t")
+            .replace("\n", "\\n")
+            .replace("\r", "\\r")
+        )
     return text
 
 
@@ -85,19 +107,56 @@ def _line(values: list[Any]) -> str:
 
 
 def _dumps(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False,
-                                                 separators=(",", ":"))
+    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
-RECEIPT_COLUMNS = ("seq", "stream", "stream_seq", "receipt_id", "ts", "prev", "hash",
-                   "event_type", "body", "context", "sealed", "hints", "event_id")
+RECEIPT_COLUMNS = (
+    "seq",
+    "stream",
+    "stream_seq",
+    "receipt_id",
+    "ts",
+    "prev",
+    "hash",
+    "event_type",
+    "body",
+    "context",
+    "sealed",
+    "hints",
+    "event_id",
+)
 STREAM_COLUMNS = ("name", "head", "receipt_count", "last_ts", "updated_at")
-JOB_COLUMNS = ("id", "agent_id", "lane", "kind", "status", "session_key", "organization_id",
-               "objective_id", "worker_group", "attempt", "lease_until", "created_at",
-               "updated_at", "state")
-PROMISE_COLUMNS = ("id", "function", "job_id", "attempt", "target_group", "dispatch_key",
-                   "state", "timeout_at", "created_at", "settled_at", "worker_id", "result",
-                   "available_at")
+JOB_COLUMNS = (
+    "id",
+    "agent_id",
+    "lane",
+    "kind",
+    "status",
+    "session_key",
+    "organization_id",
+    "objective_id",
+    "worker_group",
+    "attempt",
+    "lease_until",
+    "created_at",
+    "updated_at",
+    "state",
+)
+PROMISE_COLUMNS = (
+    "id",
+    "function",
+    "job_id",
+    "attempt",
+    "target_group",
+    "dispatch_key",
+    "state",
+    "timeout_at",
+    "created_at",
+    "settled_at",
+    "worker_id",
+    "result",
+    "available_at",
+)
 
 
 def build_chunk(args: tuple[int, list[tuple[int, str]], int, int, str, int]) -> dict[str, Any]:
@@ -129,15 +188,20 @@ def build_chunk(args: tuple[int, list[tuple[int, str]], int, int, str, int]) -> 
         job_id = f"{base36(created)}-{rng.getrandbits(48):012x}"
         stream = job_stream(job_id)
         org = f"org-{int(rng.paretovariate(1.2)) % n_orgs:04d}"
-        payload: dict[str, Any] = {"kind": kind, "authContext": {
-            "userId": f"user-{rng.randrange(5000)}", "organizationId": org},
-            "prompt": f"job {index}: " + "summarise the ticket and propose a fix " * rng.randint(1, 4)}
+        payload: dict[str, Any] = {
+            "kind": kind,
+            "authContext": {"userId": f"user-{rng.randrange(5000)}", "organizationId": org},
+            "prompt": f"job {index}: "
+            + "summarise the ticket and propose a fix " * rng.randint(1, 4),
+        }
         session = None
         if rng.random() < 0.3:
             session = f"chat:{rng.randrange(n_sessions)}"
         objective = task = None
-        if kind.startswith(("factory.task", "factory.objective", "factory.integration")) or \
-                rng.random() < 0.1:
+        if (
+            kind.startswith(("factory.task", "factory.objective", "factory.integration"))
+            or rng.random() < 0.1
+        ):
             objective = f"obj-{rng.randrange(n_objectives):06d}"
             payload["objectiveId"] = objective
             task = f"task-{rng.randrange(20)}"
@@ -150,10 +214,25 @@ def build_chunk(args: tuple[int, list[tuple[int, str]], int, int, str, int]) -> 
             context["objectiveId"] = objective
             context["taskId"] = task
         events: list[tuple[int, list[dict[str, Any]], dict[str, Any]]] = []  # (ts, bodies, ctx)
-        events.append((created, [{
-            "type": "job.enqueued", "jobId": job_id, "agentId": agent, "lane": lane,
-            "payload": payload, "maxAttempts": max_attempts, "sessionKey": session,
-            "singletonMode": "allow", "leaseMs": lease_ms}], {**context}))
+        events.append(
+            (
+                created,
+                [
+                    {
+                        "type": "job.enqueued",
+                        "jobId": job_id,
+                        "agentId": agent,
+                        "lane": lane,
+                        "payload": payload,
+                        "maxAttempts": max_attempts,
+                        "sessionKey": session,
+                        "singletonMode": "allow",
+                        "leaseMs": lease_ms,
+                    }
+                ],
+                {**context},
+            )
+        )
         t = created
         worker_group = None
         final_ts_cap = now - 1000
@@ -170,7 +249,9 @@ def build_chunk(args: tuple[int, list[tuple[int, str]], int, int, str, int]) -> 
         if outcome == "canceled" and rng.random() < 0.5:
             attempts = 0
         for attempt in range(1, attempts + 1):
-            worker = f"{agent}:host-{rng.randrange(8)}:{rng.randrange(1000, 60000)}/{rng.randrange(4)}"
+            worker = (
+                f"{agent}:host-{rng.randrange(8)}:{rng.randrange(1000, 60000)}/{rng.randrange(4)}"
+            )
             ts = step(rng.randrange(20, 3000) if attempt == 1 else rng.randrange(1000, 60000))
             if promise_settled is None:
                 promise_settled = ts
@@ -180,70 +261,214 @@ def build_chunk(args: tuple[int, list[tuple[int, str]], int, int, str, int]) -> 
             if outcome == "leased":  # delivered, the handler not started yet
                 events.append((ts, [leased], dict(context)))
                 break
-            events.append((ts, [leased, {"type": "job.heartbeat", "jobId": job_id, **fence,
-                                         "leaseUntil": until}], dict(context)))
+            events.append(
+                (
+                    ts,
+                    [
+                        leased,
+                        {"type": "job.heartbeat", "jobId": job_id, **fence, "leaseUntil": until},
+                    ],
+                    dict(context),
+                )
+            )
             for p in range(rng.choice((0, 0, 1, 2, 3))):
                 ts = step(rng.randrange(500, 120_000))
-                events.append((ts, [{"type": "job.progress", "jobId": job_id, **fence,
-                                     "progress": {"step": p + 1, "note": "working"}}], dict(context)))
+                events.append(
+                    (
+                        ts,
+                        [
+                            {
+                                "type": "job.progress",
+                                "jobId": job_id,
+                                **fence,
+                                "progress": {"step": p + 1, "note": "working"},
+                            }
+                        ],
+                        dict(context),
+                    )
+                )
             if rng.random() < 0.05:  # an operator steers it
                 ts = step(rng.randrange(500, 60_000))
                 command_id = f"cmd-{rng.getrandbits(64):016x}"
-                events.append((ts, [{"type": "queue.command", "jobId": job_id,
-                                     "commandId": command_id, "command": "steer",
-                                     "payload": {"text": "focus on the failing test"},
-                                     "by": "admin:ops", "lane": "steer"}],
-                               {**context, "actor": "admin:ops"}))
+                events.append(
+                    (
+                        ts,
+                        [
+                            {
+                                "type": "queue.command",
+                                "jobId": job_id,
+                                "commandId": command_id,
+                                "command": "steer",
+                                "payload": {"text": "focus on the failing test"},
+                                "by": "admin:ops",
+                                "lane": "steer",
+                            }
+                        ],
+                        {**context, "actor": "admin:ops"},
+                    )
+                )
                 ts = step(rng.randrange(100, 5000))
-                events.append((ts, [{"type": "queue.command.consumed", "jobId": job_id,
-                                     "commandIds": [command_id], **fence}], dict(context)))
+                events.append(
+                    (
+                        ts,
+                        [
+                            {
+                                "type": "queue.command.consumed",
+                                "jobId": job_id,
+                                "commandIds": [command_id],
+                                **fence,
+                            }
+                        ],
+                        dict(context),
+                    )
+                )
             if outcome == "running":
                 ts = step(rng.randrange(1000, 30_000))
-                events.append((ts, [{"type": "job.heartbeat", "jobId": job_id, **fence,
-                                     "leaseUntil": ts + lease_ms}], dict(context)))
+                events.append(
+                    (
+                        ts,
+                        [
+                            {
+                                "type": "job.heartbeat",
+                                "jobId": job_id,
+                                **fence,
+                                "leaseUntil": ts + lease_ms,
+                            }
+                        ],
+                        dict(context),
+                    )
+                )
                 break
             ts = step(rng.randrange(1000, 600_000))
             last = attempt == attempts
             if outcome in ("completed", "retry_completed") and last:
-                events.append((ts, [{"type": "job.completed", "jobId": job_id, **fence,
-                                     "result": {"ok": True, "summary": "done", "tokens": rng.randrange(10**5)}}],
-                               dict(context)))
+                events.append(
+                    (
+                        ts,
+                        [
+                            {
+                                "type": "job.completed",
+                                "jobId": job_id,
+                                **fence,
+                                "result": {
+                                    "ok": True,
+                                    "summary": "done",
+                                    "tokens": rng.randrange(10**5),
+                                },
+                            }
+                        ],
+                        dict(context),
+                    )
+                )
             elif outcome == "canceled":
-                events.append((ts, [{"type": "job.canceled", "jobId": job_id,
-                                     "reason": "abort requested", "by": "admin:ops", **fence}],
-                               dict(context)))
+                events.append(
+                    (
+                        ts,
+                        [
+                            {
+                                "type": "job.canceled",
+                                "jobId": job_id,
+                                "reason": "abort requested",
+                                "by": "admin:ops",
+                                **fence,
+                            }
+                        ],
+                        dict(context),
+                    )
+                )
             else:
                 retry = not last or outcome == "queued_retry"
-                events.append((ts, [{"type": "job.failed", "jobId": job_id, **fence,
-                                     "error": rng.choice(ERRORS), "noRetry": not retry,
-                                     "willRetry": retry}], dict(context)))
+                events.append(
+                    (
+                        ts,
+                        [
+                            {
+                                "type": "job.failed",
+                                "jobId": job_id,
+                                **fence,
+                                "error": rng.choice(ERRORS),
+                                "noRetry": not retry,
+                                "willRetry": retry,
+                            }
+                        ],
+                        dict(context),
+                    )
+                )
         if outcome == "canceled" and attempts == 0:
             ts = step(rng.randrange(1000, 600_000))
-            events.append((ts, [{"type": "job.canceled", "jobId": job_id,
-                                 "reason": "singleton cancel", "by": "admin:ops"}],
-                           {**context, "actor": "admin:ops"}))
+            events.append(
+                (
+                    ts,
+                    [
+                        {
+                            "type": "job.canceled",
+                            "jobId": job_id,
+                            "reason": "singleton cancel",
+                            "by": "admin:ops",
+                        }
+                    ],
+                    {**context, "actor": "admin:ops"},
+                )
+            )
         # seal and fold
         state = None
         prev = None
         stream_seq = 0
         for ts, bodies, ctx in events:
             for body in bodies:
-                receipt = seal(stream=stream, prev=prev, body=body, ts=ts,
-                               random_hex16=f"{rng.getrandbits(64):016x}", context=ctx)
+                receipt = seal(
+                    stream=stream,
+                    prev=prev,
+                    body=body,
+                    ts=ts,
+                    random_hex16=f"{rng.getrandbits(64):016x}",
+                    context=ctx,
+                )
                 stream_seq += 1
                 state = reduce(state, receipt)
-                receipts.append(_line([stream, stream_seq, receipt.id, ts, prev, receipt.hash,
-                                       body["type"], _dumps(body), _dumps(ctx), receipt.sealed,
-                                       None, None]))
+                receipts.append(
+                    _line(
+                        [
+                            stream,
+                            stream_seq,
+                            receipt.id,
+                            ts,
+                            prev,
+                            receipt.hash,
+                            body["type"],
+                            _dumps(body),
+                            _dumps(ctx),
+                            receipt.sealed,
+                            None,
+                            None,
+                        ]
+                    )
+                )
                 prev = receipt.hash
         assert state is not None
         row = row_for(state)
         worker_group = row["worker_group"]
         streams.append(_line([stream, prev, stream_seq, state.updated_at, state.updated_at]))
-        jobs.append(_line([row["id"], row["agent_id"], row["lane"], row["kind"], row["status"],
-                           row["session_key"], row["organization_id"], row["objective_id"],
-                           worker_group, row["attempt"], row["lease_until"], row["created_at"],
-                           row["updated_at"], _dumps(row["state"])]))
+        jobs.append(
+            _line(
+                [
+                    row["id"],
+                    row["agent_id"],
+                    row["lane"],
+                    row["kind"],
+                    row["status"],
+                    row["session_key"],
+                    row["organization_id"],
+                    row["objective_id"],
+                    worker_group,
+                    row["attempt"],
+                    row["lease_until"],
+                    row["created_at"],
+                    row["updated_at"],
+                    _dumps(row["state"]),
+                ]
+            )
+        )
         # the job's driver promise (D-1)
         driver_timeout = created + max(lease_ms, 60_000) * 2
         if state.status == "queued":
@@ -253,9 +478,29 @@ def build_chunk(args: tuple[int, list[tuple[int, str]], int, int, str, int]) -> 
                 pstate, settled = "pending", None
         else:
             pstate, settled = "resolved", promise_settled or state.updated_at
-        promises.append(_line([job_id, "driver", job_id, None, "driver", job_id, pstate,
-                               driver_timeout, created, settled,
-                               worker.split("/")[0] if worker and settled else None, None,
-                               created if pstate == "pending" else driver_timeout]))
-    return {"receipts": receipts, "streams": "".join(streams), "jobs": "".join(jobs),
-            "promises": "".join(promises), "count": len(items)}
+        promises.append(
+            _line(
+                [
+                    job_id,
+                    "driver",
+                    job_id,
+                    None,
+                    "driver",
+                    job_id,
+                    pstate,
+                    driver_timeout,
+                    created,
+                    settled,
+                    worker.split("/")[0] if worker and settled else None,
+                    None,
+                    created if pstate == "pending" else driver_timeout,
+                ]
+            )
+        )
+    return {
+        "receipts": receipts,
+        "streams": "".join(streams),
+        "jobs": "".join(jobs),
+        "promises": "".join(promises),
+        "count": len(items),
+    }

@@ -34,22 +34,39 @@ def facts_for(job_id: str, *, now_ms: int | None = None) -> Facts:
     live = Counter(p.role for p in live_rows)
     pending = tuple(
         PendingDelivery(p.id, p.function, p.created_at, p.timeout_at)
-        for p in DeliveryPromise.objects.filter(job_id=job_id, state="pending",
-                                                timeout_at__gt=now).order_by("created_at"))
-    last_driver = (DeliveryPromise.objects.filter(job_id=job_id, function="driver")
-                   .order_by("-created_at").values_list("created_at", flat=True).first())
+        for p in DeliveryPromise.objects.filter(
+            job_id=job_id, state="pending", timeout_at__gt=now
+        ).order_by("created_at")
+    )
+    last_driver = (
+        DeliveryPromise.objects.filter(job_id=job_id, function="driver")
+        .order_by("-created_at")
+        .values_list("created_at", flat=True)
+        .first()
+    )
     peers: tuple[str, ...] = ()
     if job.session_key:
-        peers = tuple(Job.objects.filter(session_key=job.session_key, status__in=ACTIVE_STATUSES)
-                      .exclude(pk=job_id).order_by("created_at").values_list("id", flat=True)[:10])
+        peers = tuple(
+            Job.objects.filter(session_key=job.session_key, status__in=ACTIVE_STATUSES)
+            .exclude(pk=job_id)
+            .order_by("created_at")
+            .values_list("id", flat=True)[:10]
+        )
     exhausted = DeliveryPromise.objects.filter(pk=f"{job_id}:recovery:{MAX_GENERATIONS}").exists()
-    return Facts(job=job, now_ms=now, has_handler=handlers.has_handler(job.agent_id),
-                 generations_exhausted=exhausted,
-                 live_processes=dict(live), pending=pending, last_driver_start_ms=last_driver,
-                 min_age_ms=config.queued_redrive_min_age_ms,
-                 cooldown_ms=config.queued_redrive_cooldown_ms, session_peers=peers,
-                 capacity=capacity_of(job, slots=_slots(live_rows, job)),
-                 holder_gone=_holder_gone(job, live_rows, now))
+    return Facts(
+        job=job,
+        now_ms=now,
+        has_handler=handlers.has_handler(job.agent_id),
+        generations_exhausted=exhausted,
+        live_processes=dict(live),
+        pending=pending,
+        last_driver_start_ms=last_driver,
+        min_age_ms=config.queued_redrive_min_age_ms,
+        cooldown_ms=config.queued_redrive_cooldown_ms,
+        session_peers=peers,
+        capacity=capacity_of(job, slots=_slots(live_rows, job)),
+        holder_gone=_holder_gone(job, live_rows, now),
+    )
 
 
 def _holder_gone(job: JobState, live_rows: list[WorkerProcess], now: int) -> tuple[str, int] | None:
@@ -59,8 +76,11 @@ def _holder_gone(job: JobState, live_rows: list[WorkerProcess], now: int) -> tup
     if any(processes.holds(job.worker_id, p) for p in live_rows):
         return None
     group, host, pid = [*job.worker_id.split(":"), "", "", ""][:3]
-    row = (WorkerProcess.objects.filter(group=group, host=host, pid=int(pid) if pid.isdigit() else -1)
-           .order_by("-started_at").first())
+    row = (
+        WorkerProcess.objects.filter(group=group, host=host, pid=int(pid) if pid.isdigit() else -1)
+        .order_by("-started_at")
+        .first()
+    )
     if row is None:
         return None
     return row.id, now - row.last_seen
@@ -79,20 +99,20 @@ def capacity_of(job: JobState, *, slots: int, cap: int = COUNT_CAP) -> Capacity 
     group = routed_group(job.agent_id, job.kind)
     # partial indexes job_group_busy / job_group_queued: active rows of the group only
     busy_rows = Job.objects.filter(status__in=sorted(LEASED_STATUSES), worker_group=group)
-    busy_jobs = tuple(busy_rows.order_by("created_at", "id")
-                      .values_list("id", flat=True)[:BUSY_SHOWN])
+    busy_jobs = tuple(
+        busy_rows.order_by("created_at", "id").values_list("id", flat=True)[:BUSY_SHOWN]
+    )
     busy = len(busy_jobs)
     if busy == BUSY_SHOWN:  # maybe more: count them, but never past cap + 1
-        busy = busy_rows.order_by()[:cap + 1].count()
+        busy = busy_rows.order_by()[: cap + 1].count()
     ahead = 0
     if job.status == "queued":
         # Enqueued before this one: (created_at, id) < (mine), as a range on created_at.
-        earlier = (Job.objects.filter(status="queued", worker_group=group,
-                                      created_at__lte=job.created_at)
-                   .filter(Q(created_at__lt=job.created_at) | Q(id__lt=job.job_id)))
-        ahead = earlier.order_by()[:cap + 1].count()
-    return Capacity(group=group, busy=busy, slots=slots, busy_jobs=busy_jobs,
-                    queued_ahead=ahead)
+        earlier = Job.objects.filter(
+            status="queued", worker_group=group, created_at__lte=job.created_at
+        ).filter(Q(created_at__lt=job.created_at) | Q(id__lt=job.job_id))
+        ahead = earlier.order_by()[: cap + 1].count()
+    return Capacity(group=group, busy=busy, slots=slots, busy_jobs=busy_jobs, queued_ahead=ahead)
 
 
 def diagnosis(job_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
@@ -110,8 +130,15 @@ def diagnosis(job_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
             "workerId": facts.job.worker_id,
             "hasHandler": facts.has_handler,
             "liveProcesses": facts.live_processes,
-            "pendingDeliveries": [{"id": p.id, "function": p.function, "createdAt": p.created_at,
-                                   "timeoutAt": p.timeout_at} for p in facts.pending],
+            "pendingDeliveries": [
+                {
+                    "id": p.id,
+                    "function": p.function,
+                    "createdAt": p.created_at,
+                    "timeoutAt": p.timeout_at,
+                }
+                for p in facts.pending
+            ],
             "lastDriverStart": facts.last_driver_start_ms,
             "updatedAt": facts.job.updated_at,
             "sessionPeers": list(facts.session_peers),

@@ -21,8 +21,15 @@ if TYPE_CHECKING:
     from jobs.core.state import JobState
     from jobs.runtime.context import HandlerContext, JobResult
 
-__all__ = ["Handler", "handler_for", "has_handler", "load", "register_handler", "register_kind",
-           "registered_agent_ids"]
+__all__ = [
+    "Handler",
+    "handler_for",
+    "has_handler",
+    "load",
+    "register_handler",
+    "register_kind",
+    "registered_agent_ids",
+]
 Handler = Callable[["JobState", "HandlerContext"], "JobResult"]
 F = TypeVar("F", bound=Callable[..., Any])
 _HANDLERS: dict[str, Handler] = {}
@@ -42,7 +49,9 @@ def _factory_pending(job: JobState, ctx: HandlerContext) -> JobResult:
 
     return JobResult.failure(
         f"the handler for agent '{job.agent_id}' ships with Factory (objectives), which is "
-        "not installed in this build", no_retry=True)
+        "not installed in this build",
+        no_retry=True,
+    )
 
 
 def load() -> None:

@@ -45,61 +45,115 @@ def render(now_ms: int, *, organization_id: str | None = None) -> str:
     jobs = Job.objects.all()
     if organization_id is not None:
         jobs = jobs.filter(organization_id=organization_id)
-    active = (jobs.filter(status__in=ACTIVE_STATUSES)
-              .values("status", "lane", "worker_group").annotate(n=Count("id")))
-    out += _family("receipt_jobs_active", "gauge", "Active jobs by status, lane and routed group.",
-                   (_series("receipt_jobs_active", {"status": r["status"], "lane": r["lane"],
-                                                    "group": r["worker_group"]}, r["n"])
-                    for r in active))
-    settled = (jobs.filter(status__in=TERMINAL_STATUSES, updated_at__gte=now_ms - HOUR_MS)
-               .values("status").annotate(n=Count("id")))
-    out += _family("receipt_jobs_settled_last_hour", "gauge", "Jobs settled in the last hour.",
-                   (_series("receipt_jobs_settled_last_hour", {"status": r["status"]}, r["n"])
-                    for r in settled))
+    active = (
+        jobs.filter(status__in=ACTIVE_STATUSES)
+        .values("status", "lane", "worker_group")
+        .annotate(n=Count("id"))
+    )
+    out += _family(
+        "receipt_jobs_active",
+        "gauge",
+        "Active jobs by status, lane and routed group.",
+        (
+            _series(
+                "receipt_jobs_active",
+                {"status": r["status"], "lane": r["lane"], "group": r["worker_group"]},
+                r["n"],
+            )
+            for r in active
+        ),
+    )
+    settled = (
+        jobs.filter(status__in=TERMINAL_STATUSES, updated_at__gte=now_ms - HOUR_MS)
+        .values("status")
+        .annotate(n=Count("id"))
+    )
+    out += _family(
+        "receipt_jobs_settled_last_hour",
+        "gauge",
+        "Jobs settled in the last hour.",
+        (
+            _series("receipt_jobs_settled_last_hour", {"status": r["status"]}, r["n"])
+            for r in settled
+        ),
+    )
     if organization_id is not None:
         return "\n".join(out) + "\n"
     live = processes.live(now_ms=now_ms)
     roles: dict[str, int] = {}
     for row in live:
         roles[row.role] = roles.get(row.role, 0) + 1
-    out += _family("receipt_worker_processes", "gauge", "Live runworker processes by role.",
-                   (_series("receipt_worker_processes", {"role": r}, n) for r, n in sorted(roles.items())))
+    out += _family(
+        "receipt_worker_processes",
+        "gauge",
+        "Live runworker processes by role.",
+        (_series("receipt_worker_processes", {"role": r}, n) for r, n in sorted(roles.items())),
+    )
     loops = LoopRun.objects.values("loop", "process_id", "duration_ms", "last_finished_at")
-    out += _family("receipt_loop_last_duration_seconds", "gauge",
-                   "Duration of the last pass of each recovery loop, per process.",
-                   (_series("receipt_loop_last_duration_seconds",
-                            {"loop": r["loop"], "process": r["process_id"]},
-                            (r["duration_ms"] or 0) / 1000) for r in loops))
+    out += _family(
+        "receipt_loop_last_duration_seconds",
+        "gauge",
+        "Duration of the last pass of each recovery loop, per process.",
+        (
+            _series(
+                "receipt_loop_last_duration_seconds",
+                {"loop": r["loop"], "process": r["process_id"]},
+                (r["duration_ms"] or 0) / 1000,
+            )
+            for r in loops
+        ),
+    )
     out += _callbacks(now_ms)
     sums = Counter.objects.values("name", "labels").annotate(total=Sum("value")).order_by("name")
     by_name: dict[str, list[tuple[str, float]]] = {}
     for row in sums:
         by_name.setdefault(_family_of(row["name"]), []).append(
-            (f"{row['name']}{{{row['labels']}}}" if row["labels"] else row["name"], row["total"]))
+            (f"{row['name']}{{{row['labels']}}}" if row["labels"] else row["name"], row["total"])
+        )
     for name, series in by_name.items():
         if name in counters.HISTOGRAMS:
             lines = [f"{key} {total:g}" for key, total in sorted(series, key=_histogram_order)]
-            out += _family(name, "histogram", "Seconds per store append, by stream family, "
-                           "summed over processes (flushed every few seconds).", lines)
+            out += _family(
+                name,
+                "histogram",
+                "Seconds per store append, by stream family, "
+                "summed over processes (flushed every few seconds).",
+                lines,
+            )
         else:
-            out += _family(name, "counter", "Summed over processes (flushed every few seconds).",
-                           [f"{key} {total:g}" for key, total in series])
+            out += _family(
+                name,
+                "counter",
+                "Summed over processes (flushed every few seconds).",
+                [f"{key} {total:g}" for key, total in series],
+            )
     return "\n".join(out) + "\n"
 
 
 def _callbacks(now_ms: int) -> list[str]:
     """D-8 from the callback records, so every process's callbacks count."""
     by_event = callback_records.counts(now_ms=now_ms)["byEvent"]
-    out = _family("receipt_callbacks_pending", "gauge",
-                  "Callbacks waiting for delivery or a retry, by event.",
-                  (_series("receipt_callbacks_pending", {"event": event}, cell["pending"])
-                   for event, cell in by_event.items()))
-    out += _family("receipt_callbacks_finished_last_hour", "gauge",
-                   "Callbacks delivered or given up in the last hour, by event.",
-                   (_series("receipt_callbacks_finished_last_hour", {"event": event, "state": state},
-                            cell[key])
-                    for event, cell in by_event.items()
-                    for state, key in callback_records.FINISHED.items()))
+    out = _family(
+        "receipt_callbacks_pending",
+        "gauge",
+        "Callbacks waiting for delivery or a retry, by event.",
+        (
+            _series("receipt_callbacks_pending", {"event": event}, cell["pending"])
+            for event, cell in by_event.items()
+        ),
+    )
+    out += _family(
+        "receipt_callbacks_finished_last_hour",
+        "gauge",
+        "Callbacks delivered or given up in the last hour, by event.",
+        (
+            _series(
+                "receipt_callbacks_finished_last_hour", {"event": event, "state": state}, cell[key]
+            )
+            for event, cell in by_event.items()
+            for state, key in callback_records.FINISHED.items()
+        ),
+    )
     return out
 
 
@@ -115,7 +169,7 @@ def _family_of(series: str) -> str:
 def _histogram_order(entry: tuple[str, float]) -> tuple[str, int, float]:
     """Per label set: buckets by bound (+Inf last), then _sum, then _count."""
     key = entry[0]
-    labels = key[key.find("{"):] if "{" in key else ""
+    labels = key[key.find("{") :] if "{" in key else ""
     bound = re.search(r'le="([^"]+)"', labels)
     rest = re.sub(r',?le="[^"]+"', "", labels)
     if bound:
@@ -128,14 +182,28 @@ def metrics(request: HttpRequest) -> HttpResponse:
     try:
         principal = principal_for_request(request)
     except BadCredentials as error:
-        return JsonResponse({"ok": False, "error": "invalid_token", "detail": str(error)}, status=401)
+        return JsonResponse(
+            {"ok": False, "error": "invalid_token", "detail": str(error)}, status=401
+        )
     if principal is None:
-        response = JsonResponse({"ok": False, "error": "not_authenticated",
-                                 "detail": "send Authorization: Bearer <token>"}, status=401)
+        response = JsonResponse(
+            {
+                "ok": False,
+                "error": "not_authenticated",
+                "detail": "send Authorization: Bearer <token>",
+            },
+            status=401,
+        )
         response["WWW-Authenticate"] = "Bearer"
         return response
     if not principal.has_scope("jobs:read"):
-        return JsonResponse({"ok": False, "error": "missing_scope",
-                             "detail": "this token lacks the jobs:read scope"}, status=403)
+        return JsonResponse(
+            {
+                "ok": False,
+                "error": "missing_scope",
+                "detail": "this token lacks the jobs:read scope",
+            },
+            status=403,
+        )
     text = render(wall_clock_ms(), organization_id=principal.organization_id)
     return HttpResponse(text, content_type=CONTENT_TYPE)

@@ -31,7 +31,9 @@ class Job(models.Model):
             models.Index(fields=["agent_id", "-created_at", "-id"], name="job_agent_newest"),
             models.Index(fields=["kind", "-created_at", "-id"], name="job_kind_newest"),
             models.Index(fields=["organization_id", "-created_at", "-id"], name="job_org_newest"),
-            models.Index(fields=["objective_id", "-created_at", "-id"], name="job_objective_newest"),
+            models.Index(
+                fields=["objective_id", "-created_at", "-id"], name="job_objective_newest"
+            ),
             models.Index(fields=["worker_group", "-created_at", "-id"], name="job_group_newest"),
             models.Index(fields=["lane", "-created_at", "-id"], name="job_lane_newest"),
             # recovery loops (L-1, L-2) and singleton scans (J-7..J-9)
@@ -40,10 +42,16 @@ class Job(models.Model):
             models.Index(fields=["session_key", "status"], name="job_session_status"),
             # capacity in diagnosis: a group's busy jobs and the queue ahead of a job, oldest
             # first, without walking the settled history (partial: active rows only)
-            models.Index(fields=["worker_group", "created_at", "id"], name="job_group_busy",
-                         condition=models.Q(status__in=["leased", "running"])),
-            models.Index(fields=["worker_group", "created_at", "id"], name="job_group_queued",
-                         condition=models.Q(status="queued")),
+            models.Index(
+                fields=["worker_group", "created_at", "id"],
+                name="job_group_busy",
+                condition=models.Q(status__in=["leased", "running"]),
+            ),
+            models.Index(
+                fields=["worker_group", "created_at", "id"],
+                name="job_group_queued",
+                condition=models.Q(status="queued"),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -55,8 +63,13 @@ class DeliveryPromise(models.Model):
     it settled. Delivery bookkeeping only: the receipt chain stays the authoritative queue."""
 
     FUNCTIONS = (("driver", "driver"), ("execute", "execute"))
-    STATES = (("pending", "pending"), ("resolved", "resolved"), ("rejected", "rejected"),
-              ("canceled", "canceled"), ("timedout", "timedout"))
+    STATES = (
+        ("pending", "pending"),
+        ("resolved", "resolved"),
+        ("rejected", "rejected"),
+        ("canceled", "canceled"),
+        ("timedout", "timedout"),
+    )
 
     id = models.CharField(max_length=400, primary_key=True)
     function = models.CharField(max_length=8, choices=FUNCTIONS)
@@ -80,8 +93,11 @@ class DeliveryPromise(models.Model):
         indexes = [
             models.Index(fields=["job_id", "-created_at"], name="promise_job_newest"),
             models.Index(fields=["state", "timeout_at"], name="promise_state_timeout"),
-            models.Index(fields=["target_group", "available_at"], name="promise_deliverable",
-                         condition=models.Q(settled_at__isnull=True, worker_id__isnull=True)),
+            models.Index(
+                fields=["target_group", "available_at"],
+                name="promise_deliverable",
+                condition=models.Q(settled_at__isnull=True, worker_id__isnull=True),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -126,7 +142,9 @@ class LoopRun(models.Model):
 
     class Meta:
         db_table = "jobs_loop_run"
-        constraints = [models.UniqueConstraint(fields=["loop", "process_id"], name="loop_process_uniq")]
+        constraints = [
+            models.UniqueConstraint(fields=["loop", "process_id"], name="loop_process_uniq")
+        ]
 
     def __str__(self) -> str:
         return f"{self.loop}@{self.process_id}"
@@ -144,8 +162,9 @@ class Counter(models.Model):
 
     class Meta:
         db_table = "jobs_counter"
-        constraints = [models.UniqueConstraint(fields=["name", "labels", "process_id"],
-                                               name="counter_uniq")]
+        constraints = [
+            models.UniqueConstraint(fields=["name", "labels", "process_id"], name="counter_uniq")
+        ]
 
     def __str__(self) -> str:
         return f"{self.name}{{{self.labels}}}@{self.process_id}"
@@ -178,8 +197,9 @@ class Callback(models.Model):
         indexes = [
             models.Index(fields=["job_id", "-id"], name="callback_job_newest"),
             # the retry loop's scan: only pending rows are in it, so it stays small
-            models.Index(fields=["next_at"], name="callback_due",
-                         condition=models.Q(state="pending")),
+            models.Index(
+                fields=["next_at"], name="callback_due", condition=models.Q(state="pending")
+            ),
             # counts of the last hour and the retention prune, by state
             models.Index(fields=["state", "finished_at"], name="callback_finished"),
         ]

@@ -91,8 +91,9 @@ class JobProjector:
             _insert([row])
         else:  # the hot path of every job write: one prepared statement, no ORM
             keys = tuple(k for k in row if k != "id")
-            handle.writer.execute(_update_sql(connection.vendor, keys),
-                                  [*_values(row, keys), job_id])
+            handle.writer.execute(
+                _update_sql(connection.vendor, keys), [*_values(row, keys), job_id]
+            )
 
     def apply_many(self, batch: Sequence[tuple[StreamHandle, Sequence[Receipt]]]) -> None:
         """`apply` for many streams at once (`store.append_new_streams`): the rows of new
@@ -130,7 +131,9 @@ class JobProjector:
         if row is None:
             Job.objects.filter(pk=job_id).delete()
             return
-        Job.objects.update_or_create(pk=job_id, defaults={k: v for k, v in row.items() if k != "id"})
+        Job.objects.update_or_create(
+            pk=job_id, defaults={k: v for k, v in row.items() if k != "id"}
+        )
 
 
 _CHUNK = 250  # new rows per INSERT (14 variables each on SQLite, under its 32766)
@@ -146,8 +149,10 @@ def _insert_sql(vendor: str, keys: tuple[str, ...]) -> str:
     columns = ", ".join(f.column for f in fields)
     if vendor != "postgresql":
         return f"INSERT INTO {Job._meta.db_table} ({columns}) VALUES {{rows}}"
-    return (f"INSERT INTO {Job._meta.db_table} ({columns}) SELECT {columns} "
-            f"FROM json_populate_recordset(NULL::{Job._meta.db_table}, %s::json)")
+    return (
+        f"INSERT INTO {Job._meta.db_table} ({columns}) SELECT {columns} "
+        f"FROM json_populate_recordset(NULL::{Job._meta.db_table}, %s::json)"
+    )
 
 
 def _insert(rows: list[dict[str, Any]]) -> None:
@@ -168,8 +173,9 @@ def _insert(rows: list[dict[str, Any]]) -> None:
         cursor.execute(sql.format(rows=", ".join([one] * len(rows))), values)
 
 
-_JSON_KEYS = frozenset(f.name for f in Job._meta.get_fields()
-                       if f.get_internal_type() == "JSONField")
+_JSON_KEYS = frozenset(
+    f.name for f in Job._meta.get_fields() if f.get_internal_type() == "JSONField"
+)
 
 
 def _values(row: dict[str, Any], keys: Sequence[str]) -> list[Any]:
@@ -195,7 +201,12 @@ def register() -> None:
     def describe(state: JobState | None) -> Any:
         return job_to_wire(state) if state is not None else None
 
-    registry.register(registry.StreamFamily(
-        prefix=JOB_STREAM_PREFIX, label="job", reducer=reduce, projector=PROJECTOR,
-        describe=describe,
-    ))
+    registry.register(
+        registry.StreamFamily(
+            prefix=JOB_STREAM_PREFIX,
+            label="job",
+            reducer=reduce,
+            projector=PROJECTOR,
+            describe=describe,
+        )
+    )

@@ -33,7 +33,8 @@ def page(admin: Any, request: HttpRequest, job_id: str) -> TemplateResponse | No
         "settled_utc": utc(tombstone.settled_at_ms),
         "changelist_url": reverse("admin:jobs_job_changelist"),
         "retention_stream": retention.RETENTION_STREAM,
-        "retention_url": reverse("admin:receipts_stream_change",
-                                 args=(quote(retention.RETENTION_STREAM),)),
+        "retention_url": reverse(
+            "admin:receipts_stream_change", args=(quote(retention.RETENTION_STREAM),)
+        ),
     }
     return TemplateResponse(request, "admin/jobs/job/pruned.html", context, status=410)

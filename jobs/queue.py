@@ -138,7 +138,9 @@ def _check_text(code: str, name: str, value: Any, limit: int, *, required: bool)
     if value is None and not required:
         return None
     if not isinstance(value, str) or not value.strip() or len(value) > limit:
-        raise InvalidRequest(code, f"{name} must be a non-empty string of at most {limit} characters")
+        raise InvalidRequest(
+            code, f"{name} must be a non-empty string of at most {limit} characters"
+        )
     return value
 
 
@@ -151,13 +153,21 @@ def check_payload_size(payload: Any) -> None:
         raise InvalidRequest("invalid_payload", str(error)) from None
     size = len(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
     if size > config.max_payload_bytes:
-        raise InvalidRequest("payload_too_large",
-                             f"payload is {size} bytes; the limit is {config.max_payload_bytes}")
+        raise InvalidRequest(
+            "payload_too_large", f"payload is {size} bytes; the limit is {config.max_payload_bytes}"
+        )
 
 
 def build_request(
-    agent_id: Any, payload: Any, *, job_id: Any = None, lane: Any = None, max_attempts: Any = None,
-    session_key: Any = None, singleton_mode: Any = None, by: Any = None,
+    agent_id: Any,
+    payload: Any,
+    *,
+    job_id: Any = None,
+    lane: Any = None,
+    max_attempts: Any = None,
+    session_key: Any = None,
+    singleton_mode: Any = None,
+    by: Any = None,
 ) -> EnqueueRequest:
     """Validate an enqueue (J-6, K-1, K-2, Q-3); raise InvalidRequest naming the problem."""
     _check_text("invalid_agent_id", "agentId", agent_id, MAX_AGENT_ID, required=True)
@@ -171,23 +181,28 @@ def build_request(
     if lane is None:
         lane = DEFAULT_LANE
     if lane not in LANES:
-        raise InvalidRequest("invalid_lane", f"lane must be one of {', '.join(LANES)}; got {lane!r}")
+        raise InvalidRequest(
+            "invalid_lane", f"lane must be one of {', '.join(LANES)}; got {lane!r}"
+        )
     if max_attempts is None:
         max_attempts = DEFAULT_MAX_ATTEMPTS
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
-        raise InvalidRequest("invalid_max_attempts",
-                             f"maxAttempts must be an integer; got {max_attempts!r}")
+        raise InvalidRequest(
+            "invalid_max_attempts", f"maxAttempts must be an integer; got {max_attempts!r}"
+        )
     max_attempts = max(MIN_MAX_ATTEMPTS, min(MAX_MAX_ATTEMPTS, max_attempts))  # J-6 clamp
     if singleton_mode is None:
         singleton_mode = DEFAULT_SINGLETON_MODE
     if singleton_mode not in SINGLETON_MODES:
-        raise InvalidRequest("invalid_singleton_mode",
-                             f"singletonMode must be one of {', '.join(SINGLETON_MODES)}; "
-                             f"got {singleton_mode!r}")
+        raise InvalidRequest(
+            "invalid_singleton_mode",
+            f"singletonMode must be one of {', '.join(SINGLETON_MODES)}; got {singleton_mode!r}",
+        )
     _check_text("invalid_session_key", "sessionKey", session_key, MAX_SESSION_KEY, required=False)
     if singleton_mode != "allow" and session_key is None:
-        raise InvalidRequest("session_key_required",
-                             f"singletonMode {singleton_mode!r} needs a sessionKey")
+        raise InvalidRequest(
+            "session_key_required", f"singletonMode {singleton_mode!r} needs a sessionKey"
+        )
     _check_text("invalid_by", "by", by, MAX_BY, required=False)
     handlers.load()  # a deployment's own kinds are registered by its handler modules
     try:
@@ -195,16 +210,25 @@ def build_request(
     except contracts.ContractError as error:
         raise InvalidRequest(error.code, str(error)) from None
     check_payload_size(payload)
-    return EnqueueRequest(agent_id=agent_id, payload=payload, job_id=job_id, lane=lane,
-                          max_attempts=max_attempts, session_key=session_key,
-                          singleton_mode=singleton_mode, by=by)
+    return EnqueueRequest(
+        agent_id=agent_id,
+        payload=payload,
+        job_id=job_id,
+        lane=lane,
+        max_attempts=max_attempts,
+        session_key=session_key,
+        singleton_mode=singleton_mode,
+        by=by,
+    )
 
 
 def warnings_for(agent_id: str) -> list[str]:
     if handlers.has_handler(agent_id):
         return []
-    return [f"no handler is registered for agent '{agent_id}': a worker will fail this job "
-            f"with No handler for agent '{agent_id}'"]
+    return [
+        f"no handler is registered for agent '{agent_id}': a worker will fail this job "
+        f"with No handler for agent '{agent_id}'"
+    ]
 
 
 # ---- locking --------------------------------------------------------------------------
@@ -228,9 +252,14 @@ def _notify(kind: str, job: JobState, body: dict[str, Any]) -> None:
         try:
             listener(kind, job, body)
         except Exception as error:  # never fails the write that already committed
-            log_event(logger, "queue.mutation_listener_failed",
-                      f"listener {getattr(listener, '__name__', listener)} failed on {kind} "
-                      f"of {job.job_id}: {error}", level=logging.WARNING, jobId=job.job_id)
+            log_event(
+                logger,
+                "queue.mutation_listener_failed",
+                f"listener {getattr(listener, '__name__', listener)} failed on {kind} "
+                f"of {job.job_id}: {error}",
+                level=logging.WARNING,
+                jobId=job.job_id,
+            )
 
 
 def _state(handle: StreamHandle) -> JobState:
@@ -257,8 +286,10 @@ def _lock_session(session_key: str) -> None:
     # SQLite needs nothing: IMMEDIATE transactions already hold the database write lock.
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                           [f"receipt:session:{session_key}"])
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                [f"receipt:session:{session_key}"],
+            )
 
 
 def new_job_id(now: int) -> str:
@@ -272,12 +303,16 @@ def new_command_id() -> str:
 # ---- enqueue (J-6 to J-9) ----------------------------------------------------------------
 
 
-def enqueue(agent_id: Any, payload: Any, *, now_ms: int | None = None, **options: Any) -> EnqueueResult:
+def enqueue(
+    agent_id: Any, payload: Any, *, now_ms: int | None = None, **options: Any
+) -> EnqueueResult:
     """Validate and enqueue one job; see `build_request` for the options."""
     return enqueue_many([build_request(agent_id, payload, **options)], now_ms=now_ms)[0]
 
 
-def enqueue_many(requests: Sequence[EnqueueRequest], *, now_ms: int | None = None) -> list[EnqueueResult]:
+def enqueue_many(
+    requests: Sequence[EnqueueRequest], *, now_ms: int | None = None
+) -> list[EnqueueResult]:
     """Enqueue validated requests in one transaction (batch enqueue, T-1), in order.
 
     Runs of plain requests (no job id: the id is generated; no singleton decision) are
@@ -289,8 +324,9 @@ def enqueue_many(requests: Sequence[EnqueueRequest], *, now_ms: int | None = Non
     with transaction.atomic():
         run: list[EnqueueRequest] = []
         for request in requests:
-            if request.job_id is None and (request.session_key is None
-                                           or request.singleton_mode == "allow"):
+            if request.job_id is None and (
+                request.session_key is None or request.singleton_mode == "allow"
+            ):
                 run.append(request)
                 continue
             results += _enqueue_fresh(run, now)
@@ -313,11 +349,15 @@ def _enqueue_fresh(requests: Sequence[EnqueueRequest], now: int) -> list[Enqueue
     prefix, randomness = base36(now), secrets.token_hex(6 * len(requests))
     new: list[NewStream] = []
     for index, request in enumerate(requests):
-        job_id = f"{prefix}-{randomness[12 * index:12 * index + 12]}"  # as new_job_id(now)
+        job_id = f"{prefix}-{randomness[12 * index : 12 * index + 12]}"  # as new_job_id(now)
         body = {
-            "type": JOB_ENQUEUED, "jobId": job_id, "agentId": request.agent_id,
-            "lane": request.lane, "payload": request.payload,
-            "maxAttempts": request.max_attempts, "sessionKey": request.session_key,
+            "type": JOB_ENQUEUED,
+            "jobId": job_id,
+            "agentId": request.agent_id,
+            "lane": request.lane,
+            "payload": request.payload,
+            "maxAttempts": request.max_attempts,
+            "sessionKey": request.session_key,
             "singletonMode": request.singleton_mode,
             "leaseMs": lease_ms_for(request.agent_id, request.payload, timing),
         }
@@ -326,11 +366,15 @@ def _enqueue_fresh(requests: Sequence[EnqueueRequest], now: int) -> list[Enqueue
         handles = append_new_streams(new, now_ms=now)
     except ExpectedPrevMismatch:  # a generated id that exists (2^-48): rolled back, redo
         return [_enqueue_locked(request, now) for request in requests]
-    results = [EnqueueResult(_state(handle), created=True, warnings=warnings_for(request.agent_id))
-               for handle, request in zip(handles, requests, strict=True)]
+    results = [
+        EnqueueResult(_state(handle), created=True, warnings=warnings_for(request.agent_id))
+        for handle, request in zip(handles, requests, strict=True)
+    ]
     if mutation_listeners:
-        written = [(result.job, handle.appended[-1].body)
-                   for result, handle in zip(results, handles, strict=True)]
+        written = [
+            (result.job, handle.appended[-1].body)
+            for result, handle in zip(results, handles, strict=True)
+        ]
         transaction.on_commit(lambda: [_notify(JOB_ENQUEUED, job, body) for job, body in written])
     return results
 
@@ -352,9 +396,13 @@ def _enqueue_locked(request: EnqueueRequest, now: int) -> EnqueueResult:
         if state is not None:  # a concurrent enqueue with the same explicit id won
             return EnqueueResult(state, created=False, warnings=warnings)
         body = {
-            "type": JOB_ENQUEUED, "jobId": job_id, "agentId": request.agent_id,
-            "lane": request.lane, "payload": request.payload,
-            "maxAttempts": request.max_attempts, "sessionKey": request.session_key,
+            "type": JOB_ENQUEUED,
+            "jobId": job_id,
+            "agentId": request.agent_id,
+            "lane": request.lane,
+            "payload": request.payload,
+            "maxAttempts": request.max_attempts,
+            "sessionKey": request.session_key,
             "singletonMode": request.singleton_mode,
             "leaseMs": lease_ms_for(request.agent_id, request.payload, _timing()),
         }
@@ -380,7 +428,8 @@ def _session_jobs(session_key: str) -> list[str]:
     """Active job ids on a session key, newest first."""
     return list(
         Job.objects.filter(session_key=session_key, status__in=ACTIVE_STATUSES)
-        .order_by("-created_at", "-id").values_list("id", flat=True)
+        .order_by("-created_at", "-id")
+        .values_list("id", flat=True)
     )
 
 
@@ -405,23 +454,50 @@ def _apply_singleton(request: EnqueueRequest, now: int) -> JobState | None:
             if job is None or job.is_terminal:
                 continue
             if job.status == "queued":
-                handle.append({"type": JOB_CANCELED, "jobId": job_id,
-                               "reason": SINGLETON_CANCEL_REASON, "by": request.by},
-                              now_ms=now, context=_context(job, request.by))
+                handle.append(
+                    {
+                        "type": JOB_CANCELED,
+                        "jobId": job_id,
+                        "reason": SINGLETON_CANCEL_REASON,
+                        "by": request.by,
+                    },
+                    now_ms=now,
+                    context=_context(job, request.by),
+                )
             else:
-                _append_command(handle, job, "abort", {"reason": SINGLETON_CANCEL_REASON},
-                                by=request.by, lane=None, now=now)
+                _append_command(
+                    handle,
+                    job,
+                    "abort",
+                    {"reason": SINGLETON_CANCEL_REASON},
+                    by=request.by,
+                    lane=None,
+                    now=now,
+                )
     return None
 
 
 # ---- commands (J-10) -----------------------------------------------------------------------
 
 
-def _append_command(handle: StreamHandle, job: JobState, command: str, payload: Any, *,
-                    by: str | None, lane: str | None, now: int) -> dict[str, Any]:
-    body: dict[str, Any] = {"type": QUEUE_COMMAND, "jobId": job.job_id,
-                            "commandId": new_command_id(), "command": command,
-                            "payload": payload, "by": by}
+def _append_command(
+    handle: StreamHandle,
+    job: JobState,
+    command: str,
+    payload: Any,
+    *,
+    by: str | None,
+    lane: str | None,
+    now: int,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "type": QUEUE_COMMAND,
+        "jobId": job.job_id,
+        "commandId": new_command_id(),
+        "command": command,
+        "payload": payload,
+        "by": by,
+    }
     if lane is not None:
         body["lane"] = lane
     handle.append(body, now_ms=now, context=_context(job, by))
@@ -439,12 +515,21 @@ class CommandResult:
     canceled: bool = False  # abort on a queued job canceled it outright
 
 
-def command(job_id: str, command_type: str, payload: Any = None, *, by: str | None = None,
-            reason: str | None = None, now_ms: int | None = None) -> CommandResult:
+def command(
+    job_id: str,
+    command_type: str,
+    payload: Any = None,
+    *,
+    by: str | None = None,
+    reason: str | None = None,
+    now_ms: int | None = None,
+) -> CommandResult:
     """steer / follow_up / abort a job (J-10). Raises JobNotFound, JobTerminal, InvalidRequest."""
     if command_type not in COMMAND_TYPES:
-        raise InvalidRequest("invalid_command",
-                             f"command must be one of {', '.join(COMMAND_TYPES)}; got {command_type!r}")
+        raise InvalidRequest(
+            "invalid_command",
+            f"command must be one of {', '.join(COMMAND_TYPES)}; got {command_type!r}",
+        )
     _check_text("invalid_by", "by", by, MAX_BY, required=False)
     _check_text("invalid_reason", "reason", reason, 2000, required=False)
     if payload is not None:
@@ -455,24 +540,43 @@ def command(job_id: str, command_type: str, payload: Any = None, *, by: str | No
             raise JobNotFound(job_id)
         if job.is_terminal:
             if command_type == "abort":
-                raise JobTerminal(job_id, job.status,
-                                  message=f"job {job_id} is already {job.status}; nothing to abort")
+                raise JobTerminal(
+                    job_id,
+                    job.status,
+                    message=f"job {job_id} is already {job.status}; nothing to abort",
+                )
             raise JobTerminal(job_id, job.status)
         if command_type == "abort":
             why = reason or ABORT_REQUESTED_REASON
             if job.status == "queued":
-                handle.append({"type": JOB_CANCELED, "jobId": job_id, "reason": why, "by": by},
-                              now_ms=now, context=_context(job, by))
-                wire = {"id": None, "command": "abort", "lane": None,
-                        "payload": {"reason": why}, "by": by, "createdAt": now,
-                        "consumedAt": now}
+                handle.append(
+                    {"type": JOB_CANCELED, "jobId": job_id, "reason": why, "by": by},
+                    now_ms=now,
+                    context=_context(job, by),
+                )
+                wire = {
+                    "id": None,
+                    "command": "abort",
+                    "lane": None,
+                    "payload": {"reason": why},
+                    "by": by,
+                    "createdAt": now,
+                    "consumedAt": now,
+                }
                 return CommandResult(_state(handle), wire, canceled=True)
             body_payload = {**(payload if isinstance(payload, dict) else {}), "reason": why}
             body = _append_command(handle, job, "abort", body_payload, by=by, lane=None, now=now)
         else:
             lane = command_type  # the two command lanes are named after their commands
-            body = _append_command(handle, job, command_type, payload if payload is not None else {},
-                                   by=by, lane=lane, now=now)
+            body = _append_command(
+                handle,
+                job,
+                command_type,
+                payload if payload is not None else {},
+                by=by,
+                lane=lane,
+                now=now,
+            )
         state = _state(handle)
         sent = next(c for c in state.commands if c.id == body["commandId"])
         return CommandResult(state, command_to_wire(sent))
@@ -493,9 +597,15 @@ def abort(job_id: str, *, reason: str | None = None, by: str | None = None) -> C
 # ---- worker side (fenced, J-11) -------------------------------------------------------------
 
 
-def lease(job_id: str, *, worker_id: str, now_ms: int | None = None,
-          lease_ms: int | None = None, start: bool = False,
-          expect_attempt: int | None = None) -> WriteResult:
+def lease(
+    job_id: str,
+    *,
+    worker_id: str,
+    now_ms: int | None = None,
+    lease_ms: int | None = None,
+    start: bool = False,
+    expect_attempt: int | None = None,
+) -> WriteResult:
     """Take the next attempt of a queued job.
 
     With `start`, the first heartbeat is written in the same append (leased -> running),
@@ -515,11 +625,25 @@ def lease(job_id: str, *, worker_id: str, now_ms: int | None = None,
         if expect_attempt is not None and attempt != expect_attempt:
             return WriteResult(Outcome.NOT_QUEUED, job)
         until = now + (lease_ms or job.lease_ms or _timing().job_lease_ms)
-        events = [{"type": JOB_LEASED, "jobId": job_id, "workerId": worker_id,
-                   "attempt": attempt, "leaseUntil": until}]
+        events = [
+            {
+                "type": JOB_LEASED,
+                "jobId": job_id,
+                "workerId": worker_id,
+                "attempt": attempt,
+                "leaseUntil": until,
+            }
+        ]
         if start:
-            events.append({"type": JOB_HEARTBEAT, "jobId": job_id, "workerId": worker_id,
-                           "attempt": attempt, "leaseUntil": until})
+            events.append(
+                {
+                    "type": JOB_HEARTBEAT,
+                    "jobId": job_id,
+                    "workerId": worker_id,
+                    "attempt": attempt,
+                    "leaseUntil": until,
+                }
+            )
         handle.append(events, now_ms=now, context=_context(job))
         return WriteResult(Outcome.APPLIED, _state(handle))
 
@@ -541,8 +665,9 @@ class Start(StrEnum):
     LEASE_LOST = "lease_lost"
 
 
-def start_attempt(job_id: str, *, worker_id: str, attempt: int,
-                  now_ms: int | None = None) -> tuple[Start, JobState | None]:
+def start_attempt(
+    job_id: str, *, worker_id: str, attempt: int, now_ms: int | None = None
+) -> tuple[Start, JobState | None]:
     """Begin attempt `attempt` as `worker_id` (D-5): lease a queued job with its first
     heartbeat in one append.
 
@@ -563,8 +688,16 @@ def start_attempt(job_id: str, *, worker_id: str, attempt: int,
             if job.attempt != attempt - 1:
                 return Start.STALE, job
             until = now + (job.lease_ms or _timing().job_lease_ms)
-            events = [{"type": t, "jobId": job_id, "workerId": worker_id, "attempt": attempt,
-                       "leaseUntil": until} for t in (JOB_LEASED, JOB_HEARTBEAT)]
+            events = [
+                {
+                    "type": t,
+                    "jobId": job_id,
+                    "workerId": worker_id,
+                    "attempt": attempt,
+                    "leaseUntil": until,
+                }
+                for t in (JOB_LEASED, JOB_HEARTBEAT)
+            ]
             handle.append(events, now_ms=now, context=_context(job))
             return Start.LEASED, _state(handle)
         if Fence(worker_id, attempt).check(job) is FenceOutcome.OK:
@@ -572,8 +705,9 @@ def start_attempt(job_id: str, *, worker_id: str, attempt: int,
         return Start.LEASE_LOST, job
 
 
-def release_lease(job_id: str, *, holder: Fence, reason: str,
-                  now_ms: int | None = None) -> WriteResult:
+def release_lease(
+    job_id: str, *, holder: Fence, reason: str, now_ms: int | None = None
+) -> WriteResult:
     """Expire the lease of a holder known to be gone (its process died or its runworker
     stopped), before `leaseUntil`: fenced, so a newer attempt is never touched (L-2)."""
     now = wall_clock_ms() if now_ms is None else now_ms
@@ -582,14 +716,27 @@ def release_lease(job_id: str, *, holder: Fence, reason: str,
         if outcome is not Outcome.APPLIED:
             return WriteResult(outcome, job)
         assert job is not None
-        handle.append({"type": JOB_LEASE_EXPIRED, "jobId": job_id, "workerId": job.worker_id,
-                       "attempt": job.attempt, "willRetry": job.attempt < job.max_attempts,
-                       "reason": reason}, now_ms=now, context=_context(job))
+        handle.append(
+            {
+                "type": JOB_LEASE_EXPIRED,
+                "jobId": job_id,
+                "workerId": job.worker_id,
+                "attempt": job.attempt,
+                "willRetry": job.attempt < job.max_attempts,
+                "reason": reason,
+            },
+            now_ms=now,
+            context=_context(job),
+        )
         return WriteResult(Outcome.APPLIED, _state(handle))
 
 
-def _fenced(job_id: str, fence: Fence, now_ms: int | None,
-            make_body: Callable[[JobState, int], dict[str, Any] | None]) -> WriteResult:
+def _fenced(
+    job_id: str,
+    fence: Fence,
+    now_ms: int | None,
+    make_body: Callable[[JobState, int], dict[str, Any] | None],
+) -> WriteResult:
     now = wall_clock_ms() if now_ms is None else now_ms
     with _worker_txn(), _locked(job_id) as (handle, job):
         outcome = _FROM_FENCE[fence.check(job)]
@@ -606,51 +753,92 @@ def _fenced(job_id: str, fence: Fence, now_ms: int | None,
 def heartbeat(job_id: str, *, fence: Fence, now_ms: int | None = None) -> WriteResult:
     """Extend the lease (and promote leased -> running). The result's job tells the worker
     whether an abort was requested."""
+
     def body(job: JobState, now: int) -> dict[str, Any]:
         until = now + (job.lease_ms or _timing().job_lease_ms)
         return {"type": JOB_HEARTBEAT, "jobId": job_id, **fence.body(), "leaseUntil": until}
+
     return _fenced(job_id, fence, now_ms, body)
 
 
 def progress(job_id: str, data: Any, *, fence: Fence, now_ms: int | None = None) -> WriteResult:
     check_payload_size(data)
-    return _fenced(job_id, fence, now_ms, lambda job, now: {
-        "type": JOB_PROGRESS, "jobId": job_id, **fence.body(), "progress": data})
+    return _fenced(
+        job_id,
+        fence,
+        now_ms,
+        lambda job, now: {"type": JOB_PROGRESS, "jobId": job_id, **fence.body(), "progress": data},
+    )
 
 
-def complete(job_id: str, result: Any = None, *, fence: Fence,
-             now_ms: int | None = None) -> WriteResult:
+def complete(
+    job_id: str, result: Any = None, *, fence: Fence, now_ms: int | None = None
+) -> WriteResult:
     check_payload_size(result)
-    return _fenced(job_id, fence, now_ms, lambda job, now: {
-        "type": JOB_COMPLETED, "jobId": job_id, **fence.body(), "result": result})
+    return _fenced(
+        job_id,
+        fence,
+        now_ms,
+        lambda job, now: {"type": JOB_COMPLETED, "jobId": job_id, **fence.body(), "result": result},
+    )
 
 
-def fail(job_id: str, error: str, *, fence: Fence, no_retry: bool = False, result: Any = None,
-         now_ms: int | None = None) -> WriteResult:
+def fail(
+    job_id: str,
+    error: str,
+    *,
+    fence: Fence,
+    no_retry: bool = False,
+    result: Any = None,
+    now_ms: int | None = None,
+) -> WriteResult:
     """Fail the attempt; it is retried (J-4) unless `no_retry` or attempts are used up."""
     if result is not None:
         check_payload_size(result)
 
     def body(job: JobState, now: int) -> dict[str, Any]:
         will_retry = not no_retry and job.attempt < job.max_attempts
-        out = {"type": JOB_FAILED, "jobId": job_id, **fence.body(), "error": str(error)[:8000],
-               "noRetry": no_retry, "willRetry": will_retry}
+        out = {
+            "type": JOB_FAILED,
+            "jobId": job_id,
+            **fence.body(),
+            "error": str(error)[:8000],
+            "noRetry": no_retry,
+            "willRetry": will_retry,
+        }
         if result is not None:
             out["result"] = result
         return out
+
     return _fenced(job_id, fence, now_ms, body)
 
 
-def cancel(job_id: str, *, reason: str, by: str | None = None, fence: Fence | None = None,
-           now_ms: int | None = None) -> WriteResult:
+def cancel(
+    job_id: str,
+    *,
+    reason: str,
+    by: str | None = None,
+    fence: Fence | None = None,
+    now_ms: int | None = None,
+) -> WriteResult:
     """Cancel a job: fenced by a worker honouring an abort, or unfenced on a queued job.
 
     An unfenced cancel never hits work in flight: a leased or running job answers
     NOT_QUEUED and the caller sends an abort command instead (J-10).
     """
     if fence is not None:
-        return _fenced(job_id, fence, now_ms, lambda job, now: {
-            "type": JOB_CANCELED, "jobId": job_id, "reason": reason, "by": by, **fence.body()})
+        return _fenced(
+            job_id,
+            fence,
+            now_ms,
+            lambda job, now: {
+                "type": JOB_CANCELED,
+                "jobId": job_id,
+                "reason": reason,
+                "by": by,
+                **fence.body(),
+            },
+        )
     now = wall_clock_ms() if now_ms is None else now_ms
     with transaction.atomic(), _locked(job_id) as (handle, job):
         if job is None:
@@ -659,13 +847,17 @@ def cancel(job_id: str, *, reason: str, by: str | None = None, fence: Fence | No
             return WriteResult(Outcome.TERMINAL, job)
         if job.status != "queued":
             return WriteResult(Outcome.NOT_QUEUED, job)
-        handle.append({"type": JOB_CANCELED, "jobId": job_id, "reason": reason, "by": by},
-                      now_ms=now, context=_context(job, by))
+        handle.append(
+            {"type": JOB_CANCELED, "jobId": job_id, "reason": reason, "by": by},
+            now_ms=now,
+            context=_context(job, by),
+        )
         return WriteResult(Outcome.APPLIED, _state(handle))
 
 
-def consume_commands(job_id: str, *, fence: Fence, types: Sequence[str] | None = None,
-                     now_ms: int | None = None) -> WriteResult:
+def consume_commands(
+    job_id: str, *, fence: Fence, types: Sequence[str] | None = None, now_ms: int | None = None
+) -> WriteResult:
     """Hand the worker its pending commands (optionally of some types) and mark them consumed."""
     taken: list[Command] = []
 
@@ -673,8 +865,13 @@ def consume_commands(job_id: str, *, fence: Fence, types: Sequence[str] | None =
         taken.extend(c for c in job.pending_commands if types is None or c.command in types)
         if not taken:
             return None
-        return {"type": QUEUE_COMMAND_CONSUMED, "jobId": job_id,
-                "commandIds": [c.id for c in taken], **fence.body()}
+        return {
+            "type": QUEUE_COMMAND_CONSUMED,
+            "jobId": job_id,
+            "commandIds": [c.id for c in taken],
+            **fence.body(),
+        }
+
     result = _fenced(job_id, fence, now_ms, body)
     return WriteResult(result.outcome, result.job, tuple(taken) if result.applied else ())
 
@@ -687,9 +884,17 @@ def _expire_if_due(job_id: str, now: int) -> WriteResult:
             return WriteResult(Outcome.TERMINAL, job)
         if job.status not in LEASED_STATUSES or job.lease_until is None or job.lease_until > now:
             return WriteResult(Outcome.NOT_DUE, job)
-        handle.append({"type": JOB_LEASE_EXPIRED, "jobId": job_id, "workerId": job.worker_id,
-                       "attempt": job.attempt, "willRetry": job.attempt < job.max_attempts},
-                      now_ms=now, context=_context(job))
+        handle.append(
+            {
+                "type": JOB_LEASE_EXPIRED,
+                "jobId": job_id,
+                "workerId": job.worker_id,
+                "attempt": job.attempt,
+                "willRetry": job.attempt < job.max_attempts,
+            },
+            now_ms=now,
+            context=_context(job),
+        )
         return WriteResult(Outcome.APPLIED, _state(handle))
 
 

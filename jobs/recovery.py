@@ -35,24 +35,35 @@ class Report:
     errors: list[str] = field(default_factory=list)
 
 
-def redrive_queued(*, now_ms: int, limit: int = BATCH, min_age_ms: int | None = None,
-                   cooldown_ms: int | None = None) -> Report:
+def redrive_queued(
+    *,
+    now_ms: int,
+    limit: int = BATCH,
+    min_age_ms: int | None = None,
+    cooldown_ms: int | None = None,
+) -> Report:
     """L-1: queued jobs older than min age, not redriven within the cooldown and with no
     pending delivery, get a driver start keyed `<jobId>:redrive:<attempt>:<updatedAt>`."""
     config = settings.RECEIPT
     min_age = config.queued_redrive_min_age_ms if min_age_ms is None else min_age_ms
     cooldown = config.queued_redrive_cooldown_ms if cooldown_ms is None else cooldown_ms
-    pending = DeliveryPromise.objects.filter(job_id=OuterRef("id"), state="pending",
-                                             timeout_at__gt=now_ms)
-    recent = DeliveryPromise.objects.filter(job_id=OuterRef("id"), function="driver",
-                                            created_at__gt=now_ms - cooldown)
+    pending = DeliveryPromise.objects.filter(
+        job_id=OuterRef("id"), state="pending", timeout_at__gt=now_ms
+    )
+    recent = DeliveryPromise.objects.filter(
+        job_id=OuterRef("id"), function="driver", created_at__gt=now_ms - cooldown
+    )
     # A job whose delivery generations are used up (D-3) needs an operator redrive; it
     # must not take a place in every batch and starve the others (diagnosis names it).
     exhausted = DeliveryPromise.objects.filter(
-        id=Concat(OuterRef("id"), Value(f":recovery:{MAX_GENERATIONS}"), output_field=CharField()))
-    rows = (Job.objects.filter(status="queued", updated_at__lte=now_ms - min_age)
-            .filter(~Exists(pending), ~Exists(recent), ~Exists(exhausted))
-            .order_by("updated_at").values_list("state", flat=True)[:limit])
+        id=Concat(OuterRef("id"), Value(f":recovery:{MAX_GENERATIONS}"), output_field=CharField())
+    )
+    rows = (
+        Job.objects.filter(status="queued", updated_at__lte=now_ms - min_age)
+        .filter(~Exists(pending), ~Exists(recent), ~Exists(exhausted))
+        .order_by("updated_at")
+        .values_list("state", flat=True)[:limit]
+    )
     report = Report("queued_redrive")
     for wire in rows:
         report.examined += 1
@@ -61,23 +72,35 @@ def redrive_queued(*, now_ms: int, limit: int = BATCH, min_age_ms: int | None = 
             started = start_driver(job, dispatch_key=redrive_key(job), now_ms=now_ms)
         except Exception as error:  # per item: log the id and carry on
             report.errors.append(f"{job.job_id}: {error}")
-            log_event(logger, "delivery.queued_redrive_loop_error",
-                      f"redrive of {job.job_id} failed: {error}", level=logging.WARNING,
-                      jobId=job.job_id)
+            log_event(
+                logger,
+                "delivery.queued_redrive_loop_error",
+                f"redrive of {job.job_id} failed: {error}",
+                level=logging.WARNING,
+                jobId=job.job_id,
+            )
             continue
         if started.created:
             report.acted += 1
             counters.incr("receipt_redrives_total")
-            log_event(logger, "delivery.queued_redrive", f"redrove {job.job_id}",
-                      jobId=job.job_id, promiseId=started.promise_id)
+            log_event(
+                logger,
+                "delivery.queued_redrive",
+                f"redrove {job.job_id}",
+                jobId=job.job_id,
+                promiseId=started.promise_id,
+            )
     return report
 
 
 def expire_leases(*, now_ms: int, limit: int = BATCH) -> Report:
     """L-2: active leases that passed get `job.lease_expired` (J-4); a requeued job is
     redriven at once under the same key L-1 would use."""
-    ids = list(Job.objects.filter(status__in=LEASED_STATUSES, lease_until__lt=now_ms)
-               .order_by("lease_until").values_list("id", flat=True)[:limit])
+    ids = list(
+        Job.objects.filter(status__in=LEASED_STATUSES, lease_until__lt=now_ms)
+        .order_by("lease_until")
+        .values_list("id", flat=True)[:limit]
+    )
     report = Report("lease_expiry")
     for job_id in ids:
         report.examined += 1
@@ -87,14 +110,24 @@ def expire_leases(*, now_ms: int, limit: int = BATCH) -> Report:
                 continue
             report.acted += 1
             counters.incr("receipt_lease_expiries_total")
-            log_event(logger, "delivery.lease_expired", f"lease of {job_id} expired",
-                      jobId=job_id, status=expired.job.status if expired.job else None)
+            log_event(
+                logger,
+                "delivery.lease_expired",
+                f"lease of {job_id} expired",
+                jobId=job_id,
+                status=expired.job.status if expired.job else None,
+            )
             if expired.job is not None and expired.job.status == "queued":
                 start_driver(expired.job, dispatch_key=redrive_key(expired.job), now_ms=now_ms)
         except Exception as error:
             report.errors.append(f"{job_id}: {error}")
-            log_event(logger, "delivery.lease_expiry_error", f"expiry of {job_id} failed: {error}",
-                      level=logging.WARNING, jobId=job_id)
+            log_event(
+                logger,
+                "delivery.lease_expiry_error",
+                f"expiry of {job_id} failed: {error}",
+                level=logging.WARNING,
+                jobId=job_id,
+            )
     return report
 
 
@@ -121,9 +154,12 @@ def release_gone_holders(*, now_ms: int, limit: int = 50) -> Report:
         for job_id, fence in processes.attempts_held_by(row):
             report.examined += 1
             try:
-                if release_holder(job_id, fence, now_ms=now_ms,
-                                  reason=f"{prefix} is gone (last seen {now_ms - row.last_seen} ms ago)"
-                                  ).applied:
+                if release_holder(
+                    job_id,
+                    fence,
+                    now_ms=now_ms,
+                    reason=f"{prefix} is gone (last seen {now_ms - row.last_seen} ms ago)",
+                ).applied:
                     report.acted += 1
             except Exception as error:
                 report.errors.append(f"{job_id}: {error}")
@@ -135,7 +171,10 @@ def sweep_promises(*, now_ms: int, limit: int = 1000) -> Report:
     """Mark pending promises past their timeout as `timedout`, so the pending set stays
     small (they already read as timedout; this is bookkeeping). No settled_at: nobody
     settled them, and a late delivery may still claim one (promises.claim)."""
-    ids = list(DeliveryPromise.objects.filter(state="pending", timeout_at__lte=now_ms)
-               .values_list("id", flat=True)[:limit])
+    ids = list(
+        DeliveryPromise.objects.filter(state="pending", timeout_at__lte=now_ms).values_list(
+            "id", flat=True
+        )[:limit]
+    )
     acted = DeliveryPromise.objects.filter(id__in=ids, state="pending").update(state="timedout")
     return Report("promise_sweep", examined=len(ids), acted=acted)

@@ -70,29 +70,49 @@ class PruneReport:
     errors: list[str] = field(default_factory=list)
 
     def to_wire(self) -> dict[str, Any]:
-        return {"family": "jobs", "dryRun": self.dry_run, "windowsDays": self.windows_days,
-                "examined": self.examined, "pruned": self.acted, "receipts": self.receipts,
-                "batches": self.batches, "skipped": self.skipped, "byFamily": self.by_family,
-                "complete": self.complete, "errors": self.errors}
+        return {
+            "family": "jobs",
+            "dryRun": self.dry_run,
+            "windowsDays": self.windows_days,
+            "examined": self.examined,
+            "pruned": self.acted,
+            "receipts": self.receipts,
+            "batches": self.batches,
+            "skipped": self.skipped,
+            "byFamily": self.by_family,
+            "complete": self.complete,
+            "errors": self.errors,
+        }
 
     def describe(self) -> str:
         verb = "would prune" if self.dry_run else "pruned"
         families = ", ".join(f"{k} {v}" for k, v in sorted(self.by_family.items())) or "none"
-        return (f"jobs: {verb} {self.acted} stream(s), {self.receipts} receipt(s) in "
-                f"{self.batches} batch(es) ({families}); {self.skipped} skipped"
-                f"{'' if self.complete else '; more remain'}")
+        return (
+            f"jobs: {verb} {self.acted} stream(s), {self.receipts} receipt(s) in "
+            f"{self.batches} batch(es) ({families}); {self.skipped} skipped"
+            f"{'' if self.complete else '; more remain'}"
+        )
 
 
 def windows_from(config: Any) -> Windows:
-    return Windows(default_days=config.retention_days,
-                   watchdog_days=config.retention_watchdog_days,
-                   control_days=config.retention_control_days)
+    return Windows(
+        default_days=config.retention_days,
+        watchdog_days=config.retention_watchdog_days,
+        control_days=config.retention_control_days,
+    )
 
 
-def prune(*, now_ms: int, dry_run: bool = False, older_than_days: int | None = None,
-          max_batches: int | None = None, by: str = LOOP_ACTOR,
-          batch_streams: int = BATCH_STREAMS, batch_receipts: int = BATCH_RECEIPTS,
-          windows: Windows | None = None) -> PruneReport:
+def prune(
+    *,
+    now_ms: int,
+    dry_run: bool = False,
+    older_than_days: int | None = None,
+    max_batches: int | None = None,
+    by: str = LOOP_ACTOR,
+    batch_streams: int = BATCH_STREAMS,
+    batch_receipts: int = BATCH_RECEIPTS,
+    windows: Windows | None = None,
+) -> PruneReport:
     """Remove settled job streams past their windows, in batches (all of them unless
     `max_batches`); `dry_run` counts what would go and writes nothing."""
     windows = (windows or windows_from(settings.RECEIPT)).overridden(older_than_days)
@@ -110,8 +130,9 @@ def prune(*, now_ms: int, dry_run: bool = False, older_than_days: int | None = N
             if dry_run:
                 taken = _count(rows, lane, report, batch_receipts)
             else:
-                taken = _prune_batch(rows, lane, report, now_ms=now_ms, by=by,
-                                     batch_receipts=batch_receipts)
+                taken = _prune_batch(
+                    rows, lane, report, now_ms=now_ms, by=by, batch_receipts=batch_receipts
+                )
             report.batches += 1
             after = (rows[taken - 1][1], rows[taken - 1][0])
             if len(rows) < batch_streams and taken == len(rows):
@@ -125,8 +146,7 @@ def prune_pass(*, now_ms: int) -> Report:
     if not config.retention_enabled:
         return Report("retention")
     pruned = prune(now_ms=now_ms, max_batches=PASS_BATCHES)
-    return Report("retention", examined=pruned.examined, acted=pruned.acted,
-                  errors=pruned.errors)
+    return Report("retention", examined=pruned.examined, acted=pruned.acted, errors=pruned.errors)
 
 
 def _callbacks_pending() -> Exists:
@@ -153,10 +173,14 @@ def _candidates(lane: Lane, after: tuple[int, str] | None, limit: int) -> list[t
     return list(rows.order_by("updated_at", "id").values_list(*_FIELDS)[:limit])
 
 
-def _count(rows: list[tuple[Any, ...]], lane: Lane, report: PruneReport,
-           batch_receipts: int) -> int:
-    counts = dict(StreamRow.objects.filter(name__in=[job_stream(r[0]) for r in rows])
-                  .values_list("name", "receipt_count"))
+def _count(
+    rows: list[tuple[Any, ...]], lane: Lane, report: PruneReport, batch_receipts: int
+) -> int:
+    counts = dict(
+        StreamRow.objects.filter(name__in=[job_stream(r[0]) for r in rows]).values_list(
+            "name", "receipt_count"
+        )
+    )
     sizes = [counts.get(job_stream(r[0]), 0) for r in rows]
     taken = fill(sizes, max_streams=len(rows), max_receipts=batch_receipts)
     report.acted += taken
@@ -165,35 +189,63 @@ def _count(rows: list[tuple[Any, ...]], lane: Lane, report: PruneReport,
     return taken
 
 
-def _prune_batch(rows: list[tuple[Any, ...]], lane: Lane, report: PruneReport, *, now_ms: int,
-                 by: str, batch_receipts: int) -> int:
+def _prune_batch(
+    rows: list[tuple[Any, ...]],
+    lane: Lane,
+    report: PruneReport,
+    *,
+    now_ms: int,
+    by: str,
+    batch_receipts: int,
+) -> int:
     """One transaction; returns how many of `rows` the batch covered (the cursor moves
     past them, pruned or skipped)."""
     try:
         with transaction.atomic():
-            return _remove(rows, lane, report, now_ms=now_ms, by=by,
-                           batch_receipts=batch_receipts)
+            return _remove(rows, lane, report, now_ms=now_ms, by=by, batch_receipts=batch_receipts)
     except Exception as error:  # per batch: log it, move past it, carry on
         report.errors.append(f"batch after {rows[0][0]}: {error}")
-        log_event(logger, "retention.batch_failed", f"a retention batch failed: {error}",
-                  level=logging.WARNING, firstJobId=rows[0][0], exc_info=True)
+        log_event(
+            logger,
+            "retention.batch_failed",
+            f"a retention batch failed: {error}",
+            level=logging.WARNING,
+            firstJobId=rows[0][0],
+            exc_info=True,
+        )
         return len(rows)
 
 
-def _remove(rows: list[tuple[Any, ...]], lane: Lane, report: PruneReport, *, now_ms: int,
-            by: str, batch_receipts: int) -> int:
+def _remove(
+    rows: list[tuple[Any, ...]],
+    lane: Lane,
+    report: PruneReport,
+    *,
+    now_ms: int,
+    by: str,
+    batch_receipts: int,
+) -> int:
     names = [job_stream(r[0]) for r in rows]
     # Lock the stream rows: appends to a job take the same lock, so a locked job cannot
     # change under us; one held by a writer or another prune is skipped, not waited for.
-    locked = {name: (head, count) for name, head, count in
-              StreamRow.objects.select_for_update(skip_locked=True).filter(name__in=names)
-              .values_list("name", "head", "receipt_count")}
-    taken = fill([locked.get(n, (None, 0))[1] for n in names], max_streams=len(names),
-                 max_receipts=batch_receipts)
+    locked = {
+        name: (head, count)
+        for name, head, count in StreamRow.objects.select_for_update(skip_locked=True)
+        .filter(name__in=names)
+        .values_list("name", "head", "receipt_count")
+    }
+    taken = fill(
+        [locked.get(n, (None, 0))[1] for n in names],
+        max_streams=len(names),
+        max_receipts=batch_receipts,
+    )
     rows, names = rows[:taken], names[:taken]
     # Re-read under the lock: a receipt may have landed between the scan and the lock.
-    still = set(Job.objects.filter(id__in=[r[0] for r in rows], status__in=TERMINAL_STATUSES,
-                                   updated_at__lt=lane.cutoff_ms).values_list("id", flat=True))
+    still = set(
+        Job.objects.filter(
+            id__in=[r[0] for r in rows], status__in=TERMINAL_STATUSES, updated_at__lt=lane.cutoff_ms
+        ).values_list("id", flat=True)
+    )
     chosen = [(r, n) for r, n in zip(rows, names, strict=True) if n in locked and r[0] in still]
     verified = store.verify_many([n for _, n in chosen])
     tombstones: list[Tombstone] = []
@@ -202,33 +254,52 @@ def _remove(rows: list[tuple[Any, ...]], lane: Lane, report: PruneReport, *, now
         check = verified[name]
         if not check.ok or check.count != count or check.head != head or head is None:
             # never erase the evidence of a broken chain: it stays for an operator
-            report.errors.append(f"{name}: not pruned, chain does not verify "
-                                 f"({check.describe()}; stream row says {count} receipts)")
+            report.errors.append(
+                f"{name}: not pruned, chain does not verify "
+                f"({check.describe()}; stream row says {count} receipts)"
+            )
             continue
         _, updated_at, status, organization_id, agent_id, kind = row
-        tombstones.append(Tombstone(
-            stream=name, family=lane.family, receipt_count=count, head=head,
-            final_status=status, settled_at_ms=updated_at, pruned_at_ms=now_ms,
-            organization_id=organization_id, agent_id=agent_id, kind=kind))
+        tombstones.append(
+            Tombstone(
+                stream=name,
+                family=lane.family,
+                receipt_count=count,
+                head=head,
+                final_status=status,
+                settled_at_ms=updated_at,
+                pruned_at_ms=now_ms,
+                organization_id=organization_id,
+                agent_id=agent_id,
+                kind=kind,
+            )
+        )
     report.skipped += taken - len(tombstones)
     if not tombstones:
         return taken
     gone_streams = [t.stream for t in tombstones]
-    gone_jobs = [t.stream[len(JOB_STREAM_PREFIX):] for t in tombstones]
+    gone_jobs = [t.stream[len(JOB_STREAM_PREFIX) :] for t in tombstones]
     ReceiptRow.objects.filter(stream__in=gone_streams).delete()
     StreamRow.objects.filter(name__in=gone_streams).delete()
     Job.objects.filter(id__in=gone_jobs).delete()
     DeliveryPromise.objects.filter(job_id__in=gone_jobs).delete()
     Callback.objects.filter(job_id__in=gone_jobs).delete()
-    receipt_retention.record(RETENTION_STREAM, tombstones, windows_days=report.windows_days,
-                             now_ms=now_ms, by=by)
+    receipt_retention.record(
+        RETENTION_STREAM, tombstones, windows_days=report.windows_days, now_ms=now_ms, by=by
+    )
     pruned = sum(t.receipt_count for t in tombstones)
     report.acted += len(tombstones)
     report.receipts += pruned
     report.by_family[lane.family] = report.by_family.get(lane.family, 0) + len(tombstones)
     counters.incr("receipt_streams_pruned_total", len(tombstones), family=lane.family)
-    log_event(logger, "retention.pruned", f"pruned {len(tombstones)} job stream(s)",
-              family=lane.family, streams=len(tombstones), receipts=pruned)
+    log_event(
+        logger,
+        "retention.pruned",
+        f"pruned {len(tombstones)} job stream(s)",
+        family=lane.family,
+        streams=len(tombstones),
+        receipts=pruned,
+    )
     return taken
 
 
@@ -245,25 +316,41 @@ def check(prefix: str) -> list[receipt_retention.Issue]:
     is gone with no tombstone: a stream removed by anything but retention."""
     if not covers(prefix, JOB_STREAM_PREFIX):
         return []
-    id_prefix = prefix[len(JOB_STREAM_PREFIX):] if prefix.startswith(JOB_STREAM_PREFIX) else ""
+    id_prefix = prefix[len(JOB_STREAM_PREFIX) :] if prefix.startswith(JOB_STREAM_PREFIX) else ""
     limit = receipt_retention.ISSUE_LIMIT
     no_stream = ~Exists(StreamRow.objects.filter(name=_stream_of("id")))
-    orphans = list(Job.objects.filter(id__startswith=id_prefix).filter(no_stream)
-                   .values_list("id", flat=True)[:limit])
+    orphans = list(
+        Job.objects.filter(id__startswith=id_prefix)
+        .filter(no_stream)
+        .values_list("id", flat=True)[:limit]
+    )
     pruned = receipt_retention.tombstoned([job_stream(i) for i in orphans])
-    issues = [receipt_retention.Issue(
-        job_stream(i), "read-model row of a pruned stream" if job_stream(i) in pruned
-        else "stream missing with no tombstone (its read-model row remains)") for i in orphans]
+    issues = [
+        receipt_retention.Issue(
+            job_stream(i),
+            "read-model row of a pruned stream"
+            if job_stream(i) in pruned
+            else "stream missing with no tombstone (its read-model row remains)",
+        )
+        for i in orphans
+    ]
     named: set[str] = set()
     # the delivery tables have no index for an id prefix: scanned only by a whole verify
     for model in (DeliveryPromise, Callback) if not id_prefix else ():
         no_job_stream = ~Exists(StreamRow.objects.filter(name=_stream_of("job_id")))
-        named |= set(model.objects.filter(job_id__startswith=id_prefix).filter(no_job_stream)
-                     .values_list("job_id", flat=True).distinct()[:limit])
+        named |= set(
+            model.objects.filter(job_id__startswith=id_prefix)
+            .filter(no_job_stream)
+            .values_list("job_id", flat=True)
+            .distinct()[:limit]
+        )
     named -= set(orphans)
     for name in receipt_retention.missing(sorted(job_stream(i) for i in named)):
-        issues.append(receipt_retention.Issue(
-            name, "stream missing with no tombstone (delivery or callback rows name it)"))
+        issues.append(
+            receipt_retention.Issue(
+                name, "stream missing with no tombstone (delivery or callback rows name it)"
+            )
+        )
     return issues
 
 
@@ -286,15 +373,20 @@ def pruned(job_id: str, *, may_see: Callable[[str | None], bool]) -> Tombstone |
 
 def pruned_wire(job_id: str, tombstone: Tombstone) -> dict[str, Any]:
     """The 410 body: the error shape of every API error, plus the tombstone."""
-    return {"ok": False, "error": PRUNED_CODE, "detail": describe_pruned(job_id, tombstone),
-            "tombstone": {"jobId": job_id, **tombstone.to_wire(),
-                          "retentionStream": RETENTION_STREAM}}
+    return {
+        "ok": False,
+        "error": PRUNED_CODE,
+        "detail": describe_pruned(job_id, tombstone),
+        "tombstone": {"jobId": job_id, **tombstone.to_wire(), "retentionStream": RETENTION_STREAM},
+    }
 
 
 def describe_pruned(job_id: str, tombstone: Tombstone) -> str:
-    return (f"job {job_id} was pruned on {_utc(tombstone.pruned_at_ms)} after "
-            f"{tombstone.receipt_count} receipts, head hash {tombstone.head}, final status "
-            f"{tombstone.final_status}")
+    return (
+        f"job {job_id} was pruned on {_utc(tombstone.pruned_at_ms)} after "
+        f"{tombstone.receipt_count} receipts, head hash {tombstone.head}, final status "
+        f"{tombstone.final_status}"
+    )
 
 
 def _utc(ms: int) -> str:

@@ -84,8 +84,13 @@ def filtered(filters: dict[str, Any], *, organization_id: str | None = None) -> 
     return rows
 
 
-def page(filters: dict[str, Any], *, limit: Any = None, cursor: str | None = None,
-         organization_id: str | None = None) -> Page:
+def page(
+    filters: dict[str, Any],
+    *,
+    limit: Any = None,
+    cursor: str | None = None,
+    organization_id: str | None = None,
+) -> Page:
     size = clamp_limit(limit)
     rows = filtered(filters, organization_id=organization_id)
     if cursor:
@@ -111,14 +116,22 @@ class Progress:
 def last_progress(job_id: str) -> Progress | None:
     """The job's latest `job.progress` receipt: the fold keeps no progress, the receipts do.
     One backward walk of the (stream, stream_seq) index, stopping at the first match."""
-    row = (ReceiptRow.objects.filter(stream=job_stream(job_id), event_type=JOB_PROGRESS)
-           .order_by("-stream_seq").values_list("ts", "body").first())
+    row = (
+        ReceiptRow.objects.filter(stream=job_stream(job_id), event_type=JOB_PROGRESS)
+        .order_by("-stream_seq")
+        .values_list("ts", "body")
+        .first()
+    )
     if row is None:
         return None
     ts, body = row
     body = body if isinstance(body, dict) else {}
-    return Progress(at=ts, attempt=body.get("attempt"), worker_id=body.get("workerId"),
-                    report=body.get("progress"))
+    return Progress(
+        at=ts,
+        attempt=body.get("attempt"),
+        worker_id=body.get("workerId"),
+        report=body.get("progress"),
+    )
 
 
 AGENT_IDS_CAP = 200  # filter choices, not a report: past this, search `agent:<id>`

@@ -79,8 +79,10 @@ def parse_plan(text: str) -> tuple[Any, str | None]:
     try:
         return json.loads(text), None
     except json.JSONDecodeError as error:
-        return None, (f"The tasks are not valid JSON: {error.msg} (line {error.lineno}, "
-                      f"column {error.colno}).")
+        return None, (
+            f"The tasks are not valid JSON: {error.msg} (line {error.lineno}, "
+            f"column {error.colno})."
+        )
 
 
 def _ms(value: Any) -> str:
@@ -92,36 +94,51 @@ def integration_view(state: ObjectiveState) -> dict[str, Any]:
     integration = state.integration
     results = integration.results if isinstance(integration.results, list) else []
     by_name = {r.get("name"): r for r in results if isinstance(r, dict)}
-    names = [c.name for c in state.checks] + [n for n in by_name
-                                               if n not in {c.name for c in state.checks}]
+    names = [c.name for c in state.checks] + [
+        n for n in by_name if n not in {c.name for c in state.checks}
+    ]
     commands = {c.name: c.command for c in state.checks}
     checks = []
     for name in names:
         result = by_name.get(name)
-        checks.append({
-            "name": name, "command": commands.get(name),
-            "ran": result is not None,
-            "exit_code": result.get("exitCode") if result else None,
-            "ok": bool(result) and result.get("exitCode") == 0 and not result.get("timedOut"),
-            "timed_out": bool(result and result.get("timedOut")),
-            "duration": _ms(result.get("durationMs")) if result else "—",
-            "output": (result or {}).get("outputTail") or None,
-        })
+        checks.append(
+            {
+                "name": name,
+                "command": commands.get(name),
+                "ran": result is not None,
+                "exit_code": result.get("exitCode") if result else None,
+                "ok": bool(result) and result.get("exitCode") == 0 and not result.get("timedOut"),
+                "timed_out": bool(result and result.get("timedOut")),
+                "duration": _ms(result.get("durationMs")) if result else "—",
+                "output": (result or {}).get("outputTail") or None,
+            }
+        )
     failure = integration.failure if isinstance(integration.failure, dict) else None
-    publish = integration.publish_output if isinstance(integration.publish_output,
-                                                       dict) else None
-    jobs = [(label, job_id, job_admin_url(job_id)) for label, job_id in (
-        ("validation job", integration.validate_job_id),
-        ("publish job", integration.publish_job_id)) if job_id]
-    return {"checks": checks, "failure": failure, "publish": publish, "jobs": jobs,
-            "promoted": utc(integration.promoted_at) if integration.promoted_at else None}
+    publish = integration.publish_output if isinstance(integration.publish_output, dict) else None
+    jobs = [
+        (label, job_id, job_admin_url(job_id))
+        for label, job_id in (
+            ("validation job", integration.validate_job_id),
+            ("publish job", integration.publish_job_id),
+        )
+        if job_id
+    ]
+    return {
+        "checks": checks,
+        "failure": failure,
+        "publish": publish,
+        "jobs": jobs,
+        "promoted": utc(integration.promoted_at) if integration.promoted_at else None,
+    }
 
 
 def ledger_view(objective_id: str) -> dict[str, Any]:
     """The ledger rows with a link from each activity to its job."""
     rows = ledger.rows_for_objective(objective_id)
-    rows["activities"] = [{**a, "url": job_admin_url(a["job_id"]) if a.get("job_id") else None}
-                          for a in rows["activities"]]
+    rows["activities"] = [
+        {**a, "url": job_admin_url(a["job_id"]) if a.get("job_id") else None}
+        for a in rows["activities"]
+    ]
     return rows
 
 
@@ -141,26 +158,55 @@ def audit_view(state: ObjectiveState) -> dict[str, Any] | None:
         return ", ".join(f"{key} {count}" for key, count in sorted(value.items()))
 
     facts = [
-        ("Status", f"{summary.get('status', '—')}"
-                   + (f" ({summary['terminalReason']})" if summary.get("terminalReason") else "")),
+        (
+            "Status",
+            f"{summary.get('status', '—')}"
+            + (f" ({summary['terminalReason']})" if summary.get("terminalReason") else ""),
+        ),
         ("Duration", _ms(durations.get("objectiveMs"))),
         ("Jobs", f"{jobs.get('count', 0)} · {counts(jobs.get('byStatus'))}"),
         ("Jobs by kind", counts(jobs.get("byKind"))),
         ("Attempts", str(summary.get("attempts", "—"))),
-        ("Failures", f"{failures.get('jobs', 0)} failed job(s), "
-                     f"{failures.get('taskPasses', 0)} failed task pass(es)"),
-        ("Retries", f"{retries.get('jobs', 0)} retried job(s), "
-                    f"{retries.get('taskPasses', 0)} repeated task pass(es)"),
+        (
+            "Failures",
+            f"{failures.get('jobs', 0)} failed job(s), "
+            f"{failures.get('taskPasses', 0)} failed task pass(es)",
+        ),
+        (
+            "Retries",
+            f"{retries.get('jobs', 0)} retried job(s), "
+            f"{retries.get('taskPasses', 0)} repeated task pass(es)",
+        ),
     ]
-    broken = [{"job_id": b.get("jobId"), "url": job_admin_url(str(b.get("jobId"))),
-               "reason": b.get("reason"), "index": b.get("index")}
-              for b in verified.get("brokenJobs") or [] if isinstance(b, dict)]
-    tasks = [{"id": task_id, "status": t.get("status"), "passes": t.get("passes"),
-              "failed": t.get("failedPasses"), "duration": _ms(t.get("durationMs"))}
-             for task_id, t in (durations.get("tasks") or {}).items() if isinstance(t, dict)]
-    return {"facts": facts, "verified_ok": verified.get("ok"),
-            "jobs_checked": verified.get("jobsChecked"), "broken": broken, "tasks": tasks,
-            "job_url": job_admin_url(state.audit.job_id) if state.audit.job_id else None}
+    broken = [
+        {
+            "job_id": b.get("jobId"),
+            "url": job_admin_url(str(b.get("jobId"))),
+            "reason": b.get("reason"),
+            "index": b.get("index"),
+        }
+        for b in verified.get("brokenJobs") or []
+        if isinstance(b, dict)
+    ]
+    tasks = [
+        {
+            "id": task_id,
+            "status": t.get("status"),
+            "passes": t.get("passes"),
+            "failed": t.get("failedPasses"),
+            "duration": _ms(t.get("durationMs")),
+        }
+        for task_id, t in (durations.get("tasks") or {}).items()
+        if isinstance(t, dict)
+    ]
+    return {
+        "facts": facts,
+        "verified_ok": verified.get("ok"),
+        "jobs_checked": verified.get("jobsChecked"),
+        "broken": broken,
+        "tasks": tasks,
+        "job_url": job_admin_url(state.audit.job_id) if state.audit.job_id else None,
+    }
 
 
 class _ReadOnly(admin.ModelAdmin):
@@ -186,26 +232,50 @@ class ObjectiveAdmin(_ReadOnly):
     page_template = "admin/objectives/objective_page.html"
     cancel_template = "admin/objectives/cancel_confirm.html"
 
-    def changelist_view(self, request: HttpRequest,
-                        extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         """The board: one table per section (Needs Attention, Active, Queued, ...)."""
         if not self.has_view_permission(request):
             raise PermissionDenied
         board = selectors.board(limit=100)
         queued = presenters.queued_by_objective(board)
-        sections = [{"key": key, "title": title, "rows": [
-            {"row": row, "url": reverse("admin:objectives_objectivesummary_change",
-                                        args=(quote(row.id),)),
-             "updated": utc(row.updated_at), "blocked": (row.state or {}).get("blockedReason"),
-             "task_counts": with_queued(row.task_counts or {}, queued.get(row.id, 0))}
-            for row in board[key]]} for key, title in SECTIONS]
-        context = {**self.admin_site.each_context(request), "title": "Objectives",
-                   "opts": self.opts, "sections": sections, **(extra_context or {})}
+        sections = [
+            {
+                "key": key,
+                "title": title,
+                "rows": [
+                    {
+                        "row": row,
+                        "url": reverse(
+                            "admin:objectives_objectivesummary_change", args=(quote(row.id),)
+                        ),
+                        "updated": utc(row.updated_at),
+                        "blocked": (row.state or {}).get("blockedReason"),
+                        "task_counts": with_queued(row.task_counts or {}, queued.get(row.id, 0)),
+                    }
+                    for row in board[key]
+                ],
+            }
+            for key, title in SECTIONS
+        ]
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Objectives",
+            "opts": self.opts,
+            "sections": sections,
+            **(extra_context or {}),
+        }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, self.board_template, context)
 
-    def change_view(self, request: HttpRequest, object_id: str, form_url: str = "",
-                    extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
         if not self.has_view_permission(request):
             raise PermissionDenied
         objective_id = unquote(object_id)
@@ -221,38 +291,71 @@ class ObjectiveAdmin(_ReadOnly):
             state = selectors.visible(objective_id)
         return self._render(request, state, panels, extra_context)
 
-    def _render(self, request: HttpRequest, state: ObjectiveState, panels: dict[str, Any],
-                extra_context: dict[str, Any] | None) -> HttpResponse:
+    def _render(
+        self,
+        request: HttpRequest,
+        state: ObjectiveState,
+        panels: dict[str, Any],
+        extra_context: dict[str, Any] | None,
+    ) -> HttpResponse:
         objective_id = state.objective_id
         jobs = selectors.objective_jobs(objective_id, limit=500)
         by_id = {job.job_id: job for job in jobs}
         depths = presenters.task_depths(state)
         shown = presenters.shown_statuses(state, selectors.open_run_statuses(state))
-        tasks = [{"task": task, "depth": depths.get(task.id, 0), "shown": shown[task.id],
-                  "runs": [{"run": run, "job": by_id.get(run.job_id),
-                            "url": job_admin_url(run.job_id),
-                            "monitor_url": job_admin_url(run.monitor_job_id)
-                            if run.monitor_job_id else None} for run in task.runs]}
-                 for task in state.tasks]
-        raw = {"results": state.integration.results, "failure": state.integration.failure,
-               "publish": state.integration.publish_output}
+        tasks = [
+            {
+                "task": task,
+                "depth": depths.get(task.id, 0),
+                "shown": shown[task.id],
+                "runs": [
+                    {
+                        "run": run,
+                        "job": by_id.get(run.job_id),
+                        "url": job_admin_url(run.job_id),
+                        "monitor_url": job_admin_url(run.monitor_job_id)
+                        if run.monitor_job_id
+                        else None,
+                    }
+                    for run in task.runs
+                ],
+            }
+            for task in state.tasks
+        ]
+        raw = {
+            "results": state.integration.results,
+            "failure": state.integration.failure,
+            "publish": state.integration.publish_output,
+        }
         context = {
-            **self.admin_site.each_context(request), "title": state.title, "opts": self.opts,
-            "state": state, "summary": presenters.live_status(state),
-            "dag": dag_svg.render(state, job_admin_url, shown), "legend": dag_svg.legend(),
-            "tasks": tasks, "jobs": [{"job": job, "url": job_admin_url(job.job_id),
-                                      "updated": utc(job.updated_at)} for job in jobs],
+            **self.admin_site.each_context(request),
+            "title": state.title,
+            "opts": self.opts,
+            "state": state,
+            "summary": presenters.live_status(state),
+            "dag": dag_svg.render(state, job_admin_url, shown),
+            "legend": dag_svg.legend(),
+            "tasks": tasks,
+            "jobs": [
+                {"job": job, "url": job_admin_url(job.job_id), "updated": utc(job.updated_at)}
+                for job in jobs
+            ],
             "audit": audit_view(state),
             "audit_json": _pretty(state.audit.summary) if state.audit.summary else None,
             "integration": integration_view(state),
             "integration_json": _pretty(raw) if any(raw.values()) else None,
             "ledger": ledger_view(objective_id),
-            "stream_url": reverse("admin:receipts_stream_change",
-                                  args=(quote(objective_stream(objective_id)),)),
-            "created": utc(state.created_at), "updated": utc(state.updated_at),
-            "can_control": can_control(request), "available": available_actions(state),
-            "confirmed": CONFIRMED, "plan_example": PLAN_EXAMPLE,
-            "plan_error": panels.get("plan_error"), "plan_text": panels.get("plan_text", ""),
+            "stream_url": reverse(
+                "admin:receipts_stream_change", args=(quote(objective_stream(objective_id)),)
+            ),
+            "created": utc(state.created_at),
+            "updated": utc(state.updated_at),
+            "can_control": can_control(request),
+            "available": available_actions(state),
+            "confirmed": CONFIRMED,
+            "plan_example": PLAN_EXAMPLE,
+            "plan_error": panels.get("plan_error"),
+            "plan_text": panels.get("plan_text", ""),
             **(extra_context or {}),
         }
         request.current_app = self.admin_site.name
@@ -260,14 +363,20 @@ class ObjectiveAdmin(_ReadOnly):
 
     def _confirm_cancel(self, request: HttpRequest, state: ObjectiveState) -> HttpResponse:
         """The no-JavaScript confirmation step of a cancel."""
-        context = {**self.admin_site.each_context(request), "title": "Cancel objective?",
-                   "opts": self.opts, "state": state, "confirmed": CONFIRMED,
-                   "page_url": request.path}
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Cancel objective?",
+            "opts": self.opts,
+            "state": state,
+            "confirmed": CONFIRMED,
+            "page_url": request.path,
+        }
         request.current_app = self.admin_site.name
         return TemplateResponse(request, self.cancel_template, context)
 
-    def _act(self, request: HttpRequest, state: ObjectiveState,
-             panels: dict[str, Any]) -> HttpResponse | None:
+    def _act(
+        self, request: HttpRequest, state: ObjectiveState, panels: dict[str, Any]
+    ) -> HttpResponse | None:
         """Run one posted action: a redirect after a write, None to show the page with an
         inline error (the plan form), or the cancel confirmation page."""
         if not can_control(request):
@@ -282,16 +391,23 @@ class ObjectiveAdmin(_ReadOnly):
             tasks, problem = parse_plan(raw)
             if problem is None:
                 try:
-                    services.react(objective_id, by=by, tasks=tasks,
-                                   message=text or "plan supplied from the admin")
+                    services.react(
+                        objective_id,
+                        by=by,
+                        tasks=tasks,
+                        message=text or "plan supplied from the admin",
+                    )
                 except ObjectivesError as error:
                     problem = str(error)
             if problem is not None:
                 problem = problem[:1].upper() + problem[1:].rstrip(".") + "."
                 panels.update(plan_error=problem, plan_text=raw)
                 return None
-            messages.success(request, f"plan: {len(tasks)} task(s) given to {objective_id} by "
-                                      f"{by}; the objective plans them next")
+            messages.success(
+                request,
+                f"plan: {len(tasks)} task(s) given to {objective_id} by "
+                f"{by}; the objective plans them next",
+            )
             return HttpResponseRedirect(request.path)
         try:
             if action == "note":
@@ -323,8 +439,14 @@ class WorkflowAdmin(_ReadOnly):
 
 @admin.register(Activity)
 class ActivityAdmin(_ReadOnly):
-    list_display = ("key", "status", "attempts", "active_owner", "last_heartbeat",
-                    "checkpoint_revision")
+    list_display = (
+        "key",
+        "status",
+        "attempts",
+        "active_owner",
+        "last_heartbeat",
+        "checkpoint_revision",
+    )
     list_filter = ("status",)
     search_fields = ("=key", "=job_id", "=objective_id")
 

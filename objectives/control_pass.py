@@ -33,8 +33,12 @@ class PassReport:
     effects: int
 
     def to_wire(self) -> dict[str, Any]:
-        return {"objectiveId": self.objective_id, "status": self.status, "events": self.events,
-                "effects": self.effects}
+        return {
+            "objectiveId": self.objective_id,
+            "status": self.status,
+            "events": self.events,
+            "effects": self.effects,
+        }
 
 
 def _slot_free() -> bool:
@@ -54,8 +58,13 @@ def _check_slot() -> None:
         raise services.Retry()
 
 
-def run(objective_id: str, *, pass_job_id: str | None, reconcile: bool = False,
-        deadline_s: float | None = None) -> PassReport:
+def run(
+    objective_id: str,
+    *,
+    pass_job_id: str | None,
+    reconcile: bool = False,
+    deadline_s: float | None = None,
+) -> PassReport:
     plans: dict[Any, PlanOutcome] = {}
     outcome: dict[str, PassPlan] = {}
 
@@ -73,12 +82,18 @@ def run(objective_id: str, *, pass_job_id: str | None, reconcile: bool = False,
             return None
         facts = selectors.job_facts(ref.job_id for ref in state.jobs)
         wants_slot = needs_slot(state)
-        result = decide(PassInput(
-            state=state, facts=facts, now_ms=wall_clock_ms(), pass_job_id=pass_job_id,
-            plan=plan_once(state) if needs_plan(state) else None,
-            slot_free=_slot_free() if wants_slot else False,
-            reconcile=reconcile or any(r.reason == RECONCILE for r in state.pending_requests),
-            staleness=selectors.staleness()))
+        result = decide(
+            PassInput(
+                state=state,
+                facts=facts,
+                now_ms=wall_clock_ms(),
+                pass_job_id=pass_job_id,
+                plan=plan_once(state) if needs_plan(state) else None,
+                slot_free=_slot_free() if wants_slot else False,
+                reconcile=reconcile or any(r.reason == RECONCILE for r in state.pending_requests),
+                staleness=selectors.staleness(),
+            )
+        )
         outcome["plan"] = result
         takes_slot = any(e["type"] == v.SLOT_ACQUIRED for e in result.events)
         after: list[Any] = []
@@ -86,13 +101,19 @@ def run(objective_id: str, *, pass_job_id: str | None, reconcile: bool = False,
             after.append(services.release_slots)
         if not result.events and result.effects:
             services.apply_effects(result.effects)  # repairs only: nothing to record
-        return services.Mutation(list(result.events), result.effects,
-                                 guard=_check_slot if takes_slot else None, after_commit=after)
+        return services.Mutation(
+            list(result.events),
+            result.effects,
+            guard=_check_slot if takes_slot else None,
+            after_commit=after,
+        )
 
-    written = services.mutate(objective_id, decide_pass, job_id=pass_job_id,
-                              actor=v.CONTROL_AGENT)
+    written = services.mutate(objective_id, decide_pass, job_id=pass_job_id, actor=v.CONTROL_AGENT)
     plan = outcome.get("plan")
     state = written.state or selectors.get(objective_id)
-    return PassReport(objective_id, state.status if state else None,
-                      [e["type"] for e in plan.events] if plan else [],
-                      len(plan.effects) if plan else 0)
+    return PassReport(
+        objective_id,
+        state.status if state else None,
+        [e["type"] for e in plan.events] if plan else [],
+        len(plan.effects) if plan else 0,
+    )

@@ -31,5 +31,7 @@ class ObjectiveContention(ObjectivesError):
     code, status = "objective_contention", 503
 
     def __init__(self, objective_id: str, attempts: int) -> None:
-        super().__init__(f"objective {objective_id}: the head kept moving; gave up after "
-                         f"{attempts} compare-and-append attempts")
+        super().__init__(
+            f"objective {objective_id}: the head kept moving; gave up after "
+            f"{attempts} compare-and-append attempts"
+        )

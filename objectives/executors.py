@@ -35,9 +35,11 @@ from objectives.planners import objective_json
 DEADLINE_MARGIN_S = 3.0  # finish (and report) before the worker's execution timeout ...
 DEADLINE_MARGIN_SHARE = 0.1  # ... or a tenth of what is left, when that is less
 PROGRESS_TAIL = 2000
-NO_AGENT = ("prompt-only task needs RECEIPT_FACTORY_AGENT_COMMAND (a coding-agent CLI run in a "
-            "task packet directory with the prompt on stdin); set it, or give the task a "
-            "command")
+NO_AGENT = (
+    "prompt-only task needs RECEIPT_FACTORY_AGENT_COMMAND (a coding-agent CLI run in a "
+    "task packet directory with the prompt on stdin); set it, or give the task a "
+    "command"
+)
 
 
 @dataclass(frozen=True)
@@ -60,9 +62,13 @@ class TaskRequest:
         return self.workspace / "artifacts" / self.task_id / self.job.job_id
 
     def env(self) -> dict[str, str]:
-        return processes.scrubbed_env({"RECEIPT_OBJECTIVE_ID": self.objective.objective_id,
-                                       "RECEIPT_TASK_ID": self.task_id,
-                                       "RECEIPT_JOB_ID": self.job.job_id})
+        return processes.scrubbed_env(
+            {
+                "RECEIPT_OBJECTIVE_ID": self.objective.objective_id,
+                "RECEIPT_TASK_ID": self.task_id,
+                "RECEIPT_JOB_ID": self.job.job_id,
+            }
+        )
 
 
 class Executor(Protocol):
@@ -82,8 +88,14 @@ def timeout_s_for(timeout_ms: int | None, ctx: HandlerContext) -> float:
 
 def progress_reporter(ctx: HandlerContext, **fixed: Any) -> Any:
     def report(stdout_tail: str, stderr_tail: str) -> None:
-        ctx.progress({**fixed, "stdoutTail": stdout_tail[-PROGRESS_TAIL:],
-                      "stderrTail": stderr_tail[-PROGRESS_TAIL:]})
+        ctx.progress(
+            {
+                **fixed,
+                "stdoutTail": stdout_tail[-PROGRESS_TAIL:],
+                "stderrTail": stderr_tail[-PROGRESS_TAIL:],
+            }
+        )
+
     return report
 
 
@@ -92,8 +104,12 @@ class LocalExecutor:
         art = request.artifacts
         art.mkdir(parents=True, exist_ok=True)
         if request.command:
-            cwd, command, stdin, result_path = (request.workspace, request.command, None,
-                                                art / "result.json")
+            cwd, command, stdin, result_path = (
+                request.workspace,
+                request.command,
+                None,
+                art / "result.json",
+            )
         elif settings.RECEIPT.factory_agent_command:
             cwd = self._packet(request)
             command = settings.RECEIPT.factory_agent_command
@@ -104,28 +120,53 @@ class LocalExecutor:
         timeout_s = timeout_s_for(request.timeout_ms, ctx)
         fixed = {"taskId": request.task_id, "pass": request.pass_no}
         ran = processes.run(
-            command, cwd=cwd, env=request.env(), stdin=stdin, timeout_s=timeout_s,
-            aborted=ctx.aborted, stdout_path=art / "stdout.log", stderr_path=art / "stderr.log",
+            command,
+            cwd=cwd,
+            env=request.env(),
+            stdin=stdin,
+            timeout_s=timeout_s,
+            aborted=ctx.aborted,
+            stdout_path=art / "stdout.log",
+            stderr_path=art / "stderr.log",
             on_start=lambda pid: ctx.progress({**fixed, "phase": "started", "pid": pid}),
-            on_output=progress_reporter(ctx, **fixed))
+            on_output=progress_reporter(ctx, **fixed),
+        )
         if ran.aborted:
             return None
         verdict = _verdict(ran, result_path, timeout_s)
-        return {**verdict, "exitCode": ran.exit_code, "stdoutTail": ran.stdout_tail,
-                "stderrTail": ran.stderr_tail, "pid": ran.pid, "durationMs": ran.duration_ms,
-                "timedOut": ran.timed_out,
-                "artifacts": {"stdout": str(art / "stdout.log"),
-                              "stderr": str(art / "stderr.log"),
-                              "result": str(result_path) if result_path.exists() else None}}
+        return {
+            **verdict,
+            "exitCode": ran.exit_code,
+            "stdoutTail": ran.stdout_tail,
+            "stderrTail": ran.stderr_tail,
+            "pid": ran.pid,
+            "durationMs": ran.duration_ms,
+            "timedOut": ran.timed_out,
+            "artifacts": {
+                "stdout": str(art / "stdout.log"),
+                "stderr": str(art / "stderr.log"),
+                "result": str(result_path) if result_path.exists() else None,
+            },
+        }
 
     def _packet(self, request: TaskRequest) -> Path:
         packet = request.workspace / "packets" / request.task_id / request.job.job_id
         (packet / "output").mkdir(parents=True, exist_ok=True)
-        (packet / "objective.json").write_text(json.dumps(objective_json(request.objective),
-                                                          indent=2))
-        (packet / "task.json").write_text(json.dumps(
-            {"id": request.task_id, "title": request.title, "prompt": request.prompt,
-             "pass": request.pass_no, "jobId": request.job.job_id}, indent=2))
+        (packet / "objective.json").write_text(
+            json.dumps(objective_json(request.objective), indent=2)
+        )
+        (packet / "task.json").write_text(
+            json.dumps(
+                {
+                    "id": request.task_id,
+                    "title": request.title,
+                    "prompt": request.prompt,
+                    "pass": request.pass_no,
+                    "jobId": request.job.job_id,
+                },
+                indent=2,
+            )
+        )
         (packet / "prompt.md").write_text(request.prompt or "")
         return packet
 
@@ -147,10 +188,14 @@ def read_result(path: Path) -> dict[str, Any]:
     except (OSError, ValueError) as error:
         return {"outcome": FAILED_OUTCOME, "summary": f"result.json is not valid JSON: {error}"}
     if not isinstance(data, dict) or data.get("outcome") not in OUTCOMES:
-        return {"outcome": FAILED_OUTCOME,
-                "summary": f"result.json needs outcome one of {', '.join(OUTCOMES)}"}
+        return {
+            "outcome": FAILED_OUTCOME,
+            "summary": f"result.json needs outcome one of {', '.join(OUTCOMES)}",
+        }
     summary = data.get("summary")
     completion = data.get("completion")
-    return {"outcome": data["outcome"],
-            "summary": summary if isinstance(summary, str) else None,
-            "completion": completion if isinstance(completion, dict) else None}
+    return {
+        "outcome": data["outcome"],
+        "summary": summary if isinstance(summary, str) else None,
+        "completion": completion if isinstance(completion, dict) else None,
+    }

@@ -29,8 +29,14 @@ from observability.logs import log_event
 
 logger = logging.getLogger("receipt.durable")
 
-_WORKFLOW_STATUS = {"queued": "pending", "leased": "running", "running": "running",
-                    "completed": "completed", "failed": "failed", "canceled": "canceled"}
+_WORKFLOW_STATUS = {
+    "queued": "pending",
+    "leased": "running",
+    "running": "running",
+    "completed": "completed",
+    "failed": "failed",
+    "canceled": "canceled",
+}
 _ACTIVITY_STATUS = _WORKFLOW_STATUS
 
 
@@ -73,8 +79,14 @@ def on_job_mutation(kind: str, job: JobState, body: dict[str, Any]) -> None:
         if contract.durable_activity:
             _activity(job, kind, body)
     except Exception as error:  # W-3: best-effort, after the receipt commit
-        log_event(logger, "durable.write_failed", f"[durable {label}] {error}",
-                  level=logging.WARNING, jobId=job.job_id, receiptType=kind)
+        log_event(
+            logger,
+            "durable.write_failed",
+            f"[durable {label}] {error}",
+            level=logging.WARNING,
+            jobId=job.job_id,
+            receiptType=kind,
+        )
 
 
 _UPSERT = """
@@ -110,19 +122,41 @@ def _workflow(job: JobState, kind: str, body: dict[str, Any], name: str) -> None
         return
     now = job.updated_at
     if kind == "queue.command":
-        Signal.objects.create(workflow_key=key, name=str(body.get("command")),
-                              job_id=job.job_id, payload=body.get("payload"), created_at=now)
+        Signal.objects.create(
+            workflow_key=key,
+            name=str(body.get("command")),
+            job_id=job.job_id,
+            payload=body.get("payload"),
+            created_at=now,
+        )
         return
     shown = (job.job_id, job.status, job.attempt, job.worker_id)
     if kind in _QUIET and _last_written.get(key) == shown:
         return
-    metadata = {"jobId": job.job_id, "attempt": job.attempt, "workerId": job.worker_id,
-                "agentId": job.agent_id, "kind": job.kind}
+    metadata = {
+        "jobId": job.job_id,
+        "attempt": job.attempt,
+        "workerId": job.worker_id,
+        "agentId": job.agent_id,
+        "kind": job.kind,
+    }
     error = job.last_error or job.cancel_reason if job.status in ("failed", "canceled") else None
-    params = [key, name, _WORKFLOW_STATUS[job.status], _dump(job.payload), _dump(metadata),
-              _dump(job.result if job.status == "completed" else None), error,
-              job.objective_id, job.job_id, job.created_at, job.receipt_count, now, now,
-              now if job.is_terminal else None]
+    params = [
+        key,
+        name,
+        _WORKFLOW_STATUS[job.status],
+        _dump(job.payload),
+        _dump(metadata),
+        _dump(job.result if job.status == "completed" else None),
+        error,
+        job.objective_id,
+        job.job_id,
+        job.created_at,
+        job.receipt_count,
+        now,
+        now,
+        now if job.is_terminal else None,
+    ]
     json_param = "%s::jsonb" if connection.vendor == "postgresql" else "%s"
     with connection.cursor() as cursor:
         cursor.execute(_UPSERT.format(j=json_param), params)
@@ -137,8 +171,14 @@ def _activity(job: JobState, kind: str, body: dict[str, Any]) -> None:
     key, now = activity_key(job.job_id), job.updated_at
     with transaction.atomic():
         row, _ = Activity.objects.select_for_update().get_or_create(
-            key=key, defaults={"job_id": job.job_id, "objective_id": job.objective_id,
-                               "created_at": now, "updated_at": now})
+            key=key,
+            defaults={
+                "job_id": job.job_id,
+                "objective_id": job.objective_id,
+                "created_at": now,
+                "updated_at": now,
+            },
+        )
         if job.receipt_count <= row.position:
             return  # already applied a later mutation of this job
         row.position = job.receipt_count
@@ -153,8 +193,11 @@ def _activity(job: JobState, kind: str, body: dict[str, Any]) -> None:
         if kind == "job.progress":
             row.checkpoint_revision += 1
             row.checkpoint_output = body.get("progress")
-            row.checkpoint_metadata = {"attempt": body.get("attempt"),
-                                       "workerId": body.get("workerId"), "at": now}
+            row.checkpoint_metadata = {
+                "attempt": body.get("attempt"),
+                "workerId": body.get("workerId"),
+                "at": now,
+            }
         if job.status == "completed":
             row.checkpoint_output = job.result
         row.save()
@@ -164,8 +207,10 @@ def _activity(job: JobState, kind: str, body: dict[str, Any]) -> None:
 def _attempts(key: str, job: JobState, now: int) -> None:
     if job.holds_lease:
         ActivityAttempt.objects.get_or_create(
-            activity_key=key, attempt=job.attempt,
-            defaults={"owner": job.worker_id, "status": "running", "started_at": now})
+            activity_key=key,
+            attempt=job.attempt,
+            defaults={"owner": job.worker_id, "status": "running", "started_at": now},
+        )
     open_rows = ActivityAttempt.objects.filter(activity_key=key, ended_at__isnull=True)
     for attempt in open_rows:
         if job.holds_lease and attempt.attempt == job.attempt:
@@ -174,8 +219,9 @@ def _attempts(key: str, job: JobState, now: int) -> None:
         if job.is_terminal and attempt.attempt == job.attempt:
             status = _ACTIVITY_STATUS[job.status]
         attempt.status = status
-        attempt.error = None if status == "completed" else (
-            job.last_error or job.cancel_reason or "superseded")
+        attempt.error = (
+            None if status == "completed" else (job.last_error or job.cancel_reason or "superseded")
+        )
         attempt.ended_at = now
         attempt.save(update_fields=["status", "error", "ended_at"])
 
@@ -187,11 +233,17 @@ def rows_for_job(job: JobState) -> dict[str, Any]:
     workflow = workflow_key_for(job)
     return {
         "workflow": Workflow.objects.filter(key=workflow).values().first() if workflow else None,
-        "signals": list(Signal.objects.filter(workflow_key=workflow, job_id=job.job_id)
-                        .order_by("-id").values()[:50]) if workflow else [],
+        "signals": list(
+            Signal.objects.filter(workflow_key=workflow, job_id=job.job_id)
+            .order_by("-id")
+            .values()[:50]
+        )
+        if workflow
+        else [],
         "activity": Activity.objects.filter(key=key).values().first(),
-        "attempts": list(ActivityAttempt.objects.filter(activity_key=key)
-                         .order_by("attempt").values()),
+        "attempts": list(
+            ActivityAttempt.objects.filter(activity_key=key).order_by("attempt").values()
+        ),
     }
 
 
@@ -199,8 +251,8 @@ def rows_for_objective(objective_id: str) -> dict[str, Any]:
     key = control_key(objective_id)
     return {
         "workflow": Workflow.objects.filter(key=key).values().first(),
-        "signals": list(Signal.objects.filter(workflow_key=key).order_by("-id")
-                        .values()[:50]),
-        "activities": list(Activity.objects.filter(objective_id=objective_id)
-                           .order_by("created_at").values()[:200]),
+        "signals": list(Signal.objects.filter(workflow_key=key).order_by("-id").values()[:50]),
+        "activities": list(
+            Activity.objects.filter(objective_id=objective_id).order_by("created_at").values()[:200]
+        ),
     }

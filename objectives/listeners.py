@@ -25,11 +25,19 @@ def on_job_mutation(kind: str, job: JobState, body: dict[str, Any]) -> None:
     if kind != "job.lease_expired" and not job.is_terminal:
         return  # a failure that requeues the job is not a settlement
     try:
-        services.job_settled(job.job_id, objective_id=job.objective_id, task_id=job.task_id,
-                             status=job.status if job.is_terminal else "lease_expired",
-                             kind=job.kind)
+        services.job_settled(
+            job.job_id,
+            objective_id=job.objective_id,
+            task_id=job.task_id,
+            status=job.status if job.is_terminal else "lease_expired",
+            kind=job.kind,
+        )
     except Exception as error:
-        log_event(logger, "factory.control_request_failed",
-                  f"control request for {job.objective_id} after {kind} of {job.job_id} "
-                  f"failed: {error}", level=logging.WARNING, objectiveId=job.objective_id,
-                  jobId=job.job_id)
+        log_event(
+            logger,
+            "factory.control_request_failed",
+            f"control request for {job.objective_id} after {kind} of {job.job_id} failed: {error}",
+            level=logging.WARNING,
+            objectiveId=job.objective_id,
+            jobId=job.job_id,
+        )

@@ -38,11 +38,14 @@ class ObjectiveSummary(models.Model):
         verbose_name_plural = "objectives"
         indexes = [
             models.Index(fields=["section", "-updated_at"], name="objective_section_recent"),
-            models.Index(fields=["organization_id", "section", "-updated_at"],
-                         name="objective_org_section_recent"),
+            models.Index(
+                fields=["organization_id", "section", "-updated_at"],
+                name="objective_org_section_recent",
+            ),
             models.Index(fields=["active", "updated_at"], name="objective_active_updated"),
-            models.Index(fields=["control_outbox_pending", "updated_at"],
-                         name="objective_outbox_pending"),
+            models.Index(
+                fields=["control_outbox_pending", "updated_at"], name="objective_outbox_pending"
+            ),
             models.Index(fields=["status", "updated_at"], name="objective_status_updated"),
             models.Index(fields=["slot_held", "mode"], name="objective_slot_held"),
         ]
@@ -142,8 +145,11 @@ class ActivityAttempt(models.Model):
 
     class Meta:
         db_table = "objectives_activity_attempt"
-        constraints = [models.UniqueConstraint(fields=["activity_key", "attempt"],
-                                               name="activity_attempt_uniq")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["activity_key", "attempt"], name="activity_attempt_uniq"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.activity_key}#{self.attempt}"

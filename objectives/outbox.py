@@ -26,9 +26,13 @@ BATCH = 200
 
 
 def redrive(*, now_ms: int, limit: int = BATCH, min_age_ms: int = 0) -> Report:
-    ids = list(ObjectiveSummary.objects.filter(control_outbox_pending=True,
-                                               updated_at__lte=now_ms - min_age_ms)
-               .order_by("updated_at").values_list("id", flat=True)[:limit])
+    ids = list(
+        ObjectiveSummary.objects.filter(
+            control_outbox_pending=True, updated_at__lte=now_ms - min_age_ms
+        )
+        .order_by("updated_at")
+        .values_list("id", flat=True)[:limit]
+    )
     report = Report("control_outbox_redrive")
     for objective_id in ids:
         report.examined += 1
@@ -36,9 +40,13 @@ def redrive(*, now_ms: int, limit: int = BATCH, min_age_ms: int = 0) -> Report:
             report.acted += len(services.ensure_control_enqueued(objective_id))
         except Exception as error:  # per item: log the id and carry on
             report.errors.append(f"{objective_id}: {error}")
-            log_event(logger, "factory.control_outbox_redrive_failed",
-                      f"outbox redrive of {objective_id} failed: {error}",
-                      level=logging.WARNING, objectiveId=objective_id)
+            log_event(
+                logger,
+                "factory.control_outbox_redrive_failed",
+                f"outbox redrive of {objective_id} failed: {error}",
+                level=logging.WARNING,
+                objectiveId=objective_id,
+            )
     return report
 
 
@@ -59,25 +67,37 @@ class Redrive:
         try:
             return self._run(now_ms=now_ms)
         except Exception as error:
-            log_event(logger, "factory.control_outbox_redrive_failed",
-                      f"outbox redrive pass failed: {error}", level=logging.ERROR)
+            log_event(
+                logger,
+                "factory.control_outbox_redrive_failed",
+                f"outbox redrive pass failed: {error}",
+                level=logging.ERROR,
+            )
             raise
         finally:
             watch.cancel()
             self._lock.release()
 
     def _slow(self, started_ms: int) -> None:
-        log_event(logger, "factory.control_outbox_redrive_slow",
-                  f"control outbox redrive has run longer than {self.timeout_ms} ms; it keeps "
-                  "ownership until it settles", level=logging.WARNING, startedAt=started_ms,
-                  timeoutMs=self.timeout_ms)
+        log_event(
+            logger,
+            "factory.control_outbox_redrive_slow",
+            f"control outbox redrive has run longer than {self.timeout_ms} ms; it keeps "
+            "ownership until it settles",
+            level=logging.WARNING,
+            startedAt=started_ms,
+            timeoutMs=self.timeout_ms,
+        )
 
 
 def resume(*, now_ms: int, limit: int = 1000) -> Report:
     """L-5: request control for active objectives with no pending work."""
     report = Report("objective_resume")
-    rows = (ObjectiveSummary.objects.filter(active=True).order_by("updated_at")
-            .values_list("id", flat=True)[:limit])
+    rows = (
+        ObjectiveSummary.objects.filter(active=True)
+        .order_by("updated_at")
+        .values_list("id", flat=True)[:limit]
+    )
     for objective_id in rows:
         report.examined += 1
         try:
@@ -91,6 +111,11 @@ def resume(*, now_ms: int, limit: int = 1000) -> Report:
             report.acted += 1
         except Exception as error:
             report.errors.append(f"{objective_id}: {error}")
-            log_event(logger, "factory.resume_failed", f"resume of {objective_id} failed: "
-                      f"{error}", level=logging.WARNING, objectiveId=objective_id)
+            log_event(
+                logger,
+                "factory.resume_failed",
+                f"resume of {objective_id} failed: {error}",
+                level=logging.WARNING,
+                objectiveId=objective_id,
+            )
     return report

@@ -33,10 +33,12 @@ def no_plan_reason(state: ObjectiveState) -> str:
         why = "the objective has only a prompt and RECEIPT_FACTORY_PLANNER_COMMAND is not set"
     else:
         why = "the objective has no tasks"
-    return (f"no executable plan: {why}. Supply tasks {TASK_FORMAT} with a factory.dispatch "
-            "react (objectiveId, tasks) or in the create request, or set "
-            "RECEIPT_FACTORY_PLANNER_COMMAND (reads the objective as JSON on stdin, prints "
-            "{\"tasks\": [...]}) or RECEIPT_FACTORY_PLANNER (a dotted path)")
+    return (
+        f"no executable plan: {why}. Supply tasks {TASK_FORMAT} with a factory.dispatch "
+        "react (objectiveId, tasks) or in the create request, or set "
+        "RECEIPT_FACTORY_PLANNER_COMMAND (reads the objective as JSON on stdin, prints "
+        '{"tasks": [...]}) or RECEIPT_FACTORY_PLANNER (a dotted path)'
+    )
 
 
 def plan_for(state: ObjectiveState, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> PlanOutcome:
@@ -46,8 +48,10 @@ def plan_for(state: ObjectiveState, *, timeout_s: float = DEFAULT_TIMEOUT_S) -> 
             planner = import_string(path)
             answer = planner(state, timeout_s=timeout_s)
         except Exception as error:
-            return PlanOutcome(error=f"planner {path} failed: {type(error).__name__}: {error}",
-                               source=f"planner:{path}")
+            return PlanOutcome(
+                error=f"planner {path} failed: {type(error).__name__}: {error}",
+                source=f"planner:{path}",
+            )
         if isinstance(answer, PlanOutcome):
             return answer
         return _validated(answer, source=f"planner:{path}")
@@ -73,11 +77,19 @@ def _validated(tasks: Any, *, source: str) -> PlanOutcome:
 
 def objective_json(state: ObjectiveState) -> dict[str, Any]:
     """What a planner or agent sees of the objective (no auth details)."""
-    return {"objectiveId": state.objective_id, "title": state.title, "prompt": state.prompt,
-            "mode": state.mode, "severity": state.severity, "channel": state.channel,
-            "scope": state.scope, "evidence": state.evidence, "doneWhen": state.done_when,
-            "checks": [{"name": c.name, "command": c.command} for c in state.checks],
-            "notes": [n.text for n in state.notes]}
+    return {
+        "objectiveId": state.objective_id,
+        "title": state.title,
+        "prompt": state.prompt,
+        "mode": state.mode,
+        "severity": state.severity,
+        "channel": state.channel,
+        "scope": state.scope,
+        "evidence": state.evidence,
+        "doneWhen": state.done_when,
+        "checks": [{"name": c.name, "command": c.command} for c in state.checks],
+        "notes": [n.text for n in state.notes],
+    }
 
 
 def _from_command(state: ObjectiveState, command: str, *, timeout_s: float) -> PlanOutcome:
@@ -85,17 +97,25 @@ def _from_command(state: ObjectiveState, command: str, *, timeout_s: float) -> P
     with tempfile.TemporaryDirectory(prefix="receipt-plan-") as tmp:
         out, err = Path(tmp) / "stdout.log", Path(tmp) / "stderr.log"
         result = processes.run(
-            command, cwd=Path(tmp), env=processes.scrubbed_env(
-                {"RECEIPT_OBJECTIVE_ID": state.objective_id}),
-            stdout_path=out, stderr_path=err, timeout_s=timeout_s,
-            stdin=json.dumps(objective_json(state)).encode())
+            command,
+            cwd=Path(tmp),
+            env=processes.scrubbed_env({"RECEIPT_OBJECTIVE_ID": state.objective_id}),
+            stdout_path=out,
+            stderr_path=err,
+            timeout_s=timeout_s,
+            stdin=json.dumps(objective_json(state)).encode(),
+        )
         stdout = out.read_text(errors="replace")
     if result.timed_out:
-        return PlanOutcome(error=f"planner command timed out after {int(timeout_s)} s",
-                           source=source)
+        return PlanOutcome(
+            error=f"planner command timed out after {int(timeout_s)} s", source=source
+        )
     if result.exit_code != 0:
-        return PlanOutcome(error=f"planner command failed (exit {result.exit_code}): "
-                                 f"{result.stderr_tail[-1000:].strip()}", source=source)
+        return PlanOutcome(
+            error=f"planner command failed (exit {result.exit_code}): "
+            f"{result.stderr_tail[-1000:].strip()}",
+            source=source,
+        )
     try:
         printed = json.loads(stdout)
     except json.JSONDecodeError as error:

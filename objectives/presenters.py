@@ -20,34 +20,55 @@ _HIDDEN = ("tasks", "authContext", "jobs")
 def summary_json(row: ObjectiveSummary, queued: int = 0) -> dict[str, Any]:
     """`queued`: how many of its running tasks' jobs wait in the queue (queued_by_objective)."""
     state = row.state if isinstance(row.state, dict) else {}
-    return {"id": row.id, "title": row.title, "status": row.status, "phase": row.phase,
-            "mode": row.mode, "severity": row.severity, "section": row.section,
-            "archived": row.archived, "organizationId": row.organization_id,
-            "taskCounts": with_queued(row.task_counts or {}, queued),
-            "slotHeld": row.slot_held,
-            "controlRequestPending": row.control_request_pending,
-            "blockedReason": state.get("blockedReason"), "createdAt": row.created_at,
-            "updatedAt": row.updated_at, "receiptCount": row.receipt_count}
+    return {
+        "id": row.id,
+        "title": row.title,
+        "status": row.status,
+        "phase": row.phase,
+        "mode": row.mode,
+        "severity": row.severity,
+        "section": row.section,
+        "archived": row.archived,
+        "organizationId": row.organization_id,
+        "taskCounts": with_queued(row.task_counts or {}, queued),
+        "slotHeld": row.slot_held,
+        "controlRequestPending": row.control_request_pending,
+        "blockedReason": state.get("blockedReason"),
+        "createdAt": row.created_at,
+        "updatedAt": row.updated_at,
+        "receiptCount": row.receipt_count,
+    }
 
 
 def queued_by_objective(sections: dict[str, list[ObjectiveSummary]]) -> dict[str, int]:
     """Queued task jobs of the board's objectives that count a task running (one query)."""
-    return selectors.queued_task_jobs(row.id for rows in sections.values() for row in rows
-                                      if (row.task_counts or {}).get("running"))
+    return selectors.queued_task_jobs(
+        row.id
+        for rows in sections.values()
+        for row in rows
+        if (row.task_counts or {}).get("running")
+    )
 
 
 def board_json(sections: dict[str, list[ObjectiveSummary]]) -> list[dict[str, Any]]:
     queued = queued_by_objective(sections)
-    return [{"key": key, "title": title,
-             "objectives": [summary_json(r, queued.get(r.id, 0)) for r in sections[key]]}
-            for key, title in SECTIONS]
+    return [
+        {
+            "key": key,
+            "title": title,
+            "objectives": [summary_json(r, queued.get(r.id, 0)) for r in sections[key]],
+        }
+        for key, title in SECTIONS
+    ]
 
 
 def shown_statuses(state: ObjectiveState, job_statuses: dict[str, str]) -> dict[str, str]:
     """task id -> what the task is shown as (objectives.core.board.task_shown);
     `job_statuses`: selectors.open_run_statuses(state)."""
-    return {t.id: task_shown(t, state, job_statuses.get(t.open_run.job_id) if t.open_run
-                             else None) for t in state.tasks}
+    return {
+        t.id: task_shown(t, state, job_statuses.get(t.open_run.job_id) if t.open_run else None)
+        for t in state.tasks
+    }
 
 
 def task_json(task: Task, depth: int, shown: str | None = None) -> dict[str, Any]:
@@ -62,12 +83,18 @@ def task_depths(state: ObjectiveState) -> dict[str, int]:
     return dag.depths({t.id: t.depends_on for t in state.tasks}) if state.tasks else {}
 
 
-def objective_json(state: ObjectiveState,
-                   job_statuses: dict[str, str] | None = None) -> dict[str, Any]:
+def objective_json(
+    state: ObjectiveState, job_statuses: dict[str, str] | None = None
+) -> dict[str, Any]:
     wire = {k: v for k, v in objective_to_wire(state).items() if k not in _HIDDEN}
-    wire.update(id=state.objective_id, stream=objective_stream(state.objective_id),
-                section=section_for(state), awaitingPromotion=state.awaiting_promotion,
-                taskCounts=task_counts(state, job_statuses), jobRefs=to_wire(state.jobs))
+    wire.update(
+        id=state.objective_id,
+        stream=objective_stream(state.objective_id),
+        section=section_for(state),
+        awaitingPromotion=state.awaiting_promotion,
+        taskCounts=task_counts(state, job_statuses),
+        jobRefs=to_wire(state.jobs),
+    )
     return wire
 
 
@@ -75,22 +102,29 @@ def detail_json(state: ObjectiveState, jobs: list[JobState]) -> dict[str, Any]:
     depths = task_depths(state)
     statuses = selectors.open_run_statuses(state)
     shown = shown_statuses(state, statuses)
-    return {"objective": objective_json(state, statuses),
-            "tasks": [task_json(t, depths.get(t.id, 0), shown[t.id]) for t in state.tasks],
-            "jobs": [job_json(job) for job in jobs]}
+    return {
+        "objective": objective_json(state, statuses),
+        "tasks": [task_json(t, depths.get(t.id, 0), shown[t.id]) for t in state.tasks],
+        "jobs": [job_json(job) for job in jobs],
+    }
 
 
 def live_status(state: ObjectiveState) -> dict[str, Any]:
     """A-9 live-status: what the objective is doing right now, for a progress line."""
     open_runs = [t for t in state.tasks if t.open_run is not None]
-    current = max(open_runs, key=lambda t: t.open_run.dispatched_at if t.open_run else 0,
-                  default=None)
+    current = max(
+        open_runs, key=lambda t: t.open_run.dispatched_at if t.open_run else 0, default=None
+    )
     job_id = current.open_run.job_id if current and current.open_run else None
     progress_at, stdout, stderr = None, None, None
     if job_id:
         last = selectors.last_progress(job_id)
         if last is not None:
-            progress_at, stdout, stderr = last[0], last[1].get("stdoutTail"), last[1].get("stderrTail")
+            progress_at, stdout, stderr = (
+                last[0],
+                last[1].get("stdoutTail"),
+                last[1].get("stderrTail"),
+            )
         elif current and current.last_checkpoint:
             point = current.last_checkpoint
             progress_at, stdout, stderr = point.at, point.stdout_tail, point.stderr_tail
@@ -100,10 +134,22 @@ def live_status(state: ObjectiveState) -> dict[str, Any]:
     for shown in ("running", "queued"):
         if counts.get(shown):
             summary += f", {counts[shown]} {shown}"
-    detail = (state.blocked_reason or state.terminal_reason or
-              (f"{current.id}: {current.title}" if current else None) or state.result_summary)
-    return {"objectiveId": state.objective_id, "status": state.status, "phase": state.phase,
-            "summary": summary, "detail": detail, "progressAt": progress_at or state.updated_at,
-            "active": state.is_active, "jobId": job_id,
-            "taskId": current.id if current else None, "stdoutTail": stdout,
-            "stderrTail": stderr}
+    detail = (
+        state.blocked_reason
+        or state.terminal_reason
+        or (f"{current.id}: {current.title}" if current else None)
+        or state.result_summary
+    )
+    return {
+        "objectiveId": state.objective_id,
+        "status": state.status,
+        "phase": state.phase,
+        "summary": summary,
+        "detail": detail,
+        "progressAt": progress_at or state.updated_at,
+        "active": state.is_active,
+        "jobId": job_id,
+        "taskId": current.id if current else None,
+        "stdoutTail": stdout,
+        "stderrTail": stderr,
+    }

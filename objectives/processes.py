@@ -64,7 +64,7 @@ class _Tail:
     def add(self, chunk: bytes) -> None:
         with self.lock:
             self.data += chunk
-            del self.data[:-TAIL_CHARS * 4]
+            del self.data[: -TAIL_CHARS * 4]
             self.version += 1
 
     def text(self, limit: int = TAIL_CHARS) -> str:
@@ -98,11 +98,19 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def run(command: str, *, cwd: Path, env: Mapping[str, str], stdout_path: Path,
-        stderr_path: Path, stdin: bytes | None = None, timeout_s: float | None = None,
-        aborted: threading.Event | None = None,
-        on_start: Callable[[int], None] | None = None,
-        on_output: Callable[[str, str], None] | None = None) -> ProcessResult:
+def run(
+    command: str,
+    *,
+    cwd: Path,
+    env: Mapping[str, str],
+    stdout_path: Path,
+    stderr_path: Path,
+    stdin: bytes | None = None,
+    timeout_s: float | None = None,
+    aborted: threading.Event | None = None,
+    on_start: Callable[[int], None] | None = None,
+    on_output: Callable[[str, str], None] | None = None,
+) -> ProcessResult:
     """Run `command` to its end, its timeout or an abort; see the module docstring."""
     stdout_path.parent.mkdir(parents=True, exist_ok=True)
     stderr_path.parent.mkdir(parents=True, exist_ok=True)
@@ -111,14 +119,21 @@ def run(command: str, *, cwd: Path, env: Mapping[str, str], stdout_path: Path,
     # reach it before it has killed the command. No preexec_fn (unsafe in a threaded
     # worker): the reaper arms its own parent-death signal. `pid` is the reaper's from here.
     proc = subprocess.Popen(
-        lifeline.reaper_argv(["/bin/sh", "-c", command]), cwd=cwd, env=dict(env),
+        lifeline.reaper_argv(["/bin/sh", "-c", command]),
+        cwd=cwd,
+        env=dict(env),
         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-        close_fds=True)
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+        close_fds=True,
+    )
     out_tail, err_tail = _Tail(), _Tail()
     assert proc.stdout is not None and proc.stderr is not None
-    pumps = [threading.Thread(target=_pump, args=(proc.stdout, stdout_path, out_tail), daemon=True),
-             threading.Thread(target=_pump, args=(proc.stderr, stderr_path, err_tail), daemon=True)]
+    pumps = [
+        threading.Thread(target=_pump, args=(proc.stdout, stdout_path, out_tail), daemon=True),
+        threading.Thread(target=_pump, args=(proc.stderr, stderr_path, err_tail), daemon=True),
+    ]
     for pump in pumps:
         pump.start()
     if stdin is not None:
@@ -148,10 +163,15 @@ def run(command: str, *, cwd: Path, env: Mapping[str, str], stdout_path: Path,
         pump.join(timeout=5)
     for stream in (proc.stdout, proc.stderr):
         stream.close()
-    return ProcessResult(exit_code=None if (timed_out or was_aborted) else code, pid=proc.pid,
-                         timed_out=timed_out, aborted=was_aborted, stdout_tail=out_tail.text(),
-                         stderr_tail=err_tail.text(),
-                         duration_ms=int((time.monotonic() - started) * 1000))
+    return ProcessResult(
+        exit_code=None if (timed_out or was_aborted) else code,
+        pid=proc.pid,
+        timed_out=timed_out,
+        aborted=was_aborted,
+        stdout_tail=out_tail.text(),
+        stderr_tail=err_tail.text(),
+        duration_ms=int((time.monotonic() - started) * 1000),
+    )
 
 
 def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:

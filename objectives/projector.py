@@ -56,8 +56,7 @@ def objective_id_of(stream: str) -> str:
 
 
 def load_state(objective_id: str) -> ObjectiveState | None:
-    wire = (ObjectiveSummary.objects.filter(pk=objective_id)
-            .values_list("state", flat=True).first())
+    wire = ObjectiveSummary.objects.filter(pk=objective_id).values_list("state", flat=True).first()
     return objective_from_wire(wire) if wire is not None else None
 
 
@@ -80,11 +79,15 @@ class ObjectiveProjector:
             ObjectiveSummary.objects.create(**row)
         else:
             ObjectiveSummary.objects.filter(pk=objective_id).update(
-                **{k: v for k, v in row.items() if k != "id"})
+                **{k: v for k, v in row.items() if k != "id"}
+            )
 
     def snapshot(self, stream: str) -> dict[str, Any] | None:
-        row = (ObjectiveSummary.objects.filter(pk=objective_id_of(stream))
-               .values(*row_fields()).first())
+        row = (
+            ObjectiveSummary.objects.filter(pk=objective_id_of(stream))
+            .values(*row_fields())
+            .first()
+        )
         return dict(row) if row else None
 
     def compute(self, stream: str, receipts: Sequence[Receipt]) -> dict[str, Any] | None:
@@ -97,7 +100,8 @@ class ObjectiveProjector:
             ObjectiveSummary.objects.filter(pk=objective_id).delete()
             return
         ObjectiveSummary.objects.update_or_create(
-            pk=objective_id, defaults={k: v for k, v in row.items() if k != "id"})
+            pk=objective_id, defaults={k: v for k, v in row.items() if k != "id"}
+        )
 
 
 def row_fields() -> list[str]:
@@ -116,8 +120,7 @@ def _run_reducer(state: dict[str, Any] | None, receipt: Receipt) -> dict[str, An
     if receipt.type == "run.started":
         out.update(status="started", jobId=body.get("jobId"), startedAt=receipt.ts)
     elif receipt.type == "run.completed":
-        out.update(status="completed", objectiveId=body.get("objectiveId"),
-                   completedAt=receipt.ts)
+        out.update(status="completed", objectiveId=body.get("objectiveId"), completedAt=receipt.ts)
     return out
 
 
@@ -125,8 +128,15 @@ def register() -> None:
     def describe(state: ObjectiveState | None) -> Any:
         return objective_to_wire(state) if state is not None else None
 
-    registry.register(registry.StreamFamily(
-        prefix=OBJECTIVE_STREAM_PREFIX, label="objective", reducer=reduce, projector=PROJECTOR,
-        describe=describe))
-    registry.register(registry.StreamFamily(
-        prefix=RUN_STREAM_PREFIX, label="factory run", reducer=_run_reducer))
+    registry.register(
+        registry.StreamFamily(
+            prefix=OBJECTIVE_STREAM_PREFIX,
+            label="objective",
+            reducer=reduce,
+            projector=PROJECTOR,
+            describe=describe,
+        )
+    )
+    registry.register(
+        registry.StreamFamily(prefix=RUN_STREAM_PREFIX, label="factory run", reducer=_run_reducer)
+    )

@@ -22,11 +22,19 @@ def role_loops(config: Any, role: str) -> list[Loop]:
     if role != CONTROL:
         return []
     return [
-        Loop("control_outbox_redrive", config.control_outbox_redrive_interval_ms,
-             config.startup_settle_ms,
-             outbox.Redrive(config.control_outbox_redrive_timeout_ms)),
+        Loop(
+            "control_outbox_redrive",
+            config.control_outbox_redrive_interval_ms,
+            config.startup_settle_ms,
+            outbox.Redrive(config.control_outbox_redrive_timeout_ms),
+        ),
         Loop("watchdog_schedule", 0, 0, lambda now: schedules.seed_report(config), once=True),
         Loop("schedules", 30_000, 5_000, run_schedules),
-        Loop("objective_resume", 0, config.startup_settle_ms,
-             lambda now: outbox.resume(now_ms=now), once=True),
+        Loop(
+            "objective_resume",
+            0,
+            config.startup_settle_ms,
+            lambda now: outbox.resume(now_ms=now),
+            once=True,
+        ),
     ]

@@ -24,9 +24,16 @@ CLUSTER = "worker-control"
 
 
 def seed(config: Any) -> Schedule:
-    schedule, _ = Schedule.objects.update_or_create(name=NAME, defaults={
-        "func": FUNC, "schedule_type": Schedule.CRON, "cron": config.watchdog_cron,
-        "cluster": CLUSTER, "repeats": -1 if config.watchdog_enabled else 0})
+    schedule, _ = Schedule.objects.update_or_create(
+        name=NAME,
+        defaults={
+            "func": FUNC,
+            "schedule_type": Schedule.CRON,
+            "cron": config.watchdog_cron,
+            "cluster": CLUSTER,
+            "repeats": -1 if config.watchdog_enabled else 0,
+        },
+    )
     return schedule
 
 
@@ -38,6 +45,7 @@ def seed_report(config: Any) -> Report:
 def enqueue_watchdog(now_ms: int | None = None) -> str:
     now = wall_clock_ms() if now_ms is None else now_ms
     job_id = f"watchdog-{now // 60_000}"
-    result = queue.enqueue(v.CONTROL_AGENT, {"kind": v.KIND_WATCHDOG}, job_id=job_id,
-                           lane="collect", max_attempts=1)
+    result = queue.enqueue(
+        v.CONTROL_AGENT, {"kind": v.KIND_WATCHDOG}, job_id=job_id, lane="collect", max_attempts=1
+    )
     return result.job.job_id

@@ -30,8 +30,7 @@ BOARD_LIMIT = 100
 
 def load(objective_id: str) -> tuple[ObjectiveState | None, str | None]:
     """The objective's fold and the head it was folded to (None, None when it is new)."""
-    row = (ObjectiveSummary.objects.filter(pk=objective_id)
-           .values_list("state", "head").first())
+    row = ObjectiveSummary.objects.filter(pk=objective_id).values_list("state", "head").first()
     if row is None:
         return None, None
     return objective_from_wire(row[0]), row[1]
@@ -40,8 +39,11 @@ def load(objective_id: str) -> tuple[ObjectiveState | None, str | None]:
 def unsettled_objective_of_job() -> Exists:
     """A job row's objective (OuterRef "objective_id") is not settled: not terminal, or
     terminal but not yet audited (`active`). Retention keeps such jobs (jobs.retention)."""
-    return Exists(ObjectiveSummary.objects.filter(pk=OuterRef("objective_id")).exclude(
-        status__in=TERMINAL_OBJECTIVE_STATUSES, active=False))
+    return Exists(
+        ObjectiveSummary.objects.filter(pk=OuterRef("objective_id")).exclude(
+            status__in=TERMINAL_OBJECTIVE_STATUSES, active=False
+        )
+    )
 
 
 def get(objective_id: str) -> ObjectiveState | None:
@@ -67,26 +69,41 @@ def fact_of(job: JobState, *, canceled_by: str | None = None) -> JobFact:
     payload = job.payload if isinstance(job.payload, dict) else {}
     path = payload.get("executionPath")
     aborts = [c for c in job.commands if c.command == "abort"]
-    return JobFact(job_id=job.job_id, status=job.status, kind=job.kind, result=job.result,
-                   last_error=job.last_error or job.cancel_reason, attempt=job.attempt,
-                   created_at=job.created_at, updated_at=job.updated_at,
-                   lease_until=job.lease_until, lease_ms=job.lease_ms,
-                   abort_requested=job.abort_requested,
-                   aborted_by=aborts[-1].by if aborts else canceled_by,
-                   cancel_reason=job.cancel_reason,
-                   execution_path=path if isinstance(path, str) else None, task_id=job.task_id)
+    return JobFact(
+        job_id=job.job_id,
+        status=job.status,
+        kind=job.kind,
+        result=job.result,
+        last_error=job.last_error or job.cancel_reason,
+        attempt=job.attempt,
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        lease_until=job.lease_until,
+        lease_ms=job.lease_ms,
+        abort_requested=job.abort_requested,
+        aborted_by=aborts[-1].by if aborts else canceled_by,
+        cancel_reason=job.cancel_reason,
+        execution_path=path if isinstance(path, str) else None,
+        task_id=job.task_id,
+    )
 
 
 def _facts(jobs: list[JobState]) -> list[JobFact]:
     """Facts of `jobs`; one extra query names who canceled any queued-canceled ones."""
-    unnamed = [j.job_id for j in jobs if j.status == "canceled"
-               and not any(c.command == "abort" for c in j.commands)]
+    unnamed = [
+        j.job_id
+        for j in jobs
+        if j.status == "canceled" and not any(c.command == "abort" for c in j.commands)
+    ]
     by: dict[str, str | None] = {}
     if unnamed:
-        rows = ReceiptRow.objects.filter(stream__in=[f"jobs/{i}" for i in unnamed],
-                                         event_type="job.canceled").values_list("stream", "body")
-        by = {stream[len("jobs/"):]: body.get("by") if isinstance(body, dict) else None
-              for stream, body in rows}
+        rows = ReceiptRow.objects.filter(
+            stream__in=[f"jobs/{i}" for i in unnamed], event_type="job.canceled"
+        ).values_list("stream", "body")
+        by = {
+            stream[len("jobs/") :]: body.get("by") if isinstance(body, dict) else None
+            for stream, body in rows
+        }
     return [fact_of(job, canceled_by=by.get(job.job_id)) for job in jobs]
 
 
@@ -94,21 +111,25 @@ def job_facts(job_ids: Iterable[str]) -> dict[str, JobFact]:
     ids = list(dict.fromkeys(job_ids))
     facts: dict[str, JobFact] = {}
     for start in range(0, len(ids), 500):
-        rows = Job.objects.filter(pk__in=ids[start:start + 500]).values_list("state", flat=True)
+        rows = Job.objects.filter(pk__in=ids[start : start + 500]).values_list("state", flat=True)
         for fact in _facts([job_from_wire(wire) for wire in rows]):
             facts[fact.job_id] = fact
     return facts
 
 
 def active_job_facts(objective_id: str) -> list[JobFact]:
-    rows = (Job.objects.filter(objective_id=objective_id, status__in=ACTIVE_STATUSES)
-            .values_list("state", flat=True)[:500])
+    rows = Job.objects.filter(objective_id=objective_id, status__in=ACTIVE_STATUSES).values_list(
+        "state", flat=True
+    )[:500]
     return [fact_of(job_from_wire(wire)) for wire in rows]
 
 
 def objective_jobs(objective_id: str, *, limit: int = 200) -> list[JobState]:
-    rows = (Job.objects.filter(objective_id=objective_id).order_by("-created_at", "-id")
-            .values_list("state", flat=True)[:limit])
+    rows = (
+        Job.objects.filter(objective_id=objective_id)
+        .order_by("-created_at", "-id")
+        .values_list("state", flat=True)[:limit]
+    )
     return [job_from_wire(wire) for wire in rows]
 
 
@@ -117,17 +138,24 @@ def held_slots() -> int:
 
 
 def waiting_for_slot(limit: int) -> list[str]:
-    return list(ObjectiveSummary.objects.filter(status="waiting_for_slot")
-                .order_by("updated_at").values_list("id", flat=True)[:limit])
+    return list(
+        ObjectiveSummary.objects.filter(status="waiting_for_slot")
+        .order_by("updated_at")
+        .values_list("id", flat=True)[:limit]
+    )
 
 
-def board(*, organization_id: str | None = None, limit: int = BOARD_LIMIT) -> dict[str, list[ObjectiveSummary]]:
+def board(
+    *, organization_id: str | None = None, limit: int = BOARD_LIMIT
+) -> dict[str, list[ObjectiveSummary]]:
     """Newest first per section (A-9, U-5); each section served by its index."""
     rows = ObjectiveSummary.objects.defer("state")
     if organization_id is not None:
         rows = rows.filter(organization_id=organization_id)
-    return {key: list(rows.filter(section=key).order_by("-updated_at", "-id")[:limit])
-            for key in SECTION_KEYS}
+    return {
+        key: list(rows.filter(section=key).order_by("-updated_at", "-id")[:limit])
+        for key in SECTION_KEYS
+    }
 
 
 def queued_task_jobs(objective_ids: Iterable[str]) -> dict[str, int]:
@@ -135,8 +163,12 @@ def queued_task_jobs(objective_ids: Iterable[str]) -> dict[str, int]:
     ids = list(objective_ids)
     if not ids:
         return {}
-    rows = (Job.objects.filter(objective_id__in=ids, kind=KIND_TASK_RUN, status="queued")
-            .values("objective_id").annotate(n=Count("id")).values_list("objective_id", "n"))
+    rows = (
+        Job.objects.filter(objective_id__in=ids, kind=KIND_TASK_RUN, status="queued")
+        .values("objective_id")
+        .annotate(n=Count("id"))
+        .values_list("objective_id", "n")
+    )
     return {objective_id: n for objective_id, n in rows}
 
 
@@ -150,8 +182,12 @@ def open_run_statuses(state: ObjectiveState) -> dict[str, str]:
 
 def last_progress(job_id: str) -> tuple[int, dict[str, Any]] | None:
     """(ts, progress) of the job's latest `job.progress` receipt."""
-    row = (ReceiptRow.objects.filter(stream=f"jobs/{job_id}", event_type="job.progress")
-           .order_by("-stream_seq").values_list("ts", "body").first())
+    row = (
+        ReceiptRow.objects.filter(stream=f"jobs/{job_id}", event_type="job.progress")
+        .order_by("-stream_seq")
+        .values_list("ts", "body")
+        .first()
+    )
     if row is None:
         return None
     progress = row[1].get("progress") if isinstance(row[1], dict) else None

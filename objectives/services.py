@@ -73,8 +73,14 @@ class Retry(Exception):
 Decide = Callable[[ObjectiveState | None], Mutation | None]
 
 
-def mutate(objective_id: str, decide: Decide, *, actor: str | None = None,
-           job_id: str | None = None, now_ms: int | None = None) -> Written:
+def mutate(
+    objective_id: str,
+    decide: Decide,
+    *,
+    actor: str | None = None,
+    job_id: str | None = None,
+    now_ms: int | None = None,
+) -> Written:
     """Compare-and-append the events `decide` returns for the fold it was given."""
     stream = v.objective_stream(objective_id)
     for attempt in range(1, MAX_ATTEMPTS + 1):
@@ -88,8 +94,9 @@ def mutate(objective_id: str, decide: Decide, *, actor: str | None = None,
                 if mutation.guard is not None:
                     mutation.guard()
                 with store.open_stream(stream) as handle:
-                    handle.append(mutation.events, expected_prev=head, context=context,
-                                  now_ms=now_ms)
+                    handle.append(
+                        mutation.events, expected_prev=head, context=context, now_ms=now_ms
+                    )
                     after = handle.cache.get(CACHE_KEY)
                 apply_effects(mutation.effects)
         except (ExpectedPrevMismatch, Retry):
@@ -99,17 +106,29 @@ def mutate(objective_id: str, decide: Decide, *, actor: str | None = None,
             try:
                 callback()
             except Exception as error:  # the receipts stand; the outbox redrive (L-3)
-                log_event(logger, "factory.after_commit_failed",  # or watchdog recovers
-                          f"after-commit step of {objective_id} failed: {error}",
-                          level=logging.WARNING, objectiveId=objective_id)
+                log_event(
+                    logger,
+                    "factory.after_commit_failed",  # or watchdog recovers
+                    f"after-commit step of {objective_id} failed: {error}",
+                    level=logging.WARNING,
+                    objectiveId=objective_id,
+                )
         return Written(after, len(mutation.events), mutation.result)
     raise ObjectiveContention(objective_id, MAX_ATTEMPTS)
 
 
-def _context(state: ObjectiveState | None, objective_id: str, events: list[dict[str, Any]],
-             actor: str | None, job_id: str | None) -> dict[str, Any]:
-    org = state.organization_id if state else (events[0].get("authContext") or {}).get(
-        "organizationId")
+def _context(
+    state: ObjectiveState | None,
+    objective_id: str,
+    events: list[dict[str, Any]],
+    actor: str | None,
+    job_id: str | None,
+) -> dict[str, Any]:
+    org = (
+        state.organization_id
+        if state
+        else (events[0].get("authContext") or {}).get("organizationId")
+    )
     context: dict[str, Any] = {"objectiveId": objective_id}
     if org:
         context["organizationId"] = org
@@ -125,8 +144,13 @@ def apply_effects(effects: Sequence[Effect]) -> None:
     transaction: the receipts that record them and the jobs commit together."""
     for effect in effects:
         if isinstance(effect, Enqueue):
-            queue.enqueue(effect.agent_id, effect.payload, job_id=effect.job_id,
-                          lane=effect.lane, max_attempts=effect.max_attempts)
+            queue.enqueue(
+                effect.agent_id,
+                effect.payload,
+                job_id=effect.job_id,
+                lane=effect.lane,
+                max_attempts=effect.max_attempts,
+            )
         elif isinstance(effect, Abort):
             abort_job(effect.job_id, reason=effect.reason, by="factory-control")
 
@@ -152,8 +176,9 @@ def _started(job_id: str) -> bool:
     return job is not None and not (job.status == "queued" and job.attempt == 0)
 
 
-def control_request_events(state: ObjectiveState, reason: str, *, source: str | None = None,
-                           force: bool = False) -> tuple[list[dict[str, Any]], str | None]:
+def control_request_events(
+    state: ObjectiveState, reason: str, *, source: str | None = None, force: bool = False
+) -> tuple[list[dict[str, Any]], str | None]:
     """The outbox receipt for a new control request, or none when a pending request whose
     job has not started yet will see everything this one would (it coalesces)."""
     if state.is_terminal and state.audit.status in ("requested", "recorded"):
@@ -164,29 +189,49 @@ def control_request_events(state: ObjectiveState, reason: str, *, source: str | 
             return [], waiting[-1].job_id
     number = state.control_requests_total + 1
     job_id = v.control_job_id(state.objective_id, number)
-    body: dict[str, Any] = {"type": v.CONTROL_REQUESTED, "requestId": number, "jobId": job_id,
-                            "reason": reason}
+    body: dict[str, Any] = {
+        "type": v.CONTROL_REQUESTED,
+        "requestId": number,
+        "jobId": job_id,
+        "reason": reason,
+    }
     if source:
         body["source"] = source
     return [body], job_id
 
 
-def request_control(objective_id: str, reason: str, *, source: str | None = None,
-                    events: Sequence[dict[str, Any]] = (), actor: str | None = None) -> str | None:
+def request_control(
+    objective_id: str,
+    reason: str,
+    *,
+    source: str | None = None,
+    events: Sequence[dict[str, Any]] = (),
+    actor: str | None = None,
+) -> str | None:
     """Ask for a control pass (recording `events` with the request); the job id serving it."""
+
     def decide(state: ObjectiveState | None) -> Mutation | None:
         if state is None:
             return None
         extra = [] if state.is_terminal else list(events)
         request, job_id = control_request_events(state, reason, source=source)
-        return Mutation([*extra, *request], result=job_id,
-                        after_commit=[lambda: ensure_control_enqueued(objective_id)])
+        return Mutation(
+            [*extra, *request],
+            result=job_id,
+            after_commit=[lambda: ensure_control_enqueued(objective_id)],
+        )
+
     return mutate(objective_id, decide, actor=actor).result  # type: ignore[no-any-return]
 
 
 def _control_payload(state: ObjectiveState, request_id: int, reason: str) -> dict[str, Any]:
-    return {"kind": v.KIND_CONTROL, "objectiveId": state.objective_id, "requestId": request_id,
-            "reason": reason, "authContext": dict(state.auth_context)}
+    return {
+        "kind": v.KIND_CONTROL,
+        "objectiveId": state.objective_id,
+        "requestId": request_id,
+        "reason": reason,
+        "authContext": dict(state.auth_context),
+    }
 
 
 def ensure_control_enqueued(objective_id: str) -> list[str]:
@@ -197,15 +242,26 @@ def ensure_control_enqueued(objective_id: str) -> list[str]:
         return []
     todo = list(state.unenqueued_requests)
     for request in todo:
-        queue.enqueue(v.CONTROL_AGENT, _control_payload(state, request.id, request.reason),
-                      job_id=request.job_id, lane="collect", max_attempts=CONTROL_MAX_ATTEMPTS)
+        queue.enqueue(
+            v.CONTROL_AGENT,
+            _control_payload(state, request.id, request.reason),
+            job_id=request.job_id,
+            lane="collect",
+            max_attempts=CONTROL_MAX_ATTEMPTS,
+        )
     wanted = {r.id for r in todo}
 
     def decide(current: ObjectiveState | None) -> Mutation | None:
         if current is None:
             return None
-        return Mutation([{"type": v.CONTROL_ENQUEUED, "requestId": r.id, "jobId": r.job_id}
-                         for r in current.unenqueued_requests if r.id in wanted])
+        return Mutation(
+            [
+                {"type": v.CONTROL_ENQUEUED, "requestId": r.id, "jobId": r.job_id}
+                for r in current.unenqueued_requests
+                if r.id in wanted
+            ]
+        )
+
     mutate(objective_id, decide)
     return [r.job_id for r in todo]
 
@@ -213,72 +269,125 @@ def ensure_control_enqueued(objective_id: str) -> list[str]:
 # ---- creation (O-11 create) -------------------------------------------------------------
 
 
-def create(objective_id: str, raw: dict[str, Any], *, auth_context: dict[str, Any],
-           by: str | None, source_job_id: str | None = None) -> tuple[ObjectiveState, bool]:
+def create(
+    objective_id: str,
+    raw: dict[str, Any],
+    *,
+    auth_context: dict[str, Any],
+    by: str | None,
+    source_job_id: str | None = None,
+) -> tuple[ObjectiveState, bool]:
     """Create the objective (idempotent on its id) and request its first control pass."""
     if not v.is_objective_id(objective_id):
-        raise InvalidAction("invalid_objective_id", f"objectiveId {objective_id!r} must be "
-                            f"1..{v.OBJECTIVE_ID_MAX} letters, digits, '.', '_' or '-'")
+        raise InvalidAction(
+            "invalid_objective_id",
+            f"objectiveId {objective_id!r} must be "
+            f"1..{v.OBJECTIVE_ID_MAX} letters, digits, '.', '_' or '-'",
+        )
     try:
         spec = read_input(raw)
     except IntakeError as error:
         raise InvalidAction("invalid_objective", str(error)) from None
-    body = {"type": v.OBJECTIVE_CREATED, "objectiveId": objective_id, "title": spec.title,
-            "prompt": spec.prompt, "mode": spec.mode, "severity": spec.severity,
-            "checks": [to_wire(c) for c in spec.checks], "tasks": spec.tasks,
-            "policy": to_wire(spec.policy), "channel": spec.channel, "scope": spec.scope,
-            "evidence": spec.evidence, "doneWhen": spec.done_when,
-            "publishCommand": spec.publish_command, "authContext": dict(auth_context),
-            "createdBy": by, "sourceJobId": source_job_id}
-    request = {"type": v.CONTROL_REQUESTED, "requestId": 1,
-               "jobId": v.control_job_id(objective_id, 1), "reason": "created"}
+    body = {
+        "type": v.OBJECTIVE_CREATED,
+        "objectiveId": objective_id,
+        "title": spec.title,
+        "prompt": spec.prompt,
+        "mode": spec.mode,
+        "severity": spec.severity,
+        "checks": [to_wire(c) for c in spec.checks],
+        "tasks": spec.tasks,
+        "policy": to_wire(spec.policy),
+        "channel": spec.channel,
+        "scope": spec.scope,
+        "evidence": spec.evidence,
+        "doneWhen": spec.done_when,
+        "publishCommand": spec.publish_command,
+        "authContext": dict(auth_context),
+        "createdBy": by,
+        "sourceJobId": source_job_id,
+    }
+    request = {
+        "type": v.CONTROL_REQUESTED,
+        "requestId": 1,
+        "jobId": v.control_job_id(objective_id, 1),
+        "reason": "created",
+    }
 
     def decide(state: ObjectiveState | None) -> Mutation | None:
         if state is not None:
             return Mutation([], result=False)
-        return Mutation([body, request], result=True,
-                        after_commit=[lambda: ensure_control_enqueued(objective_id)])
+        return Mutation(
+            [body, request],
+            result=True,
+            after_commit=[lambda: ensure_control_enqueued(objective_id)],
+        )
+
     written = mutate(objective_id, decide, actor=by, job_id=source_job_id)
     state = written.state or selectors.get(objective_id)
     assert state is not None
     if not written.result and state.organization_id != auth_context.get("organizationId"):
-        raise InvalidAction("objective_id_taken",
-                            f"objectiveId {objective_id} is taken by another organization", status=409)
+        raise InvalidAction(
+            "objective_id_taken",
+            f"objectiveId {objective_id} is taken by another organization",
+            status=409,
+        )
     return state, bool(written.result)
 
 
 # ---- operator actions (O-11, U-5) ---------------------------------------------------------
 
 
-def _operator(objective_id: str, events: Callable[[ObjectiveState], list[dict[str, Any]]], *,
-              by: str | None, reason: str | None, organization_id: str | None,
-              allow_terminal: bool = False) -> ObjectiveState:
+def _operator(
+    objective_id: str,
+    events: Callable[[ObjectiveState], list[dict[str, Any]]],
+    *,
+    by: str | None,
+    reason: str | None,
+    organization_id: str | None,
+    allow_terminal: bool = False,
+) -> ObjectiveState:
     require(objective_id, organization_id=organization_id)
 
     def decide(state: ObjectiveState | None) -> Mutation | None:
         if state is None:
             raise ObjectiveNotFound(objective_id)
         if state.is_terminal and not allow_terminal:
-            raise InvalidAction("objective_terminal", f"objective {objective_id} is {state.status}",
-                                status=409)
+            raise InvalidAction(
+                "objective_terminal", f"objective {objective_id} is {state.status}", status=409
+            )
         out = events(state)
         if reason is not None:
             out += control_request_events(state, reason)[0]
         return Mutation(out, after_commit=[lambda: ensure_control_enqueued(objective_id)])
+
     written = mutate(objective_id, decide, actor=by)
     return written.state or require(objective_id)
 
 
-def note(objective_id: str, text: str, *, by: str | None,
-         organization_id: str | None = None) -> ObjectiveState:
+def note(
+    objective_id: str, text: str, *, by: str | None, organization_id: str | None = None
+) -> ObjectiveState:
     if not isinstance(text, str) or not text.strip() or len(text) > 20_000:
         raise InvalidAction("invalid_note", "a note needs text of 1..20000 characters")
-    return _operator(objective_id, lambda s: [{"type": v.NOTE_ADDED, "text": text, "by": by}],
-                     by=by, reason=None, organization_id=organization_id, allow_terminal=True)
+    return _operator(
+        objective_id,
+        lambda s: [{"type": v.NOTE_ADDED, "text": text, "by": by}],
+        by=by,
+        reason=None,
+        organization_id=organization_id,
+        allow_terminal=True,
+    )
 
 
-def react(objective_id: str, *, by: str | None, message: str | None = None,
-          tasks: Any = None, organization_id: str | None = None) -> ObjectiveState:
+def react(
+    objective_id: str,
+    *,
+    by: str | None,
+    message: str | None = None,
+    tasks: Any = None,
+    organization_id: str | None = None,
+) -> ObjectiveState:
     """Wake control; on a blocked objective this unblocks it (O-2, O-11). Supplied tasks
     are checked as a plan first (`dag.validate_plan`), so a bad plan is refused here with
     its reason and nothing is written, rather than blocking the objective later."""
@@ -290,44 +399,76 @@ def react(objective_id: str, *, by: str | None, message: str | None = None,
 
     def events(state: ObjectiveState) -> list[dict[str, Any]]:
         if tasks is not None and state.tasks:
-            raise InvalidAction("already_planned", f"objective {objective_id} already has a "
-                                "plan; tasks can only be supplied before planning", status=409)
+            raise InvalidAction(
+                "already_planned",
+                f"objective {objective_id} already has a "
+                "plan; tasks can only be supplied before planning",
+                status=409,
+            )
         body: dict[str, Any] = {"type": v.REACT_REQUESTED, "by": by}
         if message:
             body["message"] = message
         if tasks is not None:
             body["tasks"] = tasks
         return [body]
-    return _operator(objective_id, events, by=by, reason="react",
-                     organization_id=organization_id)
+
+    return _operator(objective_id, events, by=by, reason="react", organization_id=organization_id)
 
 
-def promote(objective_id: str, *, by: str | None,
-            organization_id: str | None = None) -> ObjectiveState:
-    return _operator(objective_id, lambda s: [{"type": v.PROMOTE_REQUESTED, "by": by}],
-                     by=by, reason="promote", organization_id=organization_id)
+def promote(
+    objective_id: str, *, by: str | None, organization_id: str | None = None
+) -> ObjectiveState:
+    return _operator(
+        objective_id,
+        lambda s: [{"type": v.PROMOTE_REQUESTED, "by": by}],
+        by=by,
+        reason="promote",
+        organization_id=organization_id,
+    )
 
 
-def archive(objective_id: str, *, by: str | None,
-            organization_id: str | None = None) -> ObjectiveState:
-    return _operator(objective_id, lambda s: [] if s.archived else [
-        {"type": v.ARCHIVED, "archived": True, "by": by}], by=by, reason=None,
-        organization_id=organization_id, allow_terminal=True)
+def archive(
+    objective_id: str, *, by: str | None, organization_id: str | None = None
+) -> ObjectiveState:
+    return _operator(
+        objective_id,
+        lambda s: [] if s.archived else [{"type": v.ARCHIVED, "archived": True, "by": by}],
+        by=by,
+        reason=None,
+        organization_id=organization_id,
+        allow_terminal=True,
+    )
 
 
-def cancel(objective_id: str, *, by: str | None, reason: str = STOPPED_BY_USER,
-           organization_id: str | None = None, spare_job_id: str | None = None) -> ObjectiveState:
+def cancel(
+    objective_id: str,
+    *,
+    by: str | None,
+    reason: str = STOPPED_BY_USER,
+    organization_id: str | None = None,
+    spare_job_id: str | None = None,
+) -> ObjectiveState:
     """O-11: record the cancel, abort the objective's active jobs (`stopped by the user`),
     then cancel the objective. The request is recorded first so no control pass
     dispatches new work while the jobs are being stopped."""
     state = require(objective_id, organization_id=organization_id)
     if state.is_terminal:
         return state
-    _operator(objective_id, lambda s: [] if s.cancel_requested or s.is_terminal else [
-        {"type": v.CANCEL_REQUESTED, "by": by, "reason": reason}], by=by, reason=None,
-        organization_id=organization_id, allow_terminal=True)
-    aborted = [job_id for job_id in _active_jobs(objective_id)
-               if job_id != spare_job_id and abort_job(job_id, reason=STOPPED_BY_USER, by=by)]
+    _operator(
+        objective_id,
+        lambda s: []
+        if s.cancel_requested or s.is_terminal
+        else [{"type": v.CANCEL_REQUESTED, "by": by, "reason": reason}],
+        by=by,
+        reason=None,
+        organization_id=organization_id,
+        allow_terminal=True,
+    )
+    aborted = [
+        job_id
+        for job_id in _active_jobs(objective_id)
+        if job_id != spare_job_id and abort_job(job_id, reason=STOPPED_BY_USER, by=by)
+    ]
 
     def decide(current: ObjectiveState | None) -> Mutation | None:
         if current is None or current.is_terminal:
@@ -335,85 +476,131 @@ def cancel(objective_id: str, *, by: str | None, reason: str = STOPPED_BY_USER,
         events = [{"type": v.CANCELED, "by": by, "reason": reason, "abortedJobIds": aborted}]
         events += control_request_events(apply(current, events[0], 0), "canceled")[0]
         return Mutation(events, after_commit=[lambda: ensure_control_enqueued(objective_id)])
+
     written = mutate(objective_id, decide, actor=by)
     return written.state or require(objective_id)
 
 
 def _active_jobs(objective_id: str) -> list[str]:
-    return list(Job.objects.filter(objective_id=objective_id, status__in=ACTIVE_STATUSES)
-                .order_by("created_at").values_list("id", flat=True))
+    return list(
+        Job.objects.filter(objective_id=objective_id, status__in=ACTIVE_STATUSES)
+        .order_by("created_at")
+        .values_list("id", flat=True)
+    )
 
 
 def workspace(objective_id: str) -> Path:
     return Path(settings.DATA_DIR) / "workspaces" / objective_id
 
 
-def cleanup(objective_id: str, *, by: str | None,
-            organization_id: str | None = None) -> ObjectiveState:
+def cleanup(
+    objective_id: str, *, by: str | None, organization_id: str | None = None
+) -> ObjectiveState:
     state = require(objective_id, organization_id=organization_id)
     if not state.is_terminal:
-        raise InvalidAction("objective_active", f"objective {objective_id} is {state.status}; "
-                            "cancel it before cleaning up its workspace", status=409)
+        raise InvalidAction(
+            "objective_active",
+            f"objective {objective_id} is {state.status}; "
+            "cancel it before cleaning up its workspace",
+            status=409,
+        )
     path = workspace(objective_id)
     shutil.rmtree(path, ignore_errors=True)
-    return _operator(objective_id, lambda s: [{"type": v.WORKSPACE_CLEANED, "by": by,
-                                               "path": str(path)}],
-                     by=by, reason=None, organization_id=organization_id, allow_terminal=True)
+    return _operator(
+        objective_id,
+        lambda s: [{"type": v.WORKSPACE_CLEANED, "by": by, "path": str(path)}],
+        by=by,
+        reason=None,
+        organization_id=organization_id,
+        allow_terminal=True,
+    )
 
 
-def job_command(objective_id: str, job_id: str, command: str, payload: Any = None, *,
-                by: str | None, reason: str | None = None,
-                organization_id: str | None = None) -> queue.CommandResult:
+def job_command(
+    objective_id: str,
+    job_id: str,
+    command: str,
+    payload: Any = None,
+    *,
+    by: str | None,
+    reason: str | None = None,
+    organization_id: str | None = None,
+) -> queue.CommandResult:
     """abort-job / steer / follow-up on one of the objective's jobs (O-11)."""
     require(objective_id, organization_id=organization_id)
     job = queue.get(job_id)
     if job is None or job.objective_id != objective_id:
-        raise InvalidAction("job_not_in_objective",
-                            f"job {job_id} does not belong to objective {objective_id}",
-                            status=404)
+        raise InvalidAction(
+            "job_not_in_objective",
+            f"job {job_id} does not belong to objective {objective_id}",
+            status=404,
+        )
     sent = queue.command(job_id, command, payload, by=by, reason=reason)
-    _operator(objective_id, lambda s: [{"type": v.JOB_COMMAND_SENT, "jobId": job_id,
-                                        "command": command, "by": by}],
-              by=by, reason=None, organization_id=organization_id, allow_terminal=True)
+    _operator(
+        objective_id,
+        lambda s: [{"type": v.JOB_COMMAND_SENT, "jobId": job_id, "command": command, "by": by}],
+        by=by,
+        reason=None,
+        organization_id=organization_id,
+        allow_terminal=True,
+    )
     return sent
 
 
 def active_task_jobs(objective_id: str) -> list[str]:
-    return list(Job.objects.filter(objective_id=objective_id, status__in=ACTIVE_STATUSES,
-                                   kind=v.KIND_TASK_RUN).values_list("id", flat=True))
+    return list(
+        Job.objects.filter(
+            objective_id=objective_id, status__in=ACTIVE_STATUSES, kind=v.KIND_TASK_RUN
+        ).values_list("id", flat=True)
+    )
 
 
 # ---- facts reported by Factory's own jobs -----------------------------------------------------
 
 
-def job_settled(job_id: str, *, objective_id: str, task_id: str | None, status: str,
-                kind: str | None) -> str | None:
+def job_settled(
+    job_id: str, *, objective_id: str, task_id: str | None, status: str, kind: str | None
+) -> str | None:
     """A reconcile-on-settle job settled or lost its lease (O-8): record it, ask control."""
     events: list[dict[str, Any]] = []
     if task_id and kind == v.KIND_TASK_RUN and status in ("completed", "failed", "canceled"):
-        events.append({"type": v.TASK_JOB_SETTLED, "taskId": task_id, "jobId": job_id,
-                       "jobStatus": status})
+        events.append(
+            {"type": v.TASK_JOB_SETTLED, "taskId": task_id, "jobId": job_id, "jobStatus": status}
+        )
     reason = "job_settled" if status in ("completed", "failed", "canceled") else "lease_expired"
     return request_control(objective_id, reason, source=job_id, events=events)
 
 
-def record(objective_id: str, body: dict[str, Any], *, when: Callable[[ObjectiveState], bool],
-           actor: str | None = None, job_id: str | None = None) -> bool:
+def record(
+    objective_id: str,
+    body: dict[str, Any],
+    *,
+    when: Callable[[ObjectiveState], bool],
+    actor: str | None = None,
+    job_id: str | None = None,
+) -> bool:
     """Append `body` if `when(state)` holds on the head (handlers' own facts: checkpoints,
     integration results). True when it was appended."""
+
     def decide(state: ObjectiveState | None) -> Mutation | None:
         if state is None or not when(state):
             return Mutation([], result=False)
         return Mutation([body], result=True)
+
     return bool(mutate(objective_id, decide, actor=actor, job_id=job_id).result)
 
 
-def append_at(objective_id: str, body: dict[str, Any], *, head: str | None,
-              job_id: str | None = None) -> None:
+def append_at(
+    objective_id: str, body: dict[str, Any], *, head: str | None, job_id: str | None = None
+) -> None:
     """Append on exactly `head` (raises ExpectedPrevMismatch when it moved)."""
     state = selectors.get(objective_id)
-    store.append(v.objective_stream(objective_id), body, expected_prev=head,
-                 context=_context(state, objective_id, [body], None, job_id))
+    store.append(
+        v.objective_stream(objective_id),
+        body,
+        expected_prev=head,
+        context=_context(state, objective_id, [body], None, job_id),
+    )
 
 
 def release_slots() -> list[str]:
@@ -425,7 +612,11 @@ def release_slots() -> list[str]:
             request_control(objective_id, "slot_released")
             woken.append(objective_id)
         except Exception as error:  # per item: one bad objective must not stop the rest
-            log_event(logger, "factory.slot_wake_failed", f"waking {objective_id} failed: "
-                      f"{error}", level=logging.WARNING, objectiveId=objective_id)
+            log_event(
+                logger,
+                "factory.slot_wake_failed",
+                f"waking {objective_id} failed: {error}",
+                level=logging.WARNING,
+                objectiveId=objective_id,
+            )
     return woken
-

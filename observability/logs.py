@@ -53,7 +53,8 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, default=str, ensure_ascii=False)
 
 
-def log_event(logger: logging.Logger, event: str, message: str, *, level: int = logging.INFO,
-              **context: Any) -> None:
+def log_event(
+    logger: logging.Logger, event: str, message: str, *, level: int = logging.INFO, **context: Any
+) -> None:
     """Log one structured event; `context` keys become top-level JSON fields."""
     logger.log(level, message, extra={"event": event, **context})

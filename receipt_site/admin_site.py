@@ -35,8 +35,14 @@ def _dashboard_row(request: HttpRequest) -> dict[str, Any] | None:
         url = reverse("admin:jobs_job_dashboard")
     except NoReverseMatch:
         return None
-    return {"name": "Dashboard", "object_name": "Dashboard", "admin_url": url,
-            "add_url": None, "view_only": True, "perms": {"view": True}}
+    return {
+        "name": "Dashboard",
+        "object_name": "Dashboard",
+        "admin_url": url,
+        "add_url": None,
+        "view_only": True,
+        "perms": {"view": True},
+    }
 
 
 def arrange(apps: list[dict[str, Any]], request: HttpRequest) -> list[dict[str, Any]]:
@@ -46,8 +52,9 @@ def arrange(apps: list[dict[str, Any]], request: HttpRequest) -> list[dict[str, 
     for app in apps:
         label = app["app_label"]
         if label in INTERNAL_APPS:
-            internal.append({**app, "name": INTERNAL_NAMES.get(label, app["name"]),
-                             "internal": True})
+            internal.append(
+                {**app, "name": INTERNAL_NAMES.get(label, app["name"]), "internal": True}
+            )
             continue
         hidden = INTERNAL_MODELS.get(label, ())
         own = [m for m in app["models"] if m["object_name"] not in hidden]
@@ -58,9 +65,15 @@ def arrange(apps: list[dict[str, Any]], request: HttpRequest) -> list[dict[str, 
         if own:
             primary.append({**app, "models": own})
         if ledger:  # its own anchor, so the sidebar marks only the operator's half current
-            internal.append({**app, "name": INTERNAL_NAMES.get(label, app["name"]),
-                             "app_url": f"{app['app_url']}#internal",
-                             "models": ledger, "internal": True})
+            internal.append(
+                {
+                    **app,
+                    "name": INTERNAL_NAMES.get(label, app["name"]),
+                    "app_url": f"{app['app_url']}#internal",
+                    "models": ledger,
+                    "internal": True,
+                }
+            )
 
     def rank(app: dict[str, Any]) -> tuple[int, str]:
         label = app["app_label"]
@@ -74,18 +87,22 @@ class ReceiptAdminSite(admin.AdminSite):
     site_title = "Receipt"
     index_title = "Jobs, streams and objectives"
 
-    def get_app_list(self, request: HttpRequest,
-                     app_label: str | None = None) -> list[dict[str, Any]]:
+    def get_app_list(
+        self, request: HttpRequest, app_label: str | None = None
+    ) -> list[dict[str, Any]]:
         apps = super().get_app_list(request, app_label)
         return apps if app_label is not None else arrange(apps, request)
 
-    def index(self, request: HttpRequest,
-              extra_context: dict[str, Any] | None = None) -> HttpResponse:
+    def index(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         apps = self.get_app_list(request)
-        context = {"arranged_index": True,
-                   "primary_apps": [a for a in apps if not a.get("internal")],
-                   "internal_apps": [a for a in apps if a.get("internal")],
-                   **(extra_context or {})}
+        context = {
+            "arranged_index": True,
+            "primary_apps": [a for a in apps if not a.get("internal")],
+            "internal_apps": [a for a in apps if a.get("internal")],
+            **(extra_context or {}),
+        }
         return super().index(request, context)
 
 

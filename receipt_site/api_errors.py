@@ -94,10 +94,17 @@ def describe(exc: BaseException) -> tuple[int, str, str, dict[str, str]] | None:
 def _log_unhandled(exc: BaseException, request: Any) -> str:
     error_id = f"err-{secrets.token_hex(6)}"
     tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    log_event(logger, "http.unhandled_error", f"unhandled {type(exc).__name__} ({error_id})",
-              level=logging.ERROR, errorId=error_id, errorType=type(exc).__name__,
-              method=getattr(request, "method", None), path=getattr(request, "path", None),
-              traceback=tb[-2000:])
+    log_event(
+        logger,
+        "http.unhandled_error",
+        f"unhandled {type(exc).__name__} ({error_id})",
+        level=logging.ERROR,
+        errorId=error_id,
+        errorType=type(exc).__name__,
+        method=getattr(request, "method", None),
+        path=getattr(request, "path", None),
+        traceback=tb[-2000:],
+    )
     return error_id
 
 

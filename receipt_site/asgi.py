@@ -15,6 +15,8 @@ from jobs.live.asgi import get_asgi_application
 
 # Static files (WhiteNoise) are small, sync-iterated responses; Django warns about each under
 # ASGI. Live event streams, the responses that matter here, are asynchronous.
-warnings.filterwarnings("ignore", message="StreamingHttpResponse must consume synchronous iterators")
+warnings.filterwarnings(
+    "ignore", message="StreamingHttpResponse must consume synchronous iterators"
+)
 
 application = get_asgi_application()

@@ -136,36 +136,98 @@ _SPECS = (
     _Spec("RECEIPT_DATA_DIR", "data_dir", "str", "./.receipt"),
     _Spec("RECEIPT_BROKER", "broker", "str", "orm"),
     _Spec("RECEIPT_BROKER_POLL_MS", "broker_poll_ms", "int", 50, 5, 5_000),
-    _Spec("RECEIPT_DISPATCH", "dispatch_mode", "str", "background", choices=("background", "inline")),
+    _Spec(
+        "RECEIPT_DISPATCH", "dispatch_mode", "str", "background", choices=("background", "inline")
+    ),
     _Spec("RECEIPT_HANDLER_MODULES", "handler_modules", "list", ""),
     _Spec("RECEIPT_PROCESS_ROLE", "process_role", "optstr"),
     _Spec("JOB_LEASE_MS", "job_lease_ms", "int", 300_000, 1000, _MS),
     _Spec("CODEX_JOB_LEASE_MS", "codex_job_lease_ms", "int", 900_000, 1000, _MS),
-    _Spec("FACTORY_CONTROL_JOB_LEASE_MS", "factory_control_job_lease_ms", "int", 900_000, 1000, _MS),
-    _Spec("FACTORY_CONTROL_JOB_EXECUTION_TIMEOUT_MS", "factory_control_job_execution_timeout_ms",
-          "optint", None, 1000, _MS),
+    _Spec(
+        "FACTORY_CONTROL_JOB_LEASE_MS", "factory_control_job_lease_ms", "int", 900_000, 1000, _MS
+    ),
+    _Spec(
+        "FACTORY_CONTROL_JOB_EXECUTION_TIMEOUT_MS",
+        "factory_control_job_execution_timeout_ms",
+        "optint",
+        None,
+        1000,
+        _MS,
+    ),
     _Spec("RECEIPT_RESONATE_EXECUTE_CONCURRENCY", "execute_concurrency", "optint", None, 1, 256),
     _Spec("CHAT_JOB_CONCURRENCY", "chat_job_concurrency", "int", 4, 1, 256),
     _Spec("ORCHESTRATION_JOB_CONCURRENCY", "orchestration_job_concurrency", "int", 1, 1, 256),
     _Spec("CODEX_JOB_CONCURRENCY", "codex_job_concurrency", "int", 1, 1, 256),
-    _Spec("RECEIPT_RESONATE_HEARTBEAT_INTERVAL_MS", "heartbeat_interval_ms", "optint", None, 100, _MS),
+    _Spec(
+        "RECEIPT_RESONATE_HEARTBEAT_INTERVAL_MS", "heartbeat_interval_ms", "optint", None, 100, _MS
+    ),
     _Spec("RECEIPT_RESONATE_ACTIVE_STALE_MS", "active_stale_ms", "int", 600_000, 1000, _MS),
-    _Spec("RECEIPT_RESONATE_QUEUED_REDRIVE_INTERVAL_MS", "queued_redrive_interval_ms", "int",
-          15_000, 100, _MS),
-    _Spec("RECEIPT_RESONATE_QUEUED_REDRIVE_MIN_AGE_MS", "queued_redrive_min_age_ms", "int",
-          30_000, 0, _MS),
-    _Spec("RECEIPT_RESONATE_QUEUED_REDRIVE_COOLDOWN_MS", "queued_redrive_cooldown_ms", "int",
-          15_000, 0, _MS),
-    _Spec("RECEIPT_RESONATE_QUEUED_REDRIVE_STARTUP_DELAY_MS", "queued_redrive_startup_delay_ms",
-          "int", 5_000, 0, _MS),
-    _Spec("RECEIPT_OBJECTIVE_CONTROL_OUTBOX_REDRIVE_INTERVAL_MS", "control_outbox_redrive_interval_ms",
-          "int", 5_000, 100, _MS),
-    _Spec("RECEIPT_OBJECTIVE_CONTROL_OUTBOX_REDRIVE_TIMEOUT_MS", "control_outbox_redrive_timeout_ms",
-          "int", 15_000, 100, _MS),
+    _Spec(
+        "RECEIPT_RESONATE_QUEUED_REDRIVE_INTERVAL_MS",
+        "queued_redrive_interval_ms",
+        "int",
+        15_000,
+        100,
+        _MS,
+    ),
+    _Spec(
+        "RECEIPT_RESONATE_QUEUED_REDRIVE_MIN_AGE_MS",
+        "queued_redrive_min_age_ms",
+        "int",
+        30_000,
+        0,
+        _MS,
+    ),
+    _Spec(
+        "RECEIPT_RESONATE_QUEUED_REDRIVE_COOLDOWN_MS",
+        "queued_redrive_cooldown_ms",
+        "int",
+        15_000,
+        0,
+        _MS,
+    ),
+    _Spec(
+        "RECEIPT_RESONATE_QUEUED_REDRIVE_STARTUP_DELAY_MS",
+        "queued_redrive_startup_delay_ms",
+        "int",
+        5_000,
+        0,
+        _MS,
+    ),
+    _Spec(
+        "RECEIPT_OBJECTIVE_CONTROL_OUTBOX_REDRIVE_INTERVAL_MS",
+        "control_outbox_redrive_interval_ms",
+        "int",
+        5_000,
+        100,
+        _MS,
+    ),
+    _Spec(
+        "RECEIPT_OBJECTIVE_CONTROL_OUTBOX_REDRIVE_TIMEOUT_MS",
+        "control_outbox_redrive_timeout_ms",
+        "int",
+        15_000,
+        100,
+        _MS,
+    ),
     _Spec("RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_ENABLED", "watchdog_enabled", "bool", True),
     _Spec("RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_CRON", "watchdog_cron", "str", "* * * * *"),
-    _Spec("RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_TIMEOUT_MS", "watchdog_timeout_ms", "int", 60_000, 0, _MS),
-    _Spec("RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_SCAN_LIMIT", "watchdog_scan_limit", "int", 200, None, None),
+    _Spec(
+        "RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_TIMEOUT_MS",
+        "watchdog_timeout_ms",
+        "int",
+        60_000,
+        0,
+        _MS,
+    ),
+    _Spec(
+        "RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_SCAN_LIMIT",
+        "watchdog_scan_limit",
+        "int",
+        200,
+        None,
+        None,
+    ),
     _Spec("RESONATE_STARTUP_SETTLE_MS", "startup_settle_ms", "int", 1_000, 0, _MS),
     _Spec("RECEIPT_RESONATE_CALLBACK_URL", "resonate_callback_url", "optstr"),
     _Spec("RECEIPT_EVENT_CALLBACK_URL", "event_callback_url", "optstr"),
@@ -177,8 +239,14 @@ _SPECS = (
     _Spec("RECEIPT_FACTORY_RUN_HANDLER", "factory_run_handler", "optstr"),
     _Spec("RECEIPT_FACTORY_PLANNER_COMMAND", "factory_planner_command", "optstr"),
     _Spec("RECEIPT_FACTORY_AGENT_COMMAND", "factory_agent_command", "optstr"),
-    _Spec("RECEIPT_FACTORY_MONITOR_INTERVAL_MS", "factory_monitor_interval_ms", "int", 10_000,
-          100, _MS),
+    _Spec(
+        "RECEIPT_FACTORY_MONITOR_INTERVAL_MS",
+        "factory_monitor_interval_ms",
+        "int",
+        10_000,
+        100,
+        _MS,
+    ),
     _Spec("RECEIPT_RETENTION_ENABLED", "retention_enabled", "bool", True),
     _Spec("RECEIPT_RETENTION_DAYS", "retention_days", "int", 30, 1, 36_500),
     _Spec("RECEIPT_RETENTION_WATCHDOG_DAYS", "retention_watchdog_days", "int", 2, 1, 36_500),
@@ -188,8 +256,13 @@ _SPECS = (
     _Spec("SECRET_KEY", "secret_key", "optstr"),
     _Spec("ALLOWED_HOSTS", "allowed_hosts", "list", "127.0.0.1,localhost,[::1],testserver"),
     _Spec("DEBUG", "debug", "bool", False),
-    _Spec("RECEIPT_LOG_LEVEL", "log_level", "str", "INFO",
-          choices=("DEBUG", "INFO", "WARNING", "ERROR")),
+    _Spec(
+        "RECEIPT_LOG_LEVEL",
+        "log_level",
+        "str",
+        "INFO",
+        choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+    ),
 )
 
 _TRUE = ("1", "true", "yes", "on")
@@ -241,8 +314,10 @@ def load(env: Mapping[str, str]) -> Config:
         raise ConfigError("DATABASE_URL", "must start with postgres://, postgresql:// or sqlite://")
     cron = values["watchdog_cron"]
     if len(cron.split()) != 5:
-        raise ConfigError("RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_CRON",
-                          f"must be a 5-field cron expression, got {cron!r}")
+        raise ConfigError(
+            "RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_CRON",
+            f"must be a 5-field cron expression, got {cron!r}",
+        )
     return Config(**values)
 
 

@@ -38,8 +38,12 @@ _terminal_cache: dict[str, Any] = {}
 
 def _count(statuses: frozenset[str]) -> dict[str, int]:
     counts = dict.fromkeys(sorted(statuses), 0)
-    rows = (Job.objects.filter(status__in=statuses).order_by().values_list("status")
-            .annotate(n=Count("id")))
+    rows = (
+        Job.objects.filter(status__in=statuses)
+        .order_by()
+        .values_list("status")
+        .annotate(n=Count("id"))
+    )
     for status, n in rows:
         counts[status] = n
     return counts
@@ -61,8 +65,11 @@ def queue_counts() -> dict[str, Any]:
         try:
             block = _count_queue()
         except Exception as error:  # health answers whatever the database does
-            stale = dict(cached) if cached else {"total": None, **dict.fromkeys(STATUSES),
-                                                 "updatedAt": None}
+            stale = (
+                dict(cached)
+                if cached
+                else {"total": None, **dict.fromkeys(STATUSES), "updatedAt": None}
+            )
             return {**stale, "error": type(error).__name__}
         _queue_cache.update(at=time.monotonic(), block=block)
         return block
@@ -93,17 +100,32 @@ def _runtime() -> dict[str, Any]:
             detailed.append(f"{c['id']}: {warning}")
     if held:
         jobs = sum(entry["jobs"] for entry in held)
-        public.append(f"{jobs} job(s) held by {len(held)} gone process(es); a live worker "
-                      "releases them, else their leases run out")
-        detailed += [f"{entry['process']} is gone and still holds {entry['jobs']} job(s): "
-                     + ", ".join(entry["jobIds"]) for entry in held]
-    return {"loops": loop_runs, "clusters": clusters, "held": held, "public": public,
-            "detailed": detailed}
+        public.append(
+            f"{jobs} job(s) held by {len(held)} gone process(es); a live worker "
+            "releases them, else their leases run out"
+        )
+        detailed += [
+            f"{entry['process']} is gone and still holds {entry['jobs']} job(s): "
+            + ", ".join(entry["jobIds"])
+            for entry in held
+        ]
+    return {
+        "loops": loop_runs,
+        "clusters": clusters,
+        "held": held,
+        "public": public,
+        "detailed": detailed,
+    }
 
 
 def _no_runtime(*warnings: str) -> dict[str, Any]:
-    return {"loops": [], "clusters": [], "held": [], "public": list(warnings),
-            "detailed": list(warnings)}
+    return {
+        "loops": [],
+        "clusters": [],
+        "held": [],
+        "public": list(warnings),
+        "detailed": list(warnings),
+    }
 
 
 def _may_see_detail(request: HttpRequest) -> bool:
@@ -115,17 +137,26 @@ def _may_see_detail(request: HttpRequest) -> bool:
 
 def _counts(runtime: dict[str, Any]) -> dict[str, int]:
     live = sum(1 for c in runtime["clusters"] if c["live"])
-    failing = sum(1 for r in runtime["loops"]
-                  if r["lastErrorAt"] is not None and r["lastErrorAt"] >= r["lastStartedAt"])
-    return {"processesLive": live, "processesGone": len(runtime["clusters"]) - live,
-            "loops": len(runtime["loops"]), "loopsFailing": failing,
-            "jobsHeldByGone": sum(entry["jobs"] for entry in runtime["held"])}
+    failing = sum(
+        1
+        for r in runtime["loops"]
+        if r["lastErrorAt"] is not None and r["lastErrorAt"] >= r["lastStartedAt"]
+    )
+    return {
+        "processesLive": live,
+        "processesGone": len(runtime["clusters"]) - live,
+        "loops": len(runtime["loops"]),
+        "loopsFailing": failing,
+        "jobsHeldByGone": sum(entry["jobs"] for entry in runtime["held"]),
+    }
 
 
 def _database() -> dict[str, Any]:
     db = settings.DATABASES["default"]
     if connection.vendor == "postgresql":
-        target = redact_url(f"postgres://{db.get('USER') or ''}@{db.get('HOST')}:{db.get('PORT') or 5432}/{db['NAME']}")
+        target = redact_url(
+            f"postgres://{db.get('USER') or ''}@{db.get('HOST')}:{db.get('PORT') or 5432}/{db['NAME']}"
+        )
     else:
         target = f"sqlite:{db['NAME']}"
     try:
@@ -133,8 +164,12 @@ def _database() -> dict[str, Any]:
             cursor.execute("SELECT 1")
         return {"ok": True, "vendor": connection.vendor, "target": target}
     except Exception as error:  # health must answer whatever the database does
-        return {"ok": False, "vendor": connection.vendor, "target": target,
-                "error": type(error).__name__}
+        return {
+            "ok": False,
+            "vendor": connection.vendor,
+            "target": target,
+            "error": type(error).__name__,
+        }
 
 
 def healthz(request: HttpRequest) -> JsonResponse:
@@ -154,8 +189,9 @@ def healthz(request: HttpRequest) -> JsonResponse:
         "detail": detail,
     }
     if detail:
-        body.update(loops=runtime["loops"], clusters=runtime["clusters"],
-                    heldByGone=runtime["held"])
+        body.update(
+            loops=runtime["loops"], clusters=runtime["clusters"], heldByGone=runtime["held"]
+        )
     return JsonResponse(body)
 
 
@@ -167,5 +203,6 @@ def _without_target(database: dict[str, Any]) -> dict[str, Any]:
 def readyz(request: HttpRequest) -> JsonResponse:
     database = _database()
     shown = database if database["ok"] and _may_see_detail(request) else _without_target(database)
-    return JsonResponse({"ok": database["ok"], "database": shown},
-                        status=200 if database["ok"] else 503)
+    return JsonResponse(
+        {"ok": database["ok"], "database": shown}, status=200 if database["ok"] else 503
+    )

@@ -90,8 +90,11 @@ TEMPLATES = [
 WSGI_APPLICATION = "receipt_site.wsgi.application"
 ASGI_APPLICATION = "receipt_site.asgi.application"
 
-DATABASES = {"default": database_from_url(RECEIPT.database_url, data_dir=DATA_DIR,
-                                          pool=os.environ.get("RECEIPT_DB_POOL") == "1")}
+DATABASES = {
+    "default": database_from_url(
+        RECEIPT.database_url, data_dir=DATA_DIR, pool=os.environ.get("RECEIPT_DB_POOL") == "1"
+    )
+}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -165,8 +168,10 @@ SPECTACULAR_SETTINGS = {
         "WorkerGroupEnum": "jobs.core.contracts.WORKER_GROUPS",
     },
     # the plain Django views (live events, wait, health, metrics) join the schema here
-    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums",
-                             "jobs.api.plain_views_schema.add_plain_views"],
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "jobs.api.plain_views_schema.add_plain_views",
+    ],
     "SWAGGER_UI_DIST": "SIDECAR",  # A-11, P-5: assets from drf_spectacular_sidecar, no CDN
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "SWAGGER_UI_SETTINGS": {"persistAuthorization": False, "displayOperationId": True},

@@ -42,8 +42,13 @@ class Child:
         self.process = subprocess.Popen(self.argv, env=env, start_new_session=True)
         self.started_at = time.monotonic()
         self.restart_at = None
-        log_event(logger, "supervisor.started", f"started {self.name} (pid {self.process.pid})",
-                  child=self.name, pid=self.process.pid)
+        log_event(
+            logger,
+            "supervisor.started",
+            f"started {self.name} (pid {self.process.pid})",
+            child=self.name,
+            pid=self.process.pid,
+        )
 
 
 class Supervisor:
@@ -79,10 +84,15 @@ class Supervisor:
             child.backoff_s = next_backoff(child.backoff_s)
             child.restart_at = now + child.backoff_s
             child.process = None
-            log_event(logger, "supervisor.child_exited",
-                      f"{child.name} exited with {code}; restarting in {child.backoff_s:.0f}s",
-                      level=logging.WARNING, child=child.name, code=code,
-                      backoff_s=child.backoff_s)
+            log_event(
+                logger,
+                "supervisor.child_exited",
+                f"{child.name} exited with {code}; restarting in {child.backoff_s:.0f}s",
+                level=logging.WARNING,
+                child=child.name,
+                code=code,
+                backoff_s=child.backoff_s,
+            )
             return
         if child.restart_at is not None and now >= child.restart_at:
             child.restarts += 1

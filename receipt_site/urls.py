@@ -8,9 +8,11 @@ from jobs.api.schema import ApiDocsView, ApiSchemaView
 from receipt_site import health
 
 # A receipt-slip mark, so browsers stop asking for a missing /favicon.ico on every page.
-FAVICON = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">'
-           '<path d="M3 1h10v14l-2-1.5L9 15l-1-1.5L7 15l-2-1.5L3 15z" fill="#264b5d"/>'
-           '<path d="M5 5h6M5 8h6M5 11h4" stroke="#fff" stroke-width="1.2"/></svg>')
+FAVICON = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">'
+    '<path d="M3 1h10v14l-2-1.5L9 15l-1-1.5L7 15l-2-1.5L3 15z" fill="#264b5d"/>'
+    '<path d="M5 5h6M5 8h6M5 11h4" stroke="#fff" stroke-width="1.2"/></svg>'
+)
 
 
 def favicon(request: HttpRequest) -> HttpResponse:

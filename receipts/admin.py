@@ -398,9 +398,13 @@ class StreamAdmin(ReadOnlyAdmin):
                     raise PermissionDenied
                 dry_run = request.POST.get("dry_run") == "1"
                 replay = replay_panel(name, dry_run=dry_run)
-                audit.record_replay(name, by=request.user.get_username(), dry_run=dry_run,
-                                    drift=len(replay.get("drift", [])),
-                                    refused=replay.get("refused"))
+                audit.record_replay(
+                    name,
+                    by=request.user.get_username(),
+                    dry_run=dry_run,
+                    drift=len(replay.get("drift", [])),
+                    refused=replay.get("refused"),
+                )
                 log_event(
                     logger,
                     "admin.stream_replayed",

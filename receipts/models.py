@@ -45,12 +45,15 @@ class Receipt(models.Model):
     class Meta:
         db_table = "receipt_receipt"
         constraints = [
-            models.UniqueConstraint(fields=["stream", "stream_seq"], name="receipt_stream_seq_uniq"),
+            models.UniqueConstraint(
+                fields=["stream", "stream_seq"], name="receipt_stream_seq_uniq"
+            ),
             models.UniqueConstraint(fields=["stream", "receipt_id"], name="receipt_stream_id_uniq"),
             # a constraint, not unique=True: no extra LIKE-pattern index on every append
             models.UniqueConstraint(fields=["hash"], name="receipt_hash_uniq"),
             models.UniqueConstraint(
-                fields=["stream", "event_id"], name="receipt_stream_event_uniq",
+                fields=["stream", "event_id"],
+                name="receipt_stream_event_uniq",
                 condition=models.Q(event_id__isnull=False),
             ),
         ]

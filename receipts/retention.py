@@ -44,8 +44,14 @@ pruners: dict[str, Callable[..., Any]] = {}
 checks: list[Callable[[str], list[Issue]]] = []
 
 
-def record(retention_stream: str, tombstones: Sequence[Tombstone], *, windows_days: dict[str, int],
-           now_ms: int, by: str) -> Receipt:
+def record(
+    retention_stream: str,
+    tombstones: Sequence[Tombstone],
+    *,
+    windows_days: dict[str, int],
+    now_ms: int,
+    by: str,
+) -> Receipt:
     """Inside the caller's transaction (the one deleting the streams): number the batch,
     write its tombstones and append the receipt committing to them. The retention
     stream's lock also serializes concurrent prune runs' commits."""
@@ -53,24 +59,43 @@ def record(retention_stream: str, tombstones: Sequence[Tombstone], *, windows_da
         batch = handle.count + 1
         stamped = [replace(t, batch=batch) for t in tombstones]
         TombstoneRow.objects.bulk_create([_row(t, retention_stream) for t in stamped])
-        body = batch_body(batch=batch, tombstones=stamped, windows_days=windows_days,
-                          pruned_at_ms=now_ms)
+        body = batch_body(
+            batch=batch, tombstones=stamped, windows_days=windows_days, pruned_at_ms=now_ms
+        )
         return handle.append(body, now_ms=now_ms, context={"actor": by})[0]
 
 
 def _row(t: Tombstone, retention_stream: str) -> TombstoneRow:
-    return TombstoneRow(stream=t.stream, family=t.family, receipt_count=t.receipt_count,
-                        head=t.head, final_status=t.final_status, settled_at=t.settled_at_ms,
-                        pruned_at=t.pruned_at_ms, organization_id=t.organization_id,
-                        agent_id=t.agent_id, kind=t.kind, retention_stream=retention_stream,
-                        batch=t.batch)
+    return TombstoneRow(
+        stream=t.stream,
+        family=t.family,
+        receipt_count=t.receipt_count,
+        head=t.head,
+        final_status=t.final_status,
+        settled_at=t.settled_at_ms,
+        pruned_at=t.pruned_at_ms,
+        organization_id=t.organization_id,
+        agent_id=t.agent_id,
+        kind=t.kind,
+        retention_stream=retention_stream,
+        batch=t.batch,
+    )
 
 
 def _tombstone(row: TombstoneRow) -> Tombstone:
-    return Tombstone(stream=row.stream, family=row.family, receipt_count=row.receipt_count,
-                     head=row.head, final_status=row.final_status, settled_at_ms=row.settled_at,
-                     pruned_at_ms=row.pruned_at, organization_id=row.organization_id,
-                     agent_id=row.agent_id, kind=row.kind, batch=row.batch)
+    return Tombstone(
+        stream=row.stream,
+        family=row.family,
+        receipt_count=row.receipt_count,
+        head=row.head,
+        final_status=row.final_status,
+        settled_at_ms=row.settled_at,
+        pruned_at_ms=row.pruned_at,
+        organization_id=row.organization_id,
+        agent_id=row.agent_id,
+        kind=row.kind,
+        batch=row.batch,
+    )
 
 
 def tombstone_of(stream: str) -> Tombstone | None:
@@ -80,8 +105,9 @@ def tombstone_of(stream: str) -> Tombstone | None:
 
 
 def tombstoned(streams: Sequence[str]) -> set[str]:
-    return set(TombstoneRow.objects.filter(stream__in=list(streams))
-               .values_list("stream", flat=True))
+    return set(
+        TombstoneRow.objects.filter(stream__in=list(streams)).values_list("stream", flat=True)
+    )
 
 
 # ---- verify ---------------------------------------------------------------------------------
@@ -109,8 +135,9 @@ def _verify_chain(retention_stream: str) -> list[Issue]:
     for receipt in store.iter_receipts(retention_stream):
         if receipt.type != PRUNED:
             continue
-        rows = TombstoneRow.objects.filter(retention_stream=retention_stream,
-                                           batch=receipt.stream_seq)
+        rows = TombstoneRow.objects.filter(
+            retention_stream=retention_stream, batch=receipt.stream_seq
+        )
         fault = batch_fault(receipt.body, [_tombstone(r) for r in rows])
         if fault is not None:
             issues.append(Issue(retention_stream, fault))
@@ -119,14 +146,21 @@ def _verify_chain(retention_stream: str) -> list[Issue]:
 
 def _unclaimed(prefix: str) -> list[Issue]:
     """Tombstones no retention receipt commits to (added by hand, or their chain gone)."""
-    committed = StreamRow.objects.filter(name=OuterRef("retention_stream"),
-                                         receipt_count__gte=OuterRef("batch"))
-    rows = (TombstoneRow.objects.filter(retention_stream__startswith=prefix
-                                        if prefix.startswith(PREFIX) else PREFIX)
-            .filter(~Exists(committed)).values_list("stream", "retention_stream", "batch")
-            .order_by("id")[:ISSUE_LIMIT])
-    return [Issue(stream, f"tombstone claims batch {batch} of {chain}, which no receipt "
-                          f"commits to") for stream, chain, batch in rows]
+    committed = StreamRow.objects.filter(
+        name=OuterRef("retention_stream"), receipt_count__gte=OuterRef("batch")
+    )
+    rows = (
+        TombstoneRow.objects.filter(
+            retention_stream__startswith=prefix if prefix.startswith(PREFIX) else PREFIX
+        )
+        .filter(~Exists(committed))
+        .values_list("stream", "retention_stream", "batch")
+        .order_by("id")[:ISSUE_LIMIT]
+    )
+    return [
+        Issue(stream, f"tombstone claims batch {batch} of {chain}, which no receipt commits to")
+        for stream, chain, batch in rows
+    ]
 
 
 def _receipts_without_stream() -> list[Issue]:

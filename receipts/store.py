@@ -80,9 +80,14 @@ class StreamHandle:
     appended: list[Receipt] = field(default_factory=list)
 
     def append(
-        self, events: Sequence[dict[str, Any]] | dict[str, Any], *, expected_prev: Any = ANY,
-        event_id: str | None = None, context: dict[str, Any] | None = None,
-        hints: dict[str, Any] | None = None, now_ms: int | None = None,
+        self,
+        events: Sequence[dict[str, Any]] | dict[str, Any],
+        *,
+        expected_prev: Any = ANY,
+        event_id: str | None = None,
+        context: dict[str, Any] | None = None,
+        hints: dict[str, Any] | None = None,
+        now_ms: int | None = None,
     ) -> list[Receipt]:
         started = time.perf_counter()
         batch = [events] if isinstance(events, dict) else list(events)
@@ -111,9 +116,15 @@ class StreamHandle:
             try:
                 if hints is not None:
                     check_json(hints, path="$.hints")
-                receipt = seal(stream=self.name, prev=prev, body=body, ts=ts,
-                               random_hex16=secrets.token_hex(8), context=context,
-                               hints=receipt_hints or None)
+                receipt = seal(
+                    stream=self.name,
+                    prev=prev,
+                    body=body,
+                    ts=ts,
+                    random_hex16=secrets.token_hex(8),
+                    context=context,
+                    hints=receipt_hints or None,
+                )
             except CanonicalJSONError as error:
                 raise InvalidEvent(f"event {index} of {self.name}: {error}") from None
             except ValueError as error:
@@ -124,9 +135,13 @@ class StreamHandle:
             sealed.append(receipt)
             prev = receipt.hash
         first = self.count + 1
-        positions = self.writer.write(sealed, first_stream_seq=first,
-                                      event_ids=event_ids or [None] * len(sealed),
-                                      head=sealed[-1].hash, count=self.count + len(sealed))
+        positions = self.writer.write(
+            sealed,
+            first_stream_seq=first,
+            event_ids=event_ids or [None] * len(sealed),
+            head=sealed[-1].hash,
+            count=self.count + len(sealed),
+        )
         written = _positioned(sealed, first, positions)
         self.head = written[-1].hash
         self.count += len(written)
@@ -170,8 +185,9 @@ def _existing_for_event_ids(stream: str, event_ids: list[str]) -> list[Receipt]:
     return _receipts(rows)
 
 
-def _positioned(receipts: list[Receipt], first_stream_seq: int,
-                positions: dict[int, int]) -> list[Receipt]:
+def _positioned(
+    receipts: list[Receipt], first_stream_seq: int, positions: dict[int, int]
+) -> list[Receipt]:
     out = []
     for offset, r in enumerate(receipts):
         stream_seq = first_stream_seq + offset
@@ -193,8 +209,9 @@ def open_stream(name: str, *, savepoint: bool = True) -> Iterator[StreamHandle]:
         writer = Writer()
         try:
             head, count = writer.lock(name)
-            handle = StreamHandle(name=name, head=head, count=count, existed=count > 0,
-                                  writer=writer)
+            handle = StreamHandle(
+                name=name, head=head, count=count, existed=count > 0, writer=writer
+            )
             yield handle
             if not handle.appended and not handle.existed:
                 writer.drop_if_empty(name)  # never leave an empty stream behind
@@ -203,14 +220,25 @@ def open_stream(name: str, *, savepoint: bool = True) -> Iterator[StreamHandle]:
 
 
 def append(
-    stream: str, events: Sequence[dict[str, Any]] | dict[str, Any], *, expected_prev: Any = ANY,
-    event_id: str | None = None, context: dict[str, Any] | None = None,
-    hints: dict[str, Any] | None = None, now_ms: int | None = None,
+    stream: str,
+    events: Sequence[dict[str, Any]] | dict[str, Any],
+    *,
+    expected_prev: Any = ANY,
+    event_id: str | None = None,
+    context: dict[str, Any] | None = None,
+    hints: dict[str, Any] | None = None,
+    now_ms: int | None = None,
 ) -> list[Receipt]:
     """Append one or more receipts to `stream` atomically (S-4)."""
     with open_stream(stream) as handle:
-        return handle.append(events, expected_prev=expected_prev, event_id=event_id,
-                             context=context, hints=hints, now_ms=now_ms)
+        return handle.append(
+            events,
+            expected_prev=expected_prev,
+            event_id=event_id,
+            context=context,
+            hints=hints,
+            now_ms=now_ms,
+        )
 
 
 @dataclass(frozen=True)
@@ -222,8 +250,9 @@ class NewStream:
     context: dict[str, Any] | None = None
 
 
-def append_new_streams(new: Sequence[NewStream], *,
-                       now_ms: int | None = None) -> list[StreamHandle]:
+def append_new_streams(
+    new: Sequence[NewStream], *, now_ms: int | None = None
+) -> list[StreamHandle]:
     """Open many new streams, each with its first receipt, in a few statements (T-1).
 
     Writes exactly what `append(s.name, s.body, expected_prev=None, context=s.context,
@@ -275,8 +304,8 @@ def _open_new(new: Sequence[NewStream], ts: int) -> list[StreamHandle]:
             handles: list[StreamHandle] = []
             created = []
             for start in range(0, len(new), _CHUNK):
-                part = _seal_first(new[start:start + _CHUNK], ts, heads)
-                placed, names = writer.send_first(part, seqs and seqs[start:start + len(part)])
+                part = _seal_first(new[start : start + _CHUNK], ts, heads)
+                placed, names = writer.send_first(part, seqs and seqs[start : start + len(part)])
                 created.append(names)
                 chunk = [_handle(r, writer) for r in placed]
                 _project_new(chunk)
@@ -312,9 +341,14 @@ def _seal_first(new: Sequence[NewStream], ts: int, heads: dict[str, str]) -> lis
     for index, item in enumerate(new):
         check_stream_name(item.name)
         try:
-            receipt = seal(stream=item.name, prev=None, body=item.body, ts=ts,
-                           random_hex16=randomness[16 * index:16 * index + 16],
-                           context=item.context)
+            receipt = seal(
+                stream=item.name,
+                prev=None,
+                body=item.body,
+                ts=ts,
+                random_hex16=randomness[16 * index : 16 * index + 16],
+                context=item.context,
+            )
         except ValueError as error:  # CanonicalJSONError included
             raise InvalidEvent(f"event 0 of {item.name}: {error}") from None
         if len(receipt.type) > 100:
@@ -328,15 +362,20 @@ def _seal_first(new: Sequence[NewStream], ts: int, heads: dict[str, str]) -> lis
 
 
 def _handle(receipt: Receipt, writer: Writer) -> StreamHandle:
-    return StreamHandle(name=receipt.stream, head=receipt.hash, count=1, existed=False,
-                        writer=writer, appended=[receipt])
+    return StreamHandle(
+        name=receipt.stream,
+        head=receipt.hash,
+        count=1,
+        existed=False,
+        writer=writer,
+        appended=[receipt],
+    )
 
 
 def _append_first(receipt: Receipt) -> StreamHandle:
     """The single append, for a stream row that existed when the batch created its own."""
     with open_stream(receipt.stream, savepoint=False) as handle:
-        handle.append(receipt.body, expected_prev=None, context=receipt.context,
-                      now_ms=receipt.ts)
+        handle.append(receipt.body, expected_prev=None, context=receipt.context, now_ms=receipt.ts)
     return handle
 
 
@@ -378,7 +417,9 @@ def stream_info(stream: str) -> StreamInfo | None:
     return _info(row) if row else None
 
 
-def list_streams(prefix: str = "", *, after: str | None = None, limit: int = 100) -> list[StreamInfo]:
+def list_streams(
+    prefix: str = "", *, after: str | None = None, limit: int = 100
+) -> list[StreamInfo]:
     """Streams by name (keyset: `after` is the last name of the previous page)."""
     rows = StreamRow.objects.filter(receipt_count__gt=0)
     if prefix:
@@ -401,12 +442,22 @@ def _receipts(rows: QuerySet[ReceiptRow], *, stored: bool = False) -> list[Recei
     text: what verification compares.
     """
     if stored:
-        return [_receipt(*row[:-2], body=row[-2], context=row[-1])
-                for row in rows.values_list(*_FIELDS, "body", "context")]
+        return [
+            _receipt(*row[:-2], body=row[-2], context=row[-1])
+            for row in rows.values_list(*_FIELDS, "body", "context")
+        ]
     found = list(rows.values_list(*_FIELDS))
     legacy = [row[0] for row in found if row[-1] is None]
-    columns = {seq: (body, context) for seq, body, context in ReceiptRow.objects.filter(
-        seq__in=legacy).values_list("seq", "body", "context")} if legacy else {}
+    columns = (
+        {
+            seq: (body, context)
+            for seq, body, context in ReceiptRow.objects.filter(seq__in=legacy).values_list(
+                "seq", "body", "context"
+            )
+        }
+        if legacy
+        else {}
+    )
     out = []
     for row in found:
         body, context = unseal(row[-1]) if row[-1] is not None else columns[row[0]]
@@ -414,15 +465,38 @@ def _receipts(rows: QuerySet[ReceiptRow], *, stored: bool = False) -> list[Recei
     return out
 
 
-def _receipt(seq: int, stream: str, stream_seq: int, receipt_id: str, ts: int, prev: str | None,
-             hash: str, hints: dict[str, Any] | None, sealed: str | None, *,
-             body: dict[str, Any], context: dict[str, Any] | None) -> Receipt:
-    return Receipt(id=receipt_id, ts=ts, stream=stream, prev=prev, body=body, hash=hash,
-                   context=context, hints=hints, seq=seq, stream_seq=stream_seq, sealed=sealed)
+def _receipt(
+    seq: int,
+    stream: str,
+    stream_seq: int,
+    receipt_id: str,
+    ts: int,
+    prev: str | None,
+    hash: str,
+    hints: dict[str, Any] | None,
+    sealed: str | None,
+    *,
+    body: dict[str, Any],
+    context: dict[str, Any] | None,
+) -> Receipt:
+    return Receipt(
+        id=receipt_id,
+        ts=ts,
+        stream=stream,
+        prev=prev,
+        body=body,
+        hash=hash,
+        context=context,
+        hints=hints,
+        seq=seq,
+        stream_seq=stream_seq,
+        sealed=sealed,
+    )
 
 
-def read(stream: str, *, after: int = 0, limit: int | None = None,
-         stored: bool = False) -> list[Receipt]:
+def read(
+    stream: str, *, after: int = 0, limit: int | None = None, stored: bool = False
+) -> list[Receipt]:
     """Receipts of `stream` with stream_seq > `after`, in order (`stored`: see `_receipts`)."""
     rows = ReceiptRow.objects.filter(stream=stream, stream_seq__gt=after).order_by("stream_seq")
     if limit is not None:
@@ -504,9 +578,12 @@ class Drift:
         return sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
 
     def to_wire(self) -> dict[str, Any]:
-        return {"stream": self.stream, "fields": self.fields,
-                "before": {k: (self.before or {}).get(k) for k in self.fields},
-                "after": {k: (self.after or {}).get(k) for k in self.fields}}
+        return {
+            "stream": self.stream,
+            "fields": self.fields,
+            "before": {k: (self.before or {}).get(k) for k in self.fields},
+            "after": {k: (self.after or {}).get(k) for k in self.fields},
+        }
 
 
 @dataclass
@@ -516,12 +593,16 @@ class RebuildReport:
     refused: list[Verification] = field(default_factory=list)
 
     def to_wire(self) -> dict[str, Any]:
-        return {"checked": self.checked, "drift": [d.to_wire() for d in self.drift],
-                "refused": [v.to_wire() for v in self.refused]}
+        return {
+            "checked": self.checked,
+            "drift": [d.to_wire() for d in self.drift],
+            "refused": [v.to_wire() for v in self.refused],
+        }
 
 
-def rebuild(projector: registry.Projector, streams: Sequence[str], *,
-            dry_run: bool = False) -> RebuildReport:
+def rebuild(
+    projector: registry.Projector, streams: Sequence[str], *, dry_run: bool = False
+) -> RebuildReport:
     """Recompute read-model rows of `streams` from their receipts; report every difference.
 
     A stream whose chain does not verify is refused (reported, never projected).

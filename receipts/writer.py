@@ -26,31 +26,39 @@ from receipts.core.chain import Receipt
 from receipts.errors import ExpectedPrevMismatch
 
 NOTIFY_CHANNEL = "receipt"
-_COLUMNS = ("stream, stream_seq, receipt_id, ts, prev, hash, event_type, body, context, hints, "
-            "event_id, sealed")
+_COLUMNS = (
+    "stream, stream_seq, receipt_id, ts, prev, hash, event_type, body, context, hints, "
+    "event_id, sealed"
+)
 _LOCK = (
     "INSERT INTO receipt_stream (name, head, receipt_count, last_ts, updated_at) "
     "VALUES (%s, NULL, 0, NULL, 0) "
     "ON CONFLICT (name) DO UPDATE SET name = excluded.name "
     "RETURNING head, receipt_count"
 )
-_UPDATE_HEAD = ("UPDATE receipt_stream SET head = %s, receipt_count = %s, last_ts = %s, "
-                "updated_at = %s WHERE name = %s")
+_UPDATE_HEAD = (
+    "UPDATE receipt_stream SET head = %s, receipt_count = %s, last_ts = %s, "
+    "updated_at = %s WHERE name = %s"
+)
 _DROP_EMPTY = "DELETE FROM receipt_stream WHERE name = %s AND receipt_count = 0"
 # Opening many streams (the first receipt of each). PostgreSQL: statements of a fixed shape
 # whose one parameter is a chunk as a JSON array of rows (no placeholder per value for
 # psycopg to parse and adapt; bodies nested as they are), receipts with global seqs
 # reserved beforehand (`_RESERVE`), so nothing waits for a result. SQLite: multi-row
 # VALUES, the seqs from RETURNING.
-_RESERVE = ("WITH q AS MATERIALIZED (SELECT pg_get_serial_sequence('receipt_receipt', 'seq')"
-            "::regclass AS s) SELECT nextval(q.s) FROM q, generate_series(1, %s)")
+_RESERVE = (
+    "WITH q AS MATERIALIZED (SELECT pg_get_serial_sequence('receipt_receipt', 'seq')"
+    "::regclass AS s) SELECT nextval(q.s) FROM q, generate_series(1, %s)"
+)
 _CREATE_PG = (
     "INSERT INTO receipt_stream (name, head, receipt_count, last_ts, updated_at) "
     "SELECT s, h, 1, t, t FROM json_to_recordset(%s::json) AS v(s text, h text, t bigint) "
     "ON CONFLICT (name) DO NOTHING RETURNING name"
 )
-_CREATE_SQLITE = ("INSERT INTO receipt_stream (name, head, receipt_count, last_ts, updated_at) "
-                  "VALUES {rows} ON CONFLICT (name) DO NOTHING RETURNING name")
+_CREATE_SQLITE = (
+    "INSERT INTO receipt_stream (name, head, receipt_count, last_ts, updated_at) "
+    "VALUES {rows} ON CONFLICT (name) DO NOTHING RETURNING name"
+)
 _WRITE_FIRST_PG = (
     f"WITH ins AS (INSERT INTO receipt_receipt (seq, {_COLUMNS}) "
     "SELECT q, s, 1, i, t, p, h, e, b, c, x, NULL, z FROM json_to_recordset(%s::json) AS v("
@@ -60,8 +68,9 @@ _WRITE_FIRST_PG = (
     f"SELECT pg_notify('{NOTIFY_CHANNEL}', "
     "ins.seq::text || ' ' || ins.stream::text || ' ' || ins.event_type) FROM ins"
 )
-_WRITE_FIRST_SQLITE = (f"INSERT INTO receipt_receipt ({_COLUMNS}) VALUES {{rows}} "
-                       "RETURNING seq, stream")
+_WRITE_FIRST_SQLITE = (
+    f"INSERT INTO receipt_receipt ({_COLUMNS}) VALUES {{rows}} RETURNING seq, stream"
+)
 # Variables per statement on SQLite (its default limit).
 MAX_PARAMS = 32766
 
@@ -73,7 +82,7 @@ def _dump(value: Any) -> str | None:
 def chunks(items: Sequence[Any], width: int) -> list[Sequence[Any]]:
     """`items` cut so that `width` variables per item stay within MAX_PARAMS per statement."""
     size = MAX_PARAMS // width
-    return [items[i:i + size] for i in range(0, len(items), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]
 
 
 def _json(rows: list[dict[str, Any]]) -> str:
@@ -85,9 +94,24 @@ def _streams_json(receipts: Sequence[Receipt]) -> str:
 
 
 def _receipts_json(receipts: Sequence[Receipt]) -> str:
-    return _json([{"q": r.seq, "s": r.stream, "i": r.id, "t": r.ts, "p": r.prev, "h": r.hash,
-                   "e": r.type, "b": r.body, "c": r.context, "x": r.hints, "z": r.sealed}
-                  for r in receipts])
+    return _json(
+        [
+            {
+                "q": r.seq,
+                "s": r.stream,
+                "i": r.id,
+                "t": r.ts,
+                "p": r.prev,
+                "h": r.hash,
+                "e": r.type,
+                "b": r.body,
+                "c": r.context,
+                "x": r.hints,
+                "z": r.sealed,
+            }
+            for r in receipts
+        ]
+    )
 
 
 def _first(receipts: Sequence[Receipt], seqs: Sequence[int]) -> list[Receipt]:
@@ -95,12 +119,25 @@ def _first(receipts: Sequence[Receipt], seqs: Sequence[int]) -> list[Receipt]:
     return [replace(r, seq=seq, stream_seq=1) for r, seq in zip(receipts, seqs, strict=True)]
 
 
-def _rows(receipts: Sequence[Receipt], first_stream_seq: int,
-          event_ids: Sequence[str | None]) -> list[Any]:
+def _rows(
+    receipts: Sequence[Receipt], first_stream_seq: int, event_ids: Sequence[str | None]
+) -> list[Any]:
     params: list[Any] = []
     for offset, (r, event_id) in enumerate(zip(receipts, event_ids, strict=True)):
-        params += [r.stream, first_stream_seq + offset, r.id, r.ts, r.prev, r.hash, r.type,
-                   _dump(r.body), _dump(r.context), _dump(r.hints), event_id, r.sealed]
+        params += [
+            r.stream,
+            first_stream_seq + offset,
+            r.id,
+            r.ts,
+            r.prev,
+            r.hash,
+            r.type,
+            _dump(r.body),
+            _dump(r.context),
+            _dump(r.hints),
+            event_id,
+            r.sealed,
+        ]
     return params
 
 
@@ -150,8 +187,15 @@ class Writer:
         head, count = self._run(_LOCK, [name])[0]
         return head, count
 
-    def write(self, receipts: Sequence[Receipt], *, first_stream_seq: int,
-              event_ids: Sequence[str | None], head: str, count: int) -> dict[int, int]:
+    def write(
+        self,
+        receipts: Sequence[Receipt],
+        *,
+        first_stream_seq: int,
+        event_ids: Sequence[str | None],
+        head: str,
+        count: int,
+    ) -> dict[int, int]:
         """Insert `receipts`, move the head; returns {stream_seq: global seq}."""
         stream, last_ts = receipts[0].stream, receipts[-1].ts
         params = _rows(receipts, first_stream_seq, event_ids)
@@ -170,8 +214,10 @@ class Writer:
                 rows = self._run(sql, [*params, head, count, last_ts, last_ts, stream, stream])
             else:
                 one = "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-                sql = (f"INSERT INTO receipt_receipt ({_COLUMNS}) VALUES "
-                       f"{', '.join([one] * len(receipts))} RETURNING seq, stream_seq")
+                sql = (
+                    f"INSERT INTO receipt_receipt ({_COLUMNS}) VALUES "
+                    f"{', '.join([one] * len(receipts))} RETURNING seq, stream_seq"
+                )
                 rows = self._run(sql, params)
                 self._run(_UPDATE_HEAD, [head, count, last_ts, last_ts, stream])
         except IntegrityError as error:
@@ -203,8 +249,9 @@ class Writer:
             created.update(name for (name,) in self._run(sql, params))
         return created
 
-    def write_first(self, receipts: Sequence[Receipt],
-                    seqs: Sequence[int] | None = None) -> list[Receipt]:
+    def write_first(
+        self, receipts: Sequence[Receipt], seqs: Sequence[int] | None = None
+    ) -> list[Receipt]:
         """Insert receipts that each open their stream (stream_seq 1; the stream rows come
         from `create_streams`) and, on PostgreSQL, notify each one as `write` does; they
         come back positioned, global seqs in the order of `receipts` (on PostgreSQL
@@ -220,10 +267,23 @@ class Writer:
             for part in chunks(receipts, 12):
                 params: list[Any] = []
                 for r in part:
-                    params += [r.stream, 1, r.id, r.ts, r.prev, r.hash, r.type, _dump(r.body),
-                               _dump(r.context), _dump(r.hints), None, r.sealed]
+                    params += [
+                        r.stream,
+                        1,
+                        r.id,
+                        r.ts,
+                        r.prev,
+                        r.hash,
+                        r.type,
+                        _dump(r.body),
+                        _dump(r.context),
+                        _dump(r.hints),
+                        None,
+                        r.sealed,
+                    ]
                 sql = _WRITE_FIRST_SQLITE.format(
-                    rows=", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(part)))
+                    rows=", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(part))
+                )
                 by_stream = {stream: seq for seq, stream in self._run(sql, params)}
                 placed += _first(part, [by_stream[r.stream] for r in part])
         except IntegrityError as error:
@@ -243,8 +303,9 @@ class Writer:
         with connection.wrap_database_errors, connection.connection.pipeline():
             yield
 
-    def send_first(self, receipts: Sequence[Receipt],
-                   seqs: Sequence[int] | None) -> tuple[list[Receipt], Callable[[], set[str]]]:
+    def send_first(
+        self, receipts: Sequence[Receipt], seqs: Sequence[int] | None
+    ) -> tuple[list[Receipt], Callable[[], set[str]]]:
         """`create_streams` then `write_first` (at `seqs`, from `reserve_seqs`) without
         waiting for either (inside `pipeline`): the receipts positioned, and a function
         that waits for the names created. A receipt whose stream row existed shows as its
@@ -265,6 +326,7 @@ class Writer:
         def created() -> set[str]:
             with connection.wrap_database_errors, streams:
                 return {name for (name,) in streams.fetchall()}
+
         return placed, created
 
     def drop_if_empty(self, name: str) -> None:

@@ -83,8 +83,13 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def wait_for(condition: Callable[[], Any], *, timeout: float = 20.0, interval: float = 0.05,
-             message: str = "condition") -> Any:
+def wait_for(
+    condition: Callable[[], Any],
+    *,
+    timeout: float = 20.0,
+    interval: float = 0.05,
+    message: str = "condition",
+) -> Any:
     """Poll `condition` until it returns a truthy value or the deadline passes."""
     import time
 

@@ -37,10 +37,12 @@ MAX_ITEMS = 1000
 
 
 class BatchRequestSerializer(serializers.Serializer):
-    jobs = serializers.ListField(child=serializers.DictField(), min_length=1,
-                                 max_length=MAX_ITEMS,
-                                 help_text="enqueue bodies, as for one job (payload with options, "
-                                           "or a flat payload)")
+    jobs = serializers.ListField(
+        child=serializers.DictField(),
+        min_length=1,
+        max_length=MAX_ITEMS,
+        help_text="enqueue bodies, as for one job (payload with options, or a flat payload)",
+    )
 
 
 class BatchItemSerializer(serializers.Serializer):
@@ -48,8 +50,9 @@ class BatchItemSerializer(serializers.Serializer):
     ok = serializers.BooleanField()
     jobId = serializers.CharField(required=False)
     status = serializers.CharField(required=False)
-    created = serializers.BooleanField(required=False,
-                                       help_text="false when the jobId already named a job")
+    created = serializers.BooleanField(
+        required=False, help_text="false when the jobId already named a job"
+    )
     warnings = serializers.ListField(child=serializers.CharField(), required=False)
     error = serializers.CharField(required=False, help_text="the error code, as for one job")
     detail = serializers.CharField(required=False)
@@ -65,23 +68,27 @@ class BatchResponseSerializer(serializers.Serializer):
 def _items(body: dict[str, Any]) -> list[Any]:
     items = body.get("jobs")
     if not isinstance(items, list) or not items:
-        raise InvalidRequest("invalid_batch", "the body must be {\"jobs\": [enqueue bodies]}")
+        raise InvalidRequest("invalid_batch", 'the body must be {"jobs": [enqueue bodies]}')
     if len(items) > MAX_ITEMS:
-        raise InvalidRequest("batch_too_large",
-                             f"a batch holds at most {MAX_ITEMS} jobs; got {len(items)}")
+        raise InvalidRequest(
+            "batch_too_large", f"a batch holds at most {MAX_ITEMS} jobs; got {len(items)}"
+        )
     return items
 
 
-def _validated(principal: Principal, agent_id: str, item: Any
-               ) -> tuple[queue.EnqueueRequest, list[str]]:
+def _validated(
+    principal: Principal, agent_id: str, item: Any
+) -> tuple[queue.EnqueueRequest, list[str]]:
     if not isinstance(item, dict):
         raise InvalidRequest("body_not_object", "each item must be a JSON object")
     request, warnings = enqueue_request(agent_id, item, by=principal.name)
     organization = _organization_of(request.payload)
     if not principal.may_see(organization):
-        raise InvalidRequest("organization_forbidden",
-                             f"this credential acts for organization {principal.organization_id} "
-                             f"only; payload.authContext.organizationId is {organization!r}")
+        raise InvalidRequest(
+            "organization_forbidden",
+            f"this credential acts for organization {principal.organization_id} "
+            f"only; payload.authContext.organizationId is {organization!r}",
+        )
     return request, warnings
 
 
@@ -92,8 +99,12 @@ def enqueue_batch(principal: Principal, agent_id: str, items: list[Any]) -> dict
         try:
             request, warnings = _validated(principal, agent_id, item)
         except JobsError as error:
-            results[index] = {"index": index, "ok": False, "error": error.code,
-                              "detail": str(error)}
+            results[index] = {
+                "index": index,
+                "ok": False,
+                "error": error.code,
+                "detail": str(error),
+            }
             continue
         valid.append((index, request, warnings))
     if valid:
@@ -105,13 +116,22 @@ def enqueue_batch(principal: Principal, agent_id: str, items: list[Any]) -> dict
                         raise _named(JobIdTaken(request.job_id), index)
                     raise _named(SessionKeyConflict(request.session_key or ""), index)
         for (index, _, warnings), result in zip(valid, written, strict=True):
-            results[index] = {"index": index, "ok": True, "jobId": result.job.job_id,
-                              "status": result.job.status, "created": result.created,
-                              **({"warnings": w} if (w := [*result.warnings, *warnings]) else {})}
+            results[index] = {
+                "index": index,
+                "ok": True,
+                "jobId": result.job.job_id,
+                "status": result.job.status,
+                "created": result.created,
+                **({"warnings": w} if (w := [*result.warnings, *warnings]) else {}),
+            }
     done = [r for r in results if r is not None]
     enqueued = sum(1 for r in done if r["ok"])
-    return {"ok": enqueued == len(done), "enqueued": enqueued, "refused": len(done) - enqueued,
-            "results": done}
+    return {
+        "ok": enqueued == len(done),
+        "enqueued": enqueued,
+        "refused": len(done) - enqueued,
+        "results": done,
+    }
 
 
 def _named(error: JobsError, index: int) -> JobsError:
@@ -123,27 +143,58 @@ class BatchEnqueueView(ApiView):
     required_scope = "jobs:write"
 
     @extend_schema(
-        operation_id="enqueue_jobs_batch", tags=["jobs"], summary="Enqueue many jobs at once",
+        operation_id="enqueue_jobs_batch",
+        tags=["jobs"],
+        summary="Enqueue many jobs at once",
         description=f"Up to {MAX_ITEMS} enqueue bodies in one request and one transaction. Each "
-                    "item is validated on its own: an invalid item is answered with its error "
-                    "and the others are enqueued (202). When no item can be enqueued the answer "
-                    "is 400 `batch_refused` with the per-item results. Another organization's "
-                    "jobId or session refuses the whole batch (409), naming the item.",
-        parameters=[schema.AGENT_ID], request=BatchRequestSerializer,
-        examples=[OpenApiExample("two jobs", request_only=True, value={"jobs": [
-            {"payload": {"kind": "factory.run", "prompt": "one",
-                         "authContext": {"userId": "u-1", "organizationId": "org-1"}}},
-            {"jobId": "report-7", "payload": {
-                "kind": "factory.run", "prompt": "two",
-                "authContext": {"userId": "u-1", "organizationId": "org-1"}}}]})],
-        responses={202: OpenApiResponse(BatchResponseSerializer,
-                                        description="at least one job enqueued: every item's "
-                                                    "result, in order"),
-                   **schema.errors(400, 409, 413, bad_request=(
-                       "Bad body (malformed_json, body_not_object, invalid_payload, "
-                       "invalid_batch, batch_too_large), or no item could be enqueued "
-                       "(batch_refused, "
-                       "with the per-item results); nothing was written."))},
+        "item is validated on its own: an invalid item is answered with its error "
+        "and the others are enqueued (202). When no item can be enqueued the answer "
+        "is 400 `batch_refused` with the per-item results. Another organization's "
+        "jobId or session refuses the whole batch (409), naming the item.",
+        parameters=[schema.AGENT_ID],
+        request=BatchRequestSerializer,
+        examples=[
+            OpenApiExample(
+                "two jobs",
+                request_only=True,
+                value={
+                    "jobs": [
+                        {
+                            "payload": {
+                                "kind": "factory.run",
+                                "prompt": "one",
+                                "authContext": {"userId": "u-1", "organizationId": "org-1"},
+                            }
+                        },
+                        {
+                            "jobId": "report-7",
+                            "payload": {
+                                "kind": "factory.run",
+                                "prompt": "two",
+                                "authContext": {"userId": "u-1", "organizationId": "org-1"},
+                            },
+                        },
+                    ]
+                },
+            )
+        ],
+        responses={
+            202: OpenApiResponse(
+                BatchResponseSerializer,
+                description="at least one job enqueued: every item's result, in order",
+            ),
+            **schema.errors(
+                400,
+                409,
+                413,
+                bad_request=(
+                    "Bad body (malformed_json, body_not_object, invalid_payload, "
+                    "invalid_batch, batch_too_large), or no item could be enqueued "
+                    "(batch_refused, "
+                    "with the per-item results); nothing was written."
+                ),
+            ),
+        },
     )
     def post(self, request: Request, agent_id: str) -> Response:
         principal = principal_of(request)
@@ -153,5 +204,7 @@ class BatchEnqueueView(ApiView):
             return Response(answer, status=202)
         first = answer["results"][0]
         detail = f"no job was enqueued; jobs[0]: {first['detail']}"
-        return Response({"ok": False, "error": "batch_refused", "detail": detail,
-                         "results": answer["results"]}, status=400)
+        return Response(
+            {"ok": False, "error": "batch_refused", "detail": detail, "results": answer["results"]},
+            status=400,
+        )

@@ -13,8 +13,9 @@ def error_body(code: str, detail: str) -> dict[str, Any]:
     return {"ok": False, "error": code, "detail": detail}
 
 
-def error_response(code: str, detail: str, status: int,
-                   headers: dict[str, str] | None = None) -> JsonResponse:
+def error_response(
+    code: str, detail: str, status: int, headers: dict[str, str] | None = None
+) -> JsonResponse:
     """The error shape as a plain Django response (for views outside DRF)."""
     response = JsonResponse(error_body(code, detail), status=status)
     for name, value in (headers or {}).items():

@@ -24,8 +24,9 @@ def check_single(query: MultiValued, names: Iterable[str]) -> None:
     """400 `repeated_parameter` when any of `names` is given more than once."""
     for name in names:
         if len(query.getlist(name)) > 1:
-            raise InvalidRequest("repeated_parameter",
-                                 f"{name} is given more than once; give it at most once")
+            raise InvalidRequest(
+                "repeated_parameter", f"{name} is given more than once; give it at most once"
+            )
 
 
 def parse_limit(raw: Any, *, default: int, maximum: int) -> int:
@@ -37,8 +38,9 @@ def parse_limit(raw: Any, *, default: int, maximum: int) -> int:
     except (TypeError, ValueError):
         value = None
     if isinstance(raw, bool) or value is None or not 1 <= value <= maximum:
-        raise InvalidRequest("invalid_limit",
-                             f"limit must be an integer from 1 to {maximum}; got {str(raw)[:40]!r}")
+        raise InvalidRequest(
+            "invalid_limit", f"limit must be an integer from 1 to {maximum}; got {str(raw)[:40]!r}"
+        )
     return value
 
 

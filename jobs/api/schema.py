@@ -21,22 +21,26 @@ from jobs.api.serializers import ErrorSerializer
 
 _ERROR_TEXT = {
     400: "Bad input (malformed_json, body_not_object, invalid_lane, unknown_kind ...); "
-         "nothing was written.",
+    "nothing was written.",
     401: "No or bad credentials (not_authenticated, invalid_token).",
     403: "Missing scope (missing_scope), organization mismatch (organization_forbidden) "
-         "or a failed CSRF check (csrf_failed).",
+    "or a failed CSRF check (csrf_failed).",
     404: "No such job, or a job of another organization (job_not_found).",
     405: "Method not allowed (method_not_allowed).",
     409: "Conflict: the job is terminal (job_terminal), or an id or session key belongs "
-         "to another organization (job_id_taken, session_key_conflict).",
+    "to another organization (job_id_taken, session_key_conflict).",
     413: "The body or payload is larger than RECEIPT_MAX_PAYLOAD_BYTES (payload_too_large).",
 }
 
 
-LIST_BAD_REQUEST = ("Bad query parameter: a filter outside its allowed values (invalid_filter, "
-                    "the detail lists them), invalid_limit, invalid_cursor, repeated_parameter.")
-COMMAND_BAD_REQUEST = ("Bad body (malformed_json, body_not_object, invalid_payload, invalid_by, "
-                       "invalid_reason); nothing was written.")
+LIST_BAD_REQUEST = (
+    "Bad query parameter: a filter outside its allowed values (invalid_filter, "
+    "the detail lists them), invalid_limit, invalid_cursor, repeated_parameter."
+)
+COMMAND_BAD_REQUEST = (
+    "Bad body (malformed_json, body_not_object, invalid_payload, invalid_by, "
+    "invalid_reason); nothing was written."
+)
 
 
 def errors(*statuses: int, bad_request: str | None = None) -> dict[int, OpenApiResponse]:
@@ -48,13 +52,15 @@ def errors(*statuses: int, bad_request: str | None = None) -> dict[int, OpenApiR
 
 
 def path_parameter(name: str, description: str, pattern: str | None = None) -> OpenApiParameter:
-    return OpenApiParameter(name, OpenApiTypes.STR, OpenApiParameter.PATH,
-                            description=description, pattern=pattern)
+    return OpenApiParameter(
+        name, OpenApiTypes.STR, OpenApiParameter.PATH, description=description, pattern=pattern
+    )
 
 
 JOB_ID = path_parameter("job_id", "the job id", r"^[A-Za-z0-9._:-]{1,128}$")
-AGENT_ID = path_parameter("agent_id", "the agent that runs the job (factory, codex, ...)",
-                          r"^[^\s/]{1,128}$")
+AGENT_ID = path_parameter(
+    "agent_id", "the agent that runs the job (factory, codex, ...)", r"^[^\s/]{1,128}$"
+)
 
 
 def filter_parameters(filterset: type[django_filters.FilterSet]) -> list[OpenApiParameter]:
@@ -65,8 +71,15 @@ def filter_parameters(filterset: type[django_filters.FilterSet]) -> list[OpenApi
         if callable(choices):  # open sets (payload kinds: the deployment may add its own)
             choices = None
         enum = [value for value, _label in choices] if choices else None
-        out.append(OpenApiParameter(name, OpenApiTypes.STR, OpenApiParameter.QUERY,
-                                    enum=enum, description=f"only jobs whose {name} equals this"))
+        out.append(
+            OpenApiParameter(
+                name,
+                OpenApiTypes.STR,
+                OpenApiParameter.QUERY,
+                enum=enum,
+                description=f"only jobs whose {name} equals this",
+            )
+        )
     return out
 
 
@@ -89,6 +102,7 @@ class ApiDocsView(JsonErrorsMixin, SpectacularSwaggerView):
 
     def handle_exception(self, exc: Exception) -> Response:
         if isinstance(exc, exceptions.NotAuthenticated) and "HTTP_AUTHORIZATION" not in (
-                self.request.META):
+            self.request.META
+        ):
             return redirect_to_login(self.request.get_full_path(), settings.LOGIN_URL)
         return super().handle_exception(exc)

@@ -35,8 +35,9 @@ class ErrorSerializer(serializers.Serializer):
 
 
 class CommandSerializer(serializers.Serializer):
-    id = serializers.CharField(allow_null=True,
-                               help_text="null for an abort that canceled a queued job outright")
+    id = serializers.CharField(
+        allow_null=True, help_text="null for an abort that canceled a queued job outright"
+    )
     command = serializers.ChoiceField(choices=["steer", "follow_up", "abort"])
     lane = serializers.CharField(allow_null=True)
     payload = serializers.JSONField()
@@ -76,10 +77,14 @@ class JobSerializer(serializers.Serializer):
     organizationId = serializers.CharField(allow_null=True)
     objectiveId = serializers.CharField(allow_null=True)
     taskId = serializers.CharField(allow_null=True)
-    contractGroup = serializers.ChoiceField(choices=WORKER_GROUPS, allow_null=True,
-                                            help_text="the worker group the kind's contract names")
-    routedGroup = serializers.ChoiceField(choices=WORKER_GROUPS,
-                                          help_text="where the job actually runs")
+    contractGroup = serializers.ChoiceField(
+        choices=WORKER_GROUPS,
+        allow_null=True,
+        help_text="the worker group the kind's contract names",
+    )
+    routedGroup = serializers.ChoiceField(
+        choices=WORKER_GROUPS, help_text="where the job actually runs"
+    )
     groupMismatch = serializers.BooleanField()
 
 
@@ -98,33 +103,47 @@ class AuthContextSerializer(serializers.Serializer):
 class PayloadSerializer(serializers.Serializer):
     """A job payload: `kind` plus anything the handler reads (extra keys are kept)."""
 
-    kind = serializers.CharField(help_text="one of the built-in kinds ("
-                                 + ", ".join(KINDS) + ") or a kind the deployment registered "
-                                 "(GET /kinds lists them all)")
+    kind = serializers.CharField(
+        help_text="one of the built-in kinds ("
+        + ", ".join(KINDS)
+        + ") or a kind the deployment registered "
+        "(GET /kinds lists them all)"
+    )
     authContext = AuthContextSerializer(
-        required=False, help_text="required for every kind but factory.objective.watchdog "
-                                  "and the deployment's kinds registered without it")
+        required=False,
+        help_text="required for every kind but factory.objective.watchdog "
+        "and the deployment's kinds registered without it",
+    )
 
 
 class SingletonSerializer(serializers.Serializer):
-    key = serializers.CharField(required=False, max_length=MAX_SESSION_KEY,
-                                help_text="same as sessionKey")
-    mode = serializers.ChoiceField(choices=SINGLETON_MODES, required=False,
-                                   help_text="same as singletonMode")
+    key = serializers.CharField(
+        required=False, max_length=MAX_SESSION_KEY, help_text="same as sessionKey"
+    )
+    mode = serializers.ChoiceField(
+        choices=SINGLETON_MODES, required=False, help_text="same as singletonMode"
+    )
 
 
 class EnqueueRequestSerializer(serializers.Serializer):
     """`{payload, ...options}`; without `payload`, the body minus the options is the payload."""
 
-    jobId = serializers.RegexField(r"^[A-Za-z0-9._:-]{1,128}$", required=False,
-                                   help_text="idempotency: an existing id returns that job")
+    jobId = serializers.RegexField(
+        r"^[A-Za-z0-9._:-]{1,128}$",
+        required=False,
+        help_text="idempotency: an existing id returns that job",
+    )
     lane = serializers.ChoiceField(choices=LANES, required=False, help_text="default collect")
     maxAttempts = serializers.IntegerField(required=False, help_text="default 2, clamped to 1..8")
     sessionKey = serializers.CharField(required=False, max_length=MAX_SESSION_KEY)
-    singletonMode = serializers.ChoiceField(choices=SINGLETON_MODES, required=False,
-                                            help_text="default allow; cancel/steer need a sessionKey")
-    singleton = SingletonSerializer(required=False,
-                                    help_text="alternative spelling; top-level options win")
+    singletonMode = serializers.ChoiceField(
+        choices=SINGLETON_MODES,
+        required=False,
+        help_text="default allow; cancel/steer need a sessionKey",
+    )
+    singleton = SingletonSerializer(
+        required=False, help_text="alternative spelling; top-level options win"
+    )
     payload = PayloadSerializer(required=False)
 
 
@@ -143,9 +162,11 @@ class EnqueueResponseSerializer(serializers.Serializer):
     ok = serializers.BooleanField()
     job = JobSerializer()
     created = serializers.BooleanField(
-        help_text="false when jobId already existed or a singleton steer reused a job")
-    warnings = serializers.ListField(child=serializers.CharField(), required=False,
-                                     help_text="present only when non-empty")
+        help_text="false when jobId already existed or a singleton steer reused a job"
+    )
+    warnings = serializers.ListField(
+        child=serializers.CharField(), required=False, help_text="present only when non-empty"
+    )
 
     def get_fields(self) -> dict[str, Any]:
         fields = super().get_fields()
@@ -175,8 +196,9 @@ class KindsSerializer(serializers.Serializer):
 
 class JobPageSerializer(serializers.Serializer):
     jobs = JobSerializer(many=True)
-    nextCursor = serializers.CharField(allow_null=True,
-                                       help_text="pass as ?cursor= for the next page; null at the end")
+    nextCursor = serializers.CharField(
+        allow_null=True, help_text="pass as ?cursor= for the next page; null at the end"
+    )
 
 
 class ReceiptSerializer(serializers.Serializer):
@@ -185,7 +207,9 @@ class ReceiptSerializer(serializers.Serializer):
     stream = serializers.CharField()
     prev = serializers.CharField(allow_null=True)
     body = serializers.DictField(help_text="always has a string `type`")
-    hash = serializers.CharField(help_text="sha256 of canonical {id, ts, stream, prev, body, context?}")
+    hash = serializers.CharField(
+        help_text="sha256 of canonical {id, ts, stream, prev, body, context?}"
+    )
     context = serializers.DictField(required=False)
     hints = serializers.DictField(required=False, help_text="not hashed")
     seq = serializers.IntegerField(required=False, help_text="global sequence")
@@ -203,22 +227,27 @@ class CallbackSerializer(serializers.Serializer):
 
     id = serializers.IntegerField()
     event = serializers.ChoiceField(choices=list(CALLBACK_EVENTS))
-    state = serializers.ChoiceField(choices=list(CALLBACK_STATES),
-                                    help_text="pending (waiting for a try or a retry), delivered "
-                                              "(a 2xx answer), gave_up (still failing at its "
-                                              "deadline)")
+    state = serializers.ChoiceField(
+        choices=list(CALLBACK_STATES),
+        help_text="pending (waiting for a try or a retry), delivered "
+        "(a 2xx answer), gave_up (still failing at its "
+        "deadline)",
+    )
     url = serializers.CharField(allow_null=True, help_text="scheme, host and port only")
     attempts = serializers.IntegerField(help_text="tries so far")
-    lastStatus = serializers.IntegerField(allow_null=True,
-                                          help_text="HTTP status of the last try; null: no answer")
+    lastStatus = serializers.IntegerField(
+        allow_null=True, help_text="HTTP status of the last try; null: no answer"
+    )
     lastError = serializers.CharField(allow_null=True)
     createdAt = serializers.IntegerField(help_text="ms since epoch: the event")
-    nextAt = serializers.IntegerField(allow_null=True,
-                                      help_text="ms since epoch of the next try; null once finished")
+    nextAt = serializers.IntegerField(
+        allow_null=True, help_text="ms since epoch of the next try; null once finished"
+    )
     giveUpAt = serializers.IntegerField(help_text="ms since epoch: no try starts after this")
     finishedAt = serializers.IntegerField(allow_null=True, help_text="ms since epoch")
-    body = serializers.JSONField(help_text="the JSON posted: {event, jobId, stream, status, "
-                                           "attempt, agentId, kind, at}")
+    body = serializers.JSONField(
+        help_text="the JSON posted: {event, jobId, stream, status, attempt, agentId, kind, at}"
+    )
 
 
 class JobCallbacksSerializer(serializers.Serializer):
@@ -240,15 +269,18 @@ class CommandRequestSerializer(serializers.Serializer):
     """`{payload, by?}`; without `payload` the whole body is the payload."""
 
     payload = serializers.JSONField(required=False)
-    by = serializers.CharField(required=False, max_length=80,
-                               help_text="display hint, recorded as '<principal> (<by>)'")
+    by = serializers.CharField(
+        required=False, max_length=80, help_text="display hint, recorded as '<principal> (<by>)'"
+    )
 
 
 class AbortRequestSerializer(serializers.Serializer):
-    reason = serializers.CharField(required=False, max_length=2000,
-                                   help_text="default 'abort requested'")
-    by = serializers.CharField(required=False, max_length=80,
-                               help_text="display hint, recorded as '<principal> (<by>)'")
+    reason = serializers.CharField(
+        required=False, max_length=2000, help_text="default 'abort requested'"
+    )
+    by = serializers.CharField(
+        required=False, max_length=80, help_text="display hint, recorded as '<principal> (<by>)'"
+    )
 
 
 class CommandResponseSerializer(serializers.Serializer):
@@ -289,8 +321,11 @@ class JobFilter(django_filters.FilterSet):
             given = self.data.get(name)
             shown = (labels or {}).get(name, name)
             allowed = self.allowed(name)
-            text = (f"{shown}={given!r} is not one of: {', '.join(allowed)}" if allowed
-                    else f"{shown}={given!r}: {' '.join(messages)}")
+            text = (
+                f"{shown}={given!r} is not one of: {', '.join(allowed)}"
+                if allowed
+                else f"{shown}={given!r}: {' '.join(messages)}"
+            )
             raise InvalidRequest("invalid_filter", text)
         return {name: value for name, value in self.form.cleaned_data.items() if value}
 
@@ -302,4 +337,3 @@ class JobFilter(django_filters.FilterSet):
             return []
         choices = declared.extra.get("choices") or []
         return [value for value, _label in (choices() if callable(choices) else choices)]
-

@@ -7,8 +7,11 @@ from jobs.api import batch, views
 
 urlpatterns = [
     path("agents/<str:agent_id>/jobs", views.EnqueueView.as_view(), name="job-enqueue"),
-    path("agents/<str:agent_id>/jobs/batch", batch.BatchEnqueueView.as_view(),
-         name="job-enqueue-batch"),
+    path(
+        "agents/<str:agent_id>/jobs/batch",
+        batch.BatchEnqueueView.as_view(),
+        name="job-enqueue-batch",
+    ),
     path("jobs", views.JobListView.as_view(), name="job-list"),
     path("kinds", views.KindsView.as_view(), name="kind-list"),
     path("jobs/<str:job_id>", views.JobDetailView.as_view(), name="job-detail"),

@@ -77,8 +77,10 @@ class SessionKeyConflict(JobsError):
     code, status = "session_key_conflict", 409
 
     def __init__(self, session_key: str) -> None:
-        super().__init__(f"sessionKey {session_key!r} has active jobs of another organization; "
-                         f"a singleton enqueue cannot touch them")
+        super().__init__(
+            f"sessionKey {session_key!r} has active jobs of another organization; "
+            f"a singleton enqueue cannot touch them"
+        )
 
 
 # ---- request parsing ------------------------------------------------------------------------
@@ -106,15 +108,18 @@ def read_json_object(request: Request, *, levels_above_payload: int = 2) -> dict
     except UnicodeDecodeError:
         raise InvalidRequest("malformed_json", "body is not UTF-8 text") from None
     except json.JSONDecodeError as error:
-        raise InvalidRequest("malformed_json", f"body is not valid JSON: {error.msg} at line "
-                                               f"{error.lineno} column {error.colno}") from None
+        raise InvalidRequest(
+            "malformed_json",
+            f"body is not valid JSON: {error.msg} at line {error.lineno} column {error.colno}",
+        ) from None
     except RecursionError:
         raise InvalidRequest("invalid_payload", "body nests too deeply") from None
     except ValueError as error:  # NaN/Infinity, integers longer than Python parses
         raise InvalidRequest("malformed_json", f"body is not valid JSON: {error}") from None
     if not isinstance(value, dict):
-        raise InvalidRequest("body_not_object",
-                             f"body must be a JSON object, got {type(value).__name__}")
+        raise InvalidRequest(
+            "body_not_object", f"body must be a JSON object, got {type(value).__name__}"
+        )
     _check_storable(value, levels_above_payload)
     return value
 
@@ -130,8 +135,9 @@ def _check_storable(value: Any, levels_above_payload: int) -> None:
     while pending:
         item, path, depth = pending.pop()
         if depth > limit:
-            raise InvalidRequest("invalid_payload",
-                                 f"nesting deeper than {max_depth} levels at {path}")
+            raise InvalidRequest(
+                "invalid_payload", f"nesting deeper than {max_depth} levels at {path}"
+            )
         if isinstance(item, str):
             _check_text(item, path)
         elif isinstance(item, dict):
@@ -168,10 +174,15 @@ def actor(principal: Principal, hint: Any) -> str:
     """The receipt's `by`: always the principal; a client's `by` is only a display hint."""
     if hint is None or hint == principal.name:
         return principal.name
-    if (not isinstance(hint, str) or not hint.strip() or len(hint) > MAX_BY_HINT
-            or any(ord(c) < 32 or ord(c) == 127 for c in hint)):
-        raise InvalidRequest("invalid_by", f"by must be a display name of 1..{MAX_BY_HINT} "
-                                           f"printable characters")
+    if (
+        not isinstance(hint, str)
+        or not hint.strip()
+        or len(hint) > MAX_BY_HINT
+        or any(ord(c) < 32 or ord(c) == 127 for c in hint)
+    ):
+        raise InvalidRequest(
+            "invalid_by", f"by must be a display name of 1..{MAX_BY_HINT} printable characters"
+        )
     room = queue.MAX_BY - len(principal.name) - 3  # the receipt's `by` is bounded (J-11)
     if room < 1:
         return principal.name
@@ -188,8 +199,9 @@ def _check_agent_id(agent_id: str) -> None:
 # ---- A-1 enqueue ----------------------------------------------------------------------------
 
 
-def enqueue_request(agent_id: str, body: dict[str, Any], *, by: str
-                    ) -> tuple[queue.EnqueueRequest, list[str]]:
+def enqueue_request(
+    agent_id: str, body: dict[str, Any], *, by: str
+) -> tuple[queue.EnqueueRequest, list[str]]:
     """Body (either style) -> a validated EnqueueRequest and warnings about ignored keys."""
     _check_agent_id(agent_id)
     singleton = body.get("singleton")
@@ -213,13 +225,21 @@ def enqueue_request(agent_id: str, body: dict[str, Any], *, by: str
         return value
 
     request = queue.build_request(
-        agent_id, payload, job_id=option("jobId"), lane=option("lane"),
-        max_attempts=option("maxAttempts"), session_key=option("sessionKey", "key"),
-        singleton_mode=option("singletonMode", "mode"), by=by)
+        agent_id,
+        payload,
+        job_id=option("jobId"),
+        lane=option("lane"),
+        max_attempts=option("maxAttempts"),
+        session_key=option("sessionKey", "key"),
+        singleton_mode=option("singletonMode", "mode"),
+        by=by,
+    )
     asked = option("maxAttempts")
     if asked is not None and asked != request.max_attempts:  # J-6 clamps; say so
-        warnings.append(f"maxAttempts {asked} is outside {MIN_MAX_ATTEMPTS}..{MAX_MAX_ATTEMPTS}; "
-                        f"clamped to {request.max_attempts}")
+        warnings.append(
+            f"maxAttempts {asked} is outside {MIN_MAX_ATTEMPTS}..{MAX_MAX_ATTEMPTS}; "
+            f"clamped to {request.max_attempts}"
+        )
     return request, warnings
 
 
@@ -243,9 +263,11 @@ def enqueue_as(principal: Principal, request: queue.EnqueueRequest) -> queue.Enq
         if request.session_key and request.singleton_mode != "allow":
             # Same lock enqueue takes (reentrant): no singleton enqueue slips in between.
             queue._lock_session(request.session_key)
-            foreign = (Job.objects.filter(session_key=request.session_key,
-                                          status__in=ACTIVE_STATUSES)
-                       .exclude(organization_id=organization).exists())
+            foreign = (
+                Job.objects.filter(session_key=request.session_key, status__in=ACTIVE_STATUSES)
+                .exclude(organization_id=organization)
+                .exists()
+            )
             if foreign:
                 raise SessionKeyConflict(request.session_key)
         result = queue.enqueue_many([request])[0]
@@ -263,7 +285,9 @@ def enqueue_json(result: queue.EnqueueResult, warnings: list[str]) -> dict[str, 
     if all_warnings:
         body["warnings"] = all_warnings
     body["async"] = {
-        "jobId": job.job_id, "stream": job_stream(job.job_id), "status": job.status,
+        "jobId": job.job_id,
+        "stream": job_stream(job.job_id),
+        "status": job.status,
         "events": {"job": f"/jobs/{job.job_id}/events", "receipt": EVENTS_RECEIPT},
     }
     return body
@@ -281,30 +305,52 @@ class ApiView(APIView):
         parameters.check_single(request.query_params, self.query_parameters)
 
 
-_ENQUEUE_EXAMPLE_WRAPPED = OpenApiExample("payload wrapped with options", request_only=True, value={
-    "lane": "chat", "maxAttempts": 3, "singleton": {"key": "chat:42", "mode": "steer"},
-    "payload": {"kind": "factory.run", "authContext": {"userId": "u-1", "organizationId": "org-1"},
-                "prompt": "summarise the ticket"}})
-_ENQUEUE_EXAMPLE_FLAT = OpenApiExample("flat body is the payload", request_only=True, value={
-    "kind": "factory.run", "authContext": {"userId": "u-1", "organizationId": "org-1"},
-    "prompt": "summarise the ticket", "sessionKey": "chat:42"})
+_ENQUEUE_EXAMPLE_WRAPPED = OpenApiExample(
+    "payload wrapped with options",
+    request_only=True,
+    value={
+        "lane": "chat",
+        "maxAttempts": 3,
+        "singleton": {"key": "chat:42", "mode": "steer"},
+        "payload": {
+            "kind": "factory.run",
+            "authContext": {"userId": "u-1", "organizationId": "org-1"},
+            "prompt": "summarise the ticket",
+        },
+    },
+)
+_ENQUEUE_EXAMPLE_FLAT = OpenApiExample(
+    "flat body is the payload",
+    request_only=True,
+    value={
+        "kind": "factory.run",
+        "authContext": {"userId": "u-1", "organizationId": "org-1"},
+        "prompt": "summarise the ticket",
+        "sessionKey": "chat:42",
+    },
+)
 
 
 class EnqueueView(ApiView):
     required_scope = "jobs:write"
 
     @extend_schema(
-        operation_id="enqueue_job", tags=["jobs"], summary="Enqueue a job",
+        operation_id="enqueue_job",
+        tags=["jobs"],
+        summary="Enqueue a job",
         description="Queue a job for `agent_id`. The body is `{payload, ...options}`, or "
-                    "the payload itself with the options beside it. An existing `jobId` "
-                    "returns that job (`created: false`); `warnings` say what was ignored or "
-                    "adjusted, such as a clamped maxAttempts. Nothing is written on a refusal.",
+        "the payload itself with the options beside it. An existing `jobId` "
+        "returns that job (`created: false`); `warnings` say what was ignored or "
+        "adjusted, such as a clamped maxAttempts. Nothing is written on a refusal.",
         parameters=[schema.AGENT_ID],
         request=EnqueueRequestSerializer,
         examples=[_ENQUEUE_EXAMPLE_WRAPPED, _ENQUEUE_EXAMPLE_FLAT],
-        responses={202: OpenApiResponse(EnqueueResponseSerializer,
-                                        description="accepted: the job as it is now"),
-                   **schema.errors(400, 409, 413)},
+        responses={
+            202: OpenApiResponse(
+                EnqueueResponseSerializer, description="accepted: the job as it is now"
+            ),
+            **schema.errors(400, 409, 413),
+        },
     )
     def post(self, request: Request, agent_id: str) -> Response:
         principal = principal_of(request)
@@ -322,34 +368,49 @@ class JobListView(ApiView):
     query_parameters = (*JobFilter.base_filters, "limit", "cursor")
 
     @extend_schema(
-        operation_id="list_jobs", tags=["jobs"], summary="List jobs, newest first",
+        operation_id="list_jobs",
+        tags=["jobs"],
+        summary="List jobs, newest first",
         description="A keyset page of jobs, newest first, narrowed by the filters (all "
-                    "optional, combined with AND). Pass `nextCursor` back as `cursor` for the "
-                    "next page; it is null on the last one.",
+        "optional, combined with AND). Pass `nextCursor` back as `cursor` for the "
+        "next page; it is null on the last one.",
         parameters=[
             *schema.filter_parameters(JobFilter),
-            OpenApiParameter("limit", OpenApiTypes.INT, OpenApiParameter.QUERY,
-                             description=parameters.limit_text(selectors.DEFAULT_LIMIT,
-                                                               selectors.MAX_LIMIT)),
-            OpenApiParameter("cursor", OpenApiTypes.STR, OpenApiParameter.QUERY,
-                             description="nextCursor of the previous page"),
+            OpenApiParameter(
+                "limit",
+                OpenApiTypes.INT,
+                OpenApiParameter.QUERY,
+                description=parameters.limit_text(selectors.DEFAULT_LIMIT, selectors.MAX_LIMIT),
+            ),
+            OpenApiParameter(
+                "cursor",
+                OpenApiTypes.STR,
+                OpenApiParameter.QUERY,
+                description="nextCursor of the previous page",
+            ),
         ],
-        responses={200: OpenApiResponse(JobPageSerializer, description="one page of jobs"),
-                   **schema.errors(400, bad_request=schema.LIST_BAD_REQUEST)},
+        responses={
+            200: OpenApiResponse(JobPageSerializer, description="one page of jobs"),
+            **schema.errors(400, bad_request=schema.LIST_BAD_REQUEST),
+        },
     )
     def get(self, request: Request) -> Response:
         principal = principal_of(request)
         filters = JobFilter(request.query_params, queryset=Job.objects.none()).selector_filters()
-        limit = parameters.parse_limit(request.query_params.get("limit"),
-                                       default=selectors.DEFAULT_LIMIT,
-                                       maximum=selectors.MAX_LIMIT)
+        limit = parameters.parse_limit(
+            request.query_params.get("limit"),
+            default=selectors.DEFAULT_LIMIT,
+            maximum=selectors.MAX_LIMIT,
+        )
         cursor = request.query_params.get("cursor") or None
         if cursor is not None:
             _check_cursor(cursor)
-        page = selectors.page(filters, limit=limit, cursor=cursor,
-                              organization_id=principal.organization_id)
-        return Response({"jobs": [job_json(job) for job in page.jobs],
-                         "nextCursor": page.next_cursor})
+        page = selectors.page(
+            filters, limit=limit, cursor=cursor, organization_id=principal.organization_id
+        )
+        return Response(
+            {"jobs": [job_json(job) for job in page.jobs], "nextCursor": page.next_cursor}
+        )
 
 
 def _check_cursor(cursor: str) -> None:
@@ -365,13 +426,17 @@ def _check_cursor(cursor: str) -> None:
 class KindsView(ApiView):
     required_scope = "jobs:read"
 
-    @extend_schema(operation_id="list_kinds", tags=["jobs"],
-                   summary="The payload kinds and their contracts",
-                   description="Every payload kind the API accepts, with the worker group it "
-                               "runs on and the flags that govern its delivery and recovery.",
-                   responses={200: OpenApiResponse(KindsSerializer,
-                                                   description="every kind with its contract"),
-                              **schema.errors()})
+    @extend_schema(
+        operation_id="list_kinds",
+        tags=["jobs"],
+        summary="The payload kinds and their contracts",
+        description="Every payload kind the API accepts, with the worker group it "
+        "runs on and the flags that govern its delivery and recovery.",
+        responses={
+            200: OpenApiResponse(KindsSerializer, description="every kind with its contract"),
+            **schema.errors(),
+        },
+    )
     def get(self, request: Request) -> Response:
         return Response({"kinds": contracts_table()})
 
@@ -379,15 +444,25 @@ class KindsView(ApiView):
 class JobDetailView(ApiView):
     required_scope = "jobs:read"
 
-    @extend_schema(operation_id="get_job", tags=["jobs"], summary="One job",
-                   description="The job as its receipts fold it: status, attempt, lease, "
-                               "commands, result or last error, and the stream's head.",
-                   parameters=[schema.JOB_ID],
-                   responses={200: OpenApiResponse(JobSerializer, description="the job"),
-                              410: OpenApiResponse(OpenApiTypes.OBJECT, description=(
-                                  "`job_pruned`: the job's stream was removed by retention; "
-                                  "the error body carries its `tombstone`")),
-                              **schema.errors(404)})
+    @extend_schema(
+        operation_id="get_job",
+        tags=["jobs"],
+        summary="One job",
+        description="The job as its receipts fold it: status, attempt, lease, "
+        "commands, result or last error, and the stream's head.",
+        parameters=[schema.JOB_ID],
+        responses={
+            200: OpenApiResponse(JobSerializer, description="the job"),
+            410: OpenApiResponse(
+                OpenApiTypes.OBJECT,
+                description=(
+                    "`job_pruned`: the job's stream was removed by retention; "
+                    "the error body carries its `tombstone`"
+                ),
+            ),
+            **schema.errors(404),
+        },
+    )
     def get(self, request: Request, job_id: str) -> Response:
         principal = principal_of(request)
         try:
@@ -403,18 +478,24 @@ class JobDetailView(ApiView):
 class JobDiagnosisView(ApiView):
     required_scope = "jobs:read"
 
-    @extend_schema(operation_id="diagnose_job", tags=["jobs"],
-                   summary="Why the job is not running or not done",
-                   description="`blockers` is a list of {code, detail}; codes: terminal, "
-                               "no_handler, abort_requested, no_live_process, no_live_driver, "
-                               "lease_expired, holder_gone, running, attempts_exhausted, "
-                               "waiting_for_capacity, delivery_pending, delivery_exhausted, "
-                               "redrive_pending, awaiting_redrive, singleton_peers. `facts` "
-                               "are the inputs the answer was computed from.",
-                   parameters=[schema.JOB_ID],
-                   responses={200: OpenApiResponse(OpenApiTypes.OBJECT,
-                                                   description="{jobId, status, blockers, facts}"),
-                              **schema.errors(404)})
+    @extend_schema(
+        operation_id="diagnose_job",
+        tags=["jobs"],
+        summary="Why the job is not running or not done",
+        description="`blockers` is a list of {code, detail}; codes: terminal, "
+        "no_handler, abort_requested, no_live_process, no_live_driver, "
+        "lease_expired, holder_gone, running, attempts_exhausted, "
+        "waiting_for_capacity, delivery_pending, delivery_exhausted, "
+        "redrive_pending, awaiting_redrive, singleton_peers. `facts` "
+        "are the inputs the answer was computed from.",
+        parameters=[schema.JOB_ID],
+        responses={
+            200: OpenApiResponse(
+                OpenApiTypes.OBJECT, description="{jobId, status, blockers, facts}"
+            ),
+            **schema.errors(404),
+        },
+    )
     def get(self, request: Request, job_id: str) -> Response:
         selectors.visible_job_or_404(principal_of(request), job_id)
         return Response(diagnosis(job_id))
@@ -423,16 +504,20 @@ class JobDiagnosisView(ApiView):
 class JobCallbacksView(ApiView):
     required_scope = "jobs:read"
 
-    @extend_schema(operation_id="list_job_callbacks", tags=["jobs"],
-                   summary="The job's event callbacks and their delivery",
-                   description="Every callback recorded for the job (dispatched, completed, "
-                               "failed, canceled), newest first: the body posted, the tries, the "
-                               "last answer and the next try. Empty when no callback URL is "
-                               "configured.",
-                   parameters=[schema.JOB_ID],
-                   responses={200: OpenApiResponse(JobCallbacksSerializer,
-                                                   description="the job's callbacks"),
-                              **schema.errors(404)})
+    @extend_schema(
+        operation_id="list_job_callbacks",
+        tags=["jobs"],
+        summary="The job's event callbacks and their delivery",
+        description="Every callback recorded for the job (dispatched, completed, "
+        "failed, canceled), newest first: the body posted, the tries, the "
+        "last answer and the next try. Empty when no callback URL is "
+        "configured.",
+        parameters=[schema.JOB_ID],
+        responses={
+            200: OpenApiResponse(JobCallbacksSerializer, description="the job's callbacks"),
+            **schema.errors(404),
+        },
+    )
     def get(self, request: Request, job_id: str) -> Response:
         selectors.visible_job_or_404(principal_of(request), job_id)
         return Response({"jobId": job_id, "callbacks": callback_records.for_job(job_id)})
@@ -443,32 +528,54 @@ class JobReceiptsView(ApiView):
     query_parameters = ("after", "limit")
 
     @extend_schema(
-        operation_id="list_job_receipts", tags=["jobs"], summary="A job's receipts",
+        operation_id="list_job_receipts",
+        tags=["jobs"],
+        summary="A job's receipts",
         description="The job's receipts in stream order, with the stream's head hash and "
-                    "count, so a client can verify the chain itself (docs/api.md shows how).",
+        "count, so a client can verify the chain itself (docs/api.md shows how).",
         parameters=[
             schema.JOB_ID,
-            OpenApiParameter("after", OpenApiTypes.INT, OpenApiParameter.QUERY,
-                             description="only receipts with streamSeq > after (default 0)"),
-            OpenApiParameter("limit", OpenApiTypes.INT, OpenApiParameter.QUERY,
-                             description=parameters.limit_text(DEFAULT_RECEIPT_LIMIT,
-                                                               MAX_RECEIPT_LIMIT)),
+            OpenApiParameter(
+                "after",
+                OpenApiTypes.INT,
+                OpenApiParameter.QUERY,
+                description="only receipts with streamSeq > after (default 0)",
+            ),
+            OpenApiParameter(
+                "limit",
+                OpenApiTypes.INT,
+                OpenApiParameter.QUERY,
+                description=parameters.limit_text(DEFAULT_RECEIPT_LIMIT, MAX_RECEIPT_LIMIT),
+            ),
         ],
-        responses={200: OpenApiResponse(ReceiptPageSerializer, description="one page of receipts"),
-                   **schema.errors(400, 404, bad_request="Bad query parameter (invalid_after, "
-                                   "invalid_limit, repeated_parameter).")},
+        responses={
+            200: OpenApiResponse(ReceiptPageSerializer, description="one page of receipts"),
+            **schema.errors(
+                400,
+                404,
+                bad_request="Bad query parameter (invalid_after, "
+                "invalid_limit, repeated_parameter).",
+            ),
+        },
     )
     def get(self, request: Request, job_id: str) -> Response:
         selectors.visible_job_or_404(principal_of(request), job_id)
         after = _int_param(request, "after", 0)
-        limit = parameters.parse_limit(request.query_params.get("limit"),
-                                       default=DEFAULT_RECEIPT_LIMIT, maximum=MAX_RECEIPT_LIMIT)
+        limit = parameters.parse_limit(
+            request.query_params.get("limit"),
+            default=DEFAULT_RECEIPT_LIMIT,
+            maximum=MAX_RECEIPT_LIMIT,
+        )
         stream = job_stream(job_id)
         info = store.stream_info(stream)
         receipts = store.read(stream, after=after, limit=limit)
-        return Response({"receipts": [receipt.to_wire() for receipt in receipts],
-                         "head": info.head if info else None,
-                         "receiptCount": info.count if info else 0})
+        return Response(
+            {
+                "receipts": [receipt.to_wire() for receipt in receipts],
+                "head": info.head if info else None,
+                "receiptCount": info.count if info else 0,
+            }
+        )
 
 
 class JobStateView(ApiView):
@@ -476,19 +583,26 @@ class JobStateView(ApiView):
     query_parameters = ("at",)
 
     @extend_schema(
-        operation_id="get_job_state_at", tags=["jobs"],
+        operation_id="get_job_state_at",
+        tags=["jobs"],
         summary="The job's fold after the first n receipts (time travel)",
         description="Replays the first `at` receipts of the job's stream and returns the job "
-                    "as it was then; `job` is null before the first receipt.",
+        "as it was then; `job` is null before the first receipt.",
         parameters=[
             schema.JOB_ID,
-            OpenApiParameter("at", OpenApiTypes.INT, OpenApiParameter.QUERY,
-                             description="receipts to fold, clamped to 0..receiptCount "
-                                         "(default: all)"),
+            OpenApiParameter(
+                "at",
+                OpenApiTypes.INT,
+                OpenApiParameter.QUERY,
+                description="receipts to fold, clamped to 0..receiptCount (default: all)",
+            ),
         ],
-        responses={200: OpenApiResponse(JobAtSerializer, description="the job after `at` receipts"),
-                   **schema.errors(400, 404, bad_request="Bad query parameter (invalid_at, "
-                                   "repeated_parameter).")},
+        responses={
+            200: OpenApiResponse(JobAtSerializer, description="the job after `at` receipts"),
+            **schema.errors(
+                400, 404, bad_request="Bad query parameter (invalid_at, repeated_parameter)."
+            ),
+        },
     )
     def get(self, request: Request, job_id: str) -> Response:
         selectors.visible_job_or_404(principal_of(request), job_id)
@@ -497,8 +611,14 @@ class JobStateView(ApiView):
         count = info.count if info else 0
         at = min(count, _int_param(request, "at", count))
         state = store.state_at(stream, at)
-        return Response({"jobId": job_id, "at": at, "receiptCount": count,
-                         "job": job_json(state) if state is not None else None})
+        return Response(
+            {
+                "jobId": job_id,
+                "at": at,
+                "receiptCount": count,
+                "job": job_json(state) if state is not None else None,
+            }
+        )
 
 
 # ---- A-5 commands ------------------------------------------------------------------------------
@@ -522,21 +642,29 @@ class _CommandView(ApiView):
 
 
 _COMMAND_SCHEMA = {
-    "tags": ["commands"], "parameters": [schema.JOB_ID], "request": CommandRequestSerializer,
-    "responses": {202: OpenApiResponse(CommandResponseSerializer,
-                                       description="the command, recorded on the job's stream"),
-                  **schema.errors(400, 404, 409, 413, bad_request=schema.COMMAND_BAD_REQUEST)},
+    "tags": ["commands"],
+    "parameters": [schema.JOB_ID],
+    "request": CommandRequestSerializer,
+    "responses": {
+        202: OpenApiResponse(
+            CommandResponseSerializer, description="the command, recorded on the job's stream"
+        ),
+        **schema.errors(400, 404, 409, 413, bad_request=schema.COMMAND_BAD_REQUEST),
+    },
 }
 
 
 class SteerView(_CommandView):
     command = "steer"
 
-    @extend_schema(operation_id="steer_job", summary="Steer an active job",
-                   description="Records a steer command for the running handler to read now; "
-                               "`{payload, by?}`, or the whole body is the payload. 409 when "
-                               "the job is terminal.",
-                   **_COMMAND_SCHEMA)
+    @extend_schema(
+        operation_id="steer_job",
+        summary="Steer an active job",
+        description="Records a steer command for the running handler to read now; "
+        "`{payload, by?}`, or the whole body is the payload. 409 when "
+        "the job is terminal.",
+        **_COMMAND_SCHEMA,
+    )
     def post(self, request: Request, job_id: str) -> Response:
         return super().post(request, job_id)
 
@@ -544,11 +672,14 @@ class SteerView(_CommandView):
 class FollowUpView(_CommandView):
     command = "follow_up"
 
-    @extend_schema(operation_id="follow_up_job", summary="Queue a follow-up on an active job",
-                   description="Records a follow-up the handler picks up after its current "
-                               "turn; `{payload, by?}`, or the whole body is the payload. 409 "
-                               "when the job is terminal.",
-                   **_COMMAND_SCHEMA)
+    @extend_schema(
+        operation_id="follow_up_job",
+        summary="Queue a follow-up on an active job",
+        description="Records a follow-up the handler picks up after its current "
+        "turn; `{payload, by?}`, or the whole body is the payload. 409 "
+        "when the job is terminal.",
+        **_COMMAND_SCHEMA,
+    )
     def post(self, request: Request, job_id: str) -> Response:
         return super().post(request, job_id)
 
@@ -557,14 +688,21 @@ class AbortView(ApiView):
     required_scope = "jobs:control"
 
     @extend_schema(
-        operation_id="abort_job", tags=["commands"], summary="Abort a job",
+        operation_id="abort_job",
+        tags=["commands"],
+        summary="Abort a job",
         description="A queued job is canceled at once; a leased or running one gets an abort "
-                    "command its handler must honour. 409 when the job is already terminal.",
-        parameters=[schema.JOB_ID], request=AbortRequestSerializer,
-        responses={202: OpenApiResponse(AbortResponseSerializer,
-                                        description="queued: canceled outright (canceled=true); "
-                                                    "leased/running: abort command sent"),
-                   **schema.errors(400, 404, 409, bad_request=schema.COMMAND_BAD_REQUEST)},
+        "command its handler must honour. 409 when the job is already terminal.",
+        parameters=[schema.JOB_ID],
+        request=AbortRequestSerializer,
+        responses={
+            202: OpenApiResponse(
+                AbortResponseSerializer,
+                description="queued: canceled outright (canceled=true); "
+                "leased/running: abort command sent",
+            ),
+            **schema.errors(400, 404, 409, bad_request=schema.COMMAND_BAD_REQUEST),
+        },
     )
     def post(self, request: Request, job_id: str) -> Response:
         principal = principal_of(request)
@@ -572,5 +710,12 @@ class AbortView(ApiView):
         body = read_json_object(request)
         reason = body.get("reason")
         result = queue.abort(job_id, reason=reason, by=actor(principal, body.get("by")))
-        return Response({"ok": True, "command": result.command, "canceled": result.canceled,
-                         "job": job_json(result.job)}, status=202)
+        return Response(
+            {
+                "ok": True,
+                "command": result.command,
+                "canceled": result.canceled,
+                "job": job_json(result.job),
+            },
+            status=202,
+        )

@@ -28,8 +28,16 @@ def settlement_event(before: JobState | None, after: JobState | None) -> str | N
 
 def body(event: str, job: JobState, *, at_ms: int) -> dict[str, Any]:
     """The JSON posted, fixed when the event is recorded: a retry posts the same body."""
-    return {"event": event, "jobId": job.job_id, "stream": job.stream, "status": job.status,
-            "attempt": job.attempt, "agentId": job.agent_id, "kind": job.kind, "at": at_ms}
+    return {
+        "event": event,
+        "jobId": job.job_id,
+        "stream": job.stream,
+        "status": job.status,
+        "attempt": job.attempt,
+        "agentId": job.agent_id,
+        "kind": job.kind,
+        "at": at_ms,
+    }
 
 
 def retry_delay_ms(failures: int) -> int:

@@ -167,24 +167,41 @@ CUSTOM_KIND_PATTERN: Final = re.compile(r"^[a-z][a-z0-9_-]*(\.[a-z0-9_-]+)*$")
 MAX_KIND_LENGTH: Final = 100
 
 
-def register_kind(kind: str, *, worker_group: WorkerGroup = "chat",
-                  auth_context_required: bool = True,
-                  live_execution: bool = False) -> KindContract:
+def register_kind(
+    kind: str,
+    *,
+    worker_group: WorkerGroup = "chat",
+    auth_context_required: bool = True,
+    live_execution: bool = False,
+) -> KindContract:
     """Add a payload kind of the deployment's own (its handler is registered separately by
     agent id). Factory's flags stay off: they describe Factory's own kinds. Registering
     the same contract twice is a no-op; a different one under a taken name is an error."""
-    if not isinstance(kind, str) or len(kind) > MAX_KIND_LENGTH or not CUSTOM_KIND_PATTERN.match(kind):
-        raise ValueError(f"kind {kind!r} must be lowercase words separated by dots "
-                         f"(letters, digits, '-' and '_'), at most {MAX_KIND_LENGTH} characters")
+    if (
+        not isinstance(kind, str)
+        or len(kind) > MAX_KIND_LENGTH
+        or not CUSTOM_KIND_PATTERN.match(kind)
+    ):
+        raise ValueError(
+            f"kind {kind!r} must be lowercase words separated by dots "
+            f"(letters, digits, '-' and '_'), at most {MAX_KIND_LENGTH} characters"
+        )
     if kind in CONTRACTS or kind.startswith("factory."):
         raise ValueError(f"kind {kind!r} is reserved for the built-in factory kinds")
     if worker_group not in WORKER_GROUPS:
         raise ValueError(f"worker_group {worker_group!r} must be one of {', '.join(WORKER_GROUPS)}")
     contract = KindContract(
-        kind=kind, worker_group=worker_group, durable_workflow=None, durable_activity=False,
-        objective_scoped=False, reconcile_on_terminal_or_expired_lease=False,
-        live_execution=live_execution, terminal_objective_audit=False,
-        auth_context_required=auth_context_required, built_in=False)
+        kind=kind,
+        worker_group=worker_group,
+        durable_workflow=None,
+        durable_activity=False,
+        objective_scoped=False,
+        reconcile_on_terminal_or_expired_lease=False,
+        live_execution=live_execution,
+        terminal_objective_audit=False,
+        auth_context_required=auth_context_required,
+        built_in=False,
+    )
     existing = _CUSTOM.setdefault(kind, contract)
     if existing != contract:
         raise ValueError(f"kind {kind!r} is already registered with another contract")

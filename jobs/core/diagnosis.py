@@ -44,10 +44,15 @@ class Capacity:
         return self.slots > 0 and self.busy >= self.slots
 
     def to_wire(self) -> dict[str, Any]:
-        return {"group": self.group, "busy": min(self.busy, COUNT_CAP), "slots": self.slots,
-                "busyJobs": list(self.busy_jobs), "queuedAhead": min(self.queued_ahead, COUNT_CAP),
-                "capped": self.busy > COUNT_CAP or self.queued_ahead > COUNT_CAP,
-                "saturated": self.saturated}
+        return {
+            "group": self.group,
+            "busy": min(self.busy, COUNT_CAP),
+            "slots": self.slots,
+            "busyJobs": list(self.busy_jobs),
+            "queuedAhead": min(self.queued_ahead, COUNT_CAP),
+            "capped": self.busy > COUNT_CAP or self.queued_ahead > COUNT_CAP,
+            "saturated": self.saturated,
+        }
 
 
 def bounded_count(n: int, cap: int = COUNT_CAP) -> str:
@@ -71,8 +76,10 @@ def capacity_detail(capacity: Capacity) -> str:
     holders = f" with {', '.join(named)}" if named else ""
     if named and busy > len(named):  # the rest, still bounded: 1001 busy reads "997+ more"
         holders += f" and {bounded_count(busy - len(named), COUNT_CAP - len(named))} more"
-    return (f"waiting for a free {group} slot: {group} {bounded_count(busy)}/{capacity.slots} "
-            f"busy{holders}; {bounded_count(capacity.queued_ahead)} queued ahead")
+    return (
+        f"waiting for a free {group} slot: {group} {bounded_count(busy)}/{capacity.slots} "
+        f"busy{holders}; {bounded_count(capacity.queued_ahead)} queued ahead"
+    )
 
 
 @dataclass(frozen=True)
@@ -122,7 +129,6 @@ def human_ms(ms: int | float | None) -> str:
     return f"{days}d {hours}h"
 
 
-
 def diagnose(facts: Facts) -> list[Blocker]:
     job, now = facts.job, facts.now_ms
     group = routed_group(job.agent_id, job.kind)
@@ -132,35 +138,68 @@ def diagnose(facts: Facts) -> list[Blocker]:
         out.append(Blocker("terminal", f"job is {job.status} ({reason}); it will not run again"))
         return out
     if not facts.has_handler:
-        out.append(Blocker("no_handler", f"no handler is registered for agent '{job.agent_id}': "
-                                         f"a worker will fail it with No handler for agent "
-                                         f"'{job.agent_id}'"))
+        out.append(
+            Blocker(
+                "no_handler",
+                f"no handler is registered for agent '{job.agent_id}': "
+                f"a worker will fail it with No handler for agent "
+                f"'{job.agent_id}'",
+            )
+        )
     if job.abort_requested:
-        out.append(Blocker("abort_requested",
-                           f"abort requested ({job.abort_reason or 'no reason'}); the worker "
-                           "stops it at its next heartbeat"))
+        out.append(
+            Blocker(
+                "abort_requested",
+                f"abort requested ({job.abort_reason or 'no reason'}); the worker "
+                "stops it at its next heartbeat",
+            )
+        )
     worker_cluster = f"worker-{group}"
     if facts.live_processes.get(worker_cluster, 0) == 0:
-        out.append(Blocker("no_live_process", f"no live runworker process serves group '{group}': "
-                                              f"start `manage.py runworker --role {group}`"))
+        out.append(
+            Blocker(
+                "no_live_process",
+                f"no live runworker process serves group '{group}': "
+                f"start `manage.py runworker --role {group}`",
+            )
+        )
     if job.status == "queued" and facts.live_processes.get("driver", 0) == 0:
-        out.append(Blocker("no_live_driver", "no live driver process: start "
-                                             "`manage.py runworker --role driver`"))
+        out.append(
+            Blocker(
+                "no_live_driver",
+                "no live driver process: start `manage.py runworker --role driver`",
+            )
+        )
     if job.holds_lease:
         until = job.lease_until or 0
         if until <= now:
-            out.append(Blocker("lease_expired", f"lease of attempt {job.attempt} ({job.worker_id}) "
-                                                f"passed {human_ms(now - until)} ago; the lease "
-                                                "expiry loop will requeue or fail it"))
+            out.append(
+                Blocker(
+                    "lease_expired",
+                    f"lease of attempt {job.attempt} ({job.worker_id}) "
+                    f"passed {human_ms(now - until)} ago; the lease "
+                    "expiry loop will requeue or fail it",
+                )
+            )
         elif facts.holder_gone is not None:
             process, unseen = facts.holder_gone
-            out.append(Blocker("holder_gone", f"attempt {job.attempt} is held by {job.worker_id}, "
-                                              f"but its process {process} is gone (unseen for "
-                                              f"{human_ms(unseen)}); its lease is released "
-                                              "within seconds and the job runs again"))
+            out.append(
+                Blocker(
+                    "holder_gone",
+                    f"attempt {job.attempt} is held by {job.worker_id}, "
+                    f"but its process {process} is gone (unseen for "
+                    f"{human_ms(unseen)}); its lease is released "
+                    "within seconds and the job runs again",
+                )
+            )
         else:
-            out.append(Blocker("running", f"attempt {job.attempt} is held by {job.worker_id}; "
-                                          f"lease expires in {human_ms(until - now)}"))
+            out.append(
+                Blocker(
+                    "running",
+                    f"attempt {job.attempt} is held by {job.worker_id}; "
+                    f"lease expires in {human_ms(until - now)}",
+                )
+            )
         return out
     # queued. A saturated group comes first: it is why a pending delivery does not move.
     # Without a live process the group has no slots and `no_live_process` already says so.
@@ -168,18 +207,27 @@ def diagnose(facts: Facts) -> list[Blocker]:
     if capacity is not None and capacity.saturated:
         out.append(Blocker("waiting_for_capacity", capacity_detail(capacity)))
     if job.attempt >= job.max_attempts:
-        out.append(Blocker("attempts_exhausted",
-                           f"{job.attempt} of {job.max_attempts} attempts used"))
+        out.append(
+            Blocker("attempts_exhausted", f"{job.attempt} of {job.max_attempts} attempts used")
+        )
     for promise in facts.pending:
-        out.append(Blocker("delivery_pending",
-                           f"{promise.function} delivery {promise.id} pending for "
-                           f"{human_ms(now - promise.created_at)} (times out in "
-                           f"{human_ms(max(0, promise.timeout_at - now))})"))
+        out.append(
+            Blocker(
+                "delivery_pending",
+                f"{promise.function} delivery {promise.id} pending for "
+                f"{human_ms(now - promise.created_at)} (times out in "
+                f"{human_ms(max(0, promise.timeout_at - now))})",
+            )
+        )
     if not facts.pending and facts.generations_exhausted:
-        out.append(Blocker("delivery_exhausted",
-                           "every delivery generation was used and the job is still queued; "
-                           "the queued redrive no longer picks it up: redrive it by hand "
-                           f"(admin 'Redrive now', or `manage.py jobs redrive {job.job_id}`)"))
+        out.append(
+            Blocker(
+                "delivery_exhausted",
+                "every delivery generation was used and the job is still queued; "
+                "the queued redrive no longer picks it up: redrive it by hand "
+                f"(admin 'Redrive now', or `manage.py jobs redrive {job.job_id}`)",
+            )
+        )
     elif not facts.pending:
         age = now - job.updated_at
         waits = []
@@ -190,14 +238,26 @@ def diagnose(facts: Facts) -> list[Blocker]:
             if since < facts.cooldown_ms:
                 waits.append(f"cooldown {human_ms(facts.cooldown_ms - since)}")
         if waits:
-            out.append(Blocker("redrive_pending",
-                               f"no delivery in flight; the queued redrive picks it up after "
-                               f"{' and '.join(waits)}"))
+            out.append(
+                Blocker(
+                    "redrive_pending",
+                    f"no delivery in flight; the queued redrive picks it up after "
+                    f"{' and '.join(waits)}",
+                )
+            )
         else:
-            out.append(Blocker("awaiting_redrive", "no delivery in flight; the next queued "
-                                                   "redrive pass will start one"))
+            out.append(
+                Blocker(
+                    "awaiting_redrive",
+                    "no delivery in flight; the next queued redrive pass will start one",
+                )
+            )
     if facts.session_peers:
-        out.append(Blocker("singleton_peers",
-                           f"other active jobs share session key '{job.session_key}': "
-                           f"{', '.join(facts.session_peers[:5])}"))
+        out.append(
+            Blocker(
+                "singleton_peers",
+                f"other active jobs share session key '{job.session_key}': "
+                f"{', '.join(facts.session_peers[:5])}",
+            )
+        )
     return out

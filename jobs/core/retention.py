@@ -41,8 +41,11 @@ class Windows:
     control_days: int = 7
 
     def days(self, family: str) -> int:
-        return {DEFAULT: self.default_days, WATCHDOG: self.watchdog_days,
-                CONTROL: self.control_days}[family]
+        return {
+            DEFAULT: self.default_days,
+            WATCHDOG: self.watchdog_days,
+            CONTROL: self.control_days,
+        }[family]
 
     def as_dict(self) -> dict[str, int]:
         return {family: self.days(family) for family in FAMILIES}

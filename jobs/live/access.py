@@ -38,9 +38,12 @@ async def principal(request: HttpRequest, scope: str) -> Principal:
     except BadCredentials as error:
         raise refuse("invalid_token", str(error), 401, CHALLENGE) from None
     if found is None:
-        raise refuse("not_authenticated",
-                     "credentials are required: send Authorization: Bearer <token>", 401,
-                     CHALLENGE)
+        raise refuse(
+            "not_authenticated",
+            "credentials are required: send Authorization: Bearer <token>",
+            401,
+            CHALLENGE,
+        )
     if not found.has_scope(scope):
         raise refuse("missing_scope", f"this credential lacks the {scope} scope", 403)
     return found

@@ -28,21 +28,27 @@ async def _callback_caller(request: HttpRequest) -> str | None:
     header = request.headers.get("Authorization", "")
     if expected:
         if not header:
-            raise refuse("not_authenticated", "send Authorization: Bearer <callback token>",
-                         401, access.CHALLENGE)
+            raise refuse(
+                "not_authenticated",
+                "send Authorization: Bearer <callback token>",
+                401,
+                access.CHALLENGE,
+            )
         scheme, _, secret = header.partition(" ")
         # constant time, whatever the scheme, so the answer leaks nothing by its timing.
         valid = hmac.compare_digest(secret.strip().encode(), expected.encode())
         if scheme.lower() != "bearer" or not valid:
-            raise refuse("invalid_token", "the callback token is not valid", 401,
-                         access.CHALLENGE)
+            raise refuse("invalid_token", "the callback token is not valid", 401, access.CHALLENGE)
         return None
     # No callback token configured: an API token with jobs:write. A session is refused
     # (this view is CSRF-exempt, so a browser must not be able to call it by itself).
     if not header:
-        raise refuse("not_authenticated",
-                     "credentials are required: send Authorization: Bearer <token>", 401,
-                     access.CHALLENGE)
+        raise refuse(
+            "not_authenticated",
+            "credentials are required: send Authorization: Bearer <token>",
+            401,
+            access.CHALLENGE,
+        )
     who = await access.principal(request, WRITE_SCOPE)
     return who.organization_id
 

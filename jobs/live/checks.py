@@ -20,23 +20,32 @@ def keepalive_s() -> float:
 
 def allow(request: HttpRequest, method: str) -> None:
     if request.method != method:
-        raise refuse("method_not_allowed", f"{request.method} is not allowed here; use {method}",
-                     405, {"Allow": method})
+        raise refuse(
+            "method_not_allowed",
+            f"{request.method} is not allowed here; use {method}",
+            405,
+            {"Allow": method},
+        )
 
 
 def asgi_only(request: HttpRequest) -> None:
     # Under WSGI Django would buffer an endless stream into memory before sending it.
     if not isinstance(request, ASGIRequest):
-        raise refuse("asgi_required", "live event streams need the ASGI server "
-                     "(python -m uvicorn receipt_site.asgi:application)", 501)
+        raise refuse(
+            "asgi_required",
+            "live event streams need the ASGI server "
+            "(python -m uvicorn receipt_site.asgi:application)",
+            501,
+        )
 
 
 def single(request: HttpRequest, *names: str) -> None:
     """A query parameter the view reads may be given once (as in the DRF API)."""
     for name in names:
         if len(request.GET.getlist(name)) > 1:
-            raise refuse("repeated_parameter",
-                         f"{name} is given more than once; give it at most once", 400)
+            raise refuse(
+                "repeated_parameter", f"{name} is given more than once; give it at most once", 400
+            )
 
 
 def last_event_id(request: HttpRequest) -> int | None:
@@ -46,8 +55,11 @@ def last_event_id(request: HttpRequest) -> int | None:
     if not raw:
         return None
     if not _SEQ.fullmatch(raw):
-        raise refuse("invalid_last_event_id",
-                     f"Last-Event-ID must be a global sequence number, got {raw[:40]!r}", 400)
+        raise refuse(
+            "invalid_last_event_id",
+            f"Last-Event-ID must be a global sequence number, got {raw[:40]!r}",
+            400,
+        )
     return int(raw)
 
 

@@ -28,10 +28,12 @@ def _int(name: str, default: int, low: int, high: int) -> int:
         value = int(raw)
     except ValueError:
         raise ImproperlyConfigured(
-            f"invalid configuration: {name} must be an integer, got {raw!r}") from None
+            f"invalid configuration: {name} must be an integer, got {raw!r}"
+        ) from None
     if not low <= value <= high:
         raise ImproperlyConfigured(
-            f"invalid configuration: {name} must be in {low}..{high}, got {value}")
+            f"invalid configuration: {name} must be in {low}..{high}, got {value}"
+        )
     return value
 
 

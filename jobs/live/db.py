@@ -34,8 +34,9 @@ _checked = threading.local()
 def use_pool() -> None:
     global _pool
     if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=CONFIG.db_threads,
-                                   thread_name_prefix="receipt-live-db")
+        _pool = ThreadPoolExecutor(
+            max_workers=CONFIG.db_threads, thread_name_prefix="receipt-live-db"
+        )
 
 
 def _call(fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:

@@ -66,7 +66,8 @@ class Feed:
         self._changed = asyncio.Event()  # any news (clients of a prefix)
         # news on one stream; weak: a client that went away leaves nothing behind
         self._by_stream: weakref.WeakValueDictionary[str, asyncio.Event] = (
-            weakref.WeakValueDictionary())
+            weakref.WeakValueDictionary()
+        )
         self._nudged = asyncio.Event()
         self._ready = asyncio.Event()
         self._resync = False
@@ -84,9 +85,16 @@ class Feed:
         loop = asyncio.get_running_loop()
         self._tasks.append(loop.create_task(self._advance_forever(), context=context))
         if self.postgres:
-            self._tasks.append(loop.create_task(listener.listen(
-                on_receipt=self.nudge, on_invalidate=self._invalidated_elsewhere,
-                on_connected=self._reconnected), context=context))
+            self._tasks.append(
+                loop.create_task(
+                    listener.listen(
+                        on_receipt=self.nudge,
+                        on_invalidate=self._invalidated_elsewhere,
+                        on_connected=self._reconnected,
+                    ),
+                    context=context,
+                )
+            )
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -166,8 +174,12 @@ class Feed:
             body = json.loads(payload)
             self.invalidate(body["stream"], body["type"], body.get("org"))
         except (ValueError, KeyError, TypeError):
-            log_event(logger, "live.bad_invalidation", "ignored a malformed invalidation",
-                      level=logging.WARNING)
+            log_event(
+                logger,
+                "live.bad_invalidation",
+                "ignored a malformed invalidation",
+                level=logging.WARNING,
+            )
 
     def _reconnected(self) -> None:
         # Wake everyone once the listener is back: they re-read from their own cursors.
@@ -203,8 +215,12 @@ class Feed:
             self._pass_done.set()
             self._pass_done = asyncio.Event()
             if failure is not None:
-                log_event(logger, "live.feed_error",
-                          f"live events feed cannot advance: {failure}", level=logging.WARNING)
+                log_event(
+                    logger,
+                    "live.feed_error",
+                    f"live events feed cannot advance: {failure}",
+                    level=logging.WARNING,
+                )
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, MAX_BACKOFF_S)
                 continue
@@ -226,8 +242,9 @@ class Feed:
             self._ready.set()
             return
         if stable > self.horizon:
-            entries = await db.run(reads.entries_between, self.horizon, stable,
-                                   limit=self.ring_size, newest=True)
+            entries = await db.run(
+                reads.entries_between, self.horizon, stable, limit=self.ring_size, newest=True
+            )
             self._extend(entries, stable)
         elif self._resync:
             self._resync = False

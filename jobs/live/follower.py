@@ -61,12 +61,16 @@ class Follower:
                 self.cursor = max(self.cursor, self.feed.horizon)
                 break
             upto = self.feed.floor  # behind the ring: read the database up to where it starts
-            page = await db.run(reads.entries_between, self.cursor, upto, limit=PAGE,
-                                **self.filter.query())
+            page = await db.run(
+                reads.entries_between, self.cursor, upto, limit=PAGE, **self.filter.query()
+            )
             found += page
             self.cursor = page[-1].seq if len(page) == PAGE else max(self.cursor, upto)
-        invalidations = [i for i in self.feed.invalidations_after(self.seen_invalidation)
-                         if self.filter.matches(i.stream, i.org)]
+        invalidations = [
+            i
+            for i in self.feed.invalidations_after(self.seen_invalidation)
+            if self.filter.matches(i.stream, i.org)
+        ]
         self.seen_invalidation = self.feed.invalidation_count
         return found, invalidations
 

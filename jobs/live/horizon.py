@@ -26,8 +26,12 @@ from django.db import connection
 MAX_CANDIDATES = 256
 # Table lock modes that allow inserting rows; readers (AccessShare), SELECT FOR UPDATE
 # (RowShare), CREATE INDEX (Share) and VACUUM (ShareUpdateExclusive) cannot draw a seq.
-_WRITER_MODES = ("RowExclusiveLock", "ShareRowExclusiveLock", "ExclusiveLock",
-                 "AccessExclusiveLock")
+_WRITER_MODES = (
+    "RowExclusiveLock",
+    "ShareRowExclusiveLock",
+    "ExclusiveLock",
+    "AccessExclusiveLock",
+)
 _PG_PROBE = (
     "SELECT COALESCE((SELECT max(seq) FROM receipt_receipt), 0), "
     "ARRAY(SELECT DISTINCT virtualtransaction FROM pg_locks "

@@ -24,8 +24,15 @@ INVALIDATE_CHANNEL = "receipt_invalidate"  # A-7 callbacks, fanned out to every 
 MIN_BACKOFF_S = 0.1
 MAX_BACKOFF_S = 5.0
 # Django-only OPTIONS that are not libpq connection parameters.
-_DJANGO_OPTIONS = {"isolation_level", "server_side_binding", "pool", "assume_role",
-                   "cursor_factory", "context", "prepare_threshold"}
+_DJANGO_OPTIONS = {
+    "isolation_level",
+    "server_side_binding",
+    "pool",
+    "assume_role",
+    "cursor_factory",
+    "context",
+    "prepare_threshold",
+}
 
 
 def application_name() -> str:
@@ -35,21 +42,35 @@ def application_name() -> str:
 
 def connection_kwargs() -> dict[str, Any]:
     db = settings.DATABASES["default"]
-    kwargs: dict[str, Any] = {"dbname": db["NAME"], "autocommit": True,
-                              "application_name": application_name(), "connect_timeout": 10,
-                              # notice a dead peer while idle in LISTEN, not hours later
-                              "keepalives": 1, "keepalives_idle": 30,
-                              "keepalives_interval": 10, "keepalives_count": 3}
-    for key, name in (("USER", "user"), ("PASSWORD", "password"), ("HOST", "host"),
-                      ("PORT", "port")):
+    kwargs: dict[str, Any] = {
+        "dbname": db["NAME"],
+        "autocommit": True,
+        "application_name": application_name(),
+        "connect_timeout": 10,
+        # notice a dead peer while idle in LISTEN, not hours later
+        "keepalives": 1,
+        "keepalives_idle": 30,
+        "keepalives_interval": 10,
+        "keepalives_count": 3,
+    }
+    for key, name in (
+        ("USER", "user"),
+        ("PASSWORD", "password"),
+        ("HOST", "host"),
+        ("PORT", "port"),
+    ):
         if db.get(key):
             kwargs[name] = db[key]
     kwargs.update({k: v for k, v in (db.get("OPTIONS") or {}).items() if k not in _DJANGO_OPTIONS})
     return kwargs
 
 
-async def listen(*, on_receipt: Callable[[], None], on_invalidate: Callable[[str], None],
-                 on_connected: Callable[[], None]) -> None:
+async def listen(
+    *,
+    on_receipt: Callable[[], None],
+    on_invalidate: Callable[[str], None],
+    on_connected: Callable[[], None],
+) -> None:
     """Forever: LISTEN on both channels and report notifications; reconnect on failure."""
     delay = MIN_BACKOFF_S
     while True:
@@ -68,8 +89,11 @@ async def listen(*, on_receipt: Callable[[], None], on_invalidate: Callable[[str
         except asyncio.CancelledError:
             raise
         except Exception as error:  # any failure: back off and reconnect, never give up
-            log_event(logger, "live.listener_lost",
-                      f"live events listener lost: {error}; reconnecting in {delay:.1f}s",
-                      level=logging.WARNING)
+            log_event(
+                logger,
+                "live.listener_lost",
+                f"live events listener lost: {error}; reconnecting in {delay:.1f}s",
+                level=logging.WARNING,
+            )
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_BACKOFF_S)

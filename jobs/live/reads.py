@@ -22,9 +22,16 @@ class Entry(NamedTuple):
     org: str | None  # context.organizationId, for org-bound principals (Q-2)
 
 
-def entries_between(after: int, upto: int, *, limit: int, newest: bool = False,
-                    stream: str | None = None, prefix: str = "",
-                    org: str | None = None) -> list[Entry]:
+def entries_between(
+    after: int,
+    upto: int,
+    *,
+    limit: int,
+    newest: bool = False,
+    stream: str | None = None,
+    prefix: str = "",
+    org: str | None = None,
+) -> list[Entry]:
     """Receipts with after < seq <= upto in ascending order (the newest `limit` if `newest`)."""
     if upto <= after:
         return []
@@ -37,15 +44,19 @@ def entries_between(after: int, upto: int, *, limit: int, newest: bool = False,
     if org is not None:
         rows = rows.filter(org=org)
     rows = rows.order_by("-seq" if newest else "seq")
-    found = [Entry(*row) for row in
-             rows.values_list("seq", "stream", "event_type", "org")[:limit]]
+    found = [Entry(*row) for row in rows.values_list("seq", "stream", "event_type", "org")[:limit]]
     return found[::-1] if newest else found
 
 
 def stream_organization(stream: str) -> str | None:
     """The organization of a stream, from its latest receipt's context (None if unknown)."""
-    org = (ReceiptRow.objects.filter(stream=stream).order_by("-seq")
-           .annotate(org=KT("context__organizationId")).values_list("org", flat=True).first())
+    org = (
+        ReceiptRow.objects.filter(stream=stream)
+        .order_by("-seq")
+        .annotate(org=KT("context__organizationId"))
+        .values_list("org", flat=True)
+        .first()
+    )
     return org if isinstance(org, str) else None
 
 

@@ -33,8 +33,9 @@ class JobReads:
         if current is None or current.started < since:
             started = time.monotonic()
             # Its own task: a follower that disconnects must not cancel the others' read.
-            task = asyncio.get_running_loop().create_task(db.run(reads.job, job_id),
-                                                          context=contextvars.Context())
+            task = asyncio.get_running_loop().create_task(
+                db.run(reads.job, job_id), context=contextvars.Context()
+            )
             current = self._inflight[job_id] = _Read(started, task)
             task.add_done_callback(lambda done, read=current: self._finished(job_id, read))
         return await asyncio.shield(current.task)
@@ -47,7 +48,8 @@ class JobReads:
 
 
 _per_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, JobReads] = (
-    weakref.WeakKeyDictionary())
+    weakref.WeakKeyDictionary()
+)
 
 
 async def job(job_id: str, *, since: float) -> JobState | None:

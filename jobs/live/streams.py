@@ -31,8 +31,9 @@ async def job_events(request: HttpRequest, job_id: str) -> HttpResponse:
         live = await checks.running_feed()
     except Refused as refused:
         return refused.response
-    follower = Follower(live, cursor=live.horizon if resume is None else resume,
-                        filter=Filter(stream=job.stream))
+    follower = Follower(
+        live, cursor=live.horizon if resume is None else resume, filter=Filter(stream=job.stream)
+    )
     missed = await follower.poll() if resume is not None else ([], [])
     if resume is not None and job.is_terminal and not missed[0]:
         # Nothing after the client's last id and nothing can follow: 204 is the one answer
@@ -41,15 +42,16 @@ async def job_events(request: HttpRequest, job_id: str) -> HttpResponse:
     return sse.response(_job_frames(follower, job_id, missed))
 
 
-async def _job_frames(follower: Follower, job_id: str,
-                      missed: tuple[list[reads.Entry], list[feed.Invalidation]]
-                      ) -> AsyncIterator[bytes]:
+async def _job_frames(
+    follower: Follower, job_id: str, missed: tuple[list[reads.Entry], list[feed.Invalidation]]
+) -> AsyncIterator[bytes]:
     # The cursor was taken before this read, so no receipt can slip between the two.
     job = await snapshots.job(job_id, since=follower.polled_at)
     if job is None:
         return
-    yield (sse.frame("job-refresh", "init", id=follower.cursor)
-           + sse.json_frame("job", job_json(job)))
+    yield (
+        sse.frame("job-refresh", "init", id=follower.cursor) + sse.json_frame("job", job_json(job))
+    )
     receipts, invalidations = missed
     if job.is_terminal and not receipts:
         return  # decision: the stream ends once the job is terminal (docs/live-events.md)
@@ -92,8 +94,11 @@ async def receipt_stream(request: HttpRequest) -> HttpResponse:
         live = await checks.running_feed()
     except Refused as refused:
         return refused.response
-    follower = Follower(live, cursor=live.horizon if resume is None else resume,
-                        filter=Filter(prefix=prefix, org=who.organization_id))
+    follower = Follower(
+        live,
+        cursor=live.horizon if resume is None else resume,
+        filter=Filter(prefix=prefix, org=who.organization_id),
+    )
     return sse.response(_receipt_frames(follower))
 
 

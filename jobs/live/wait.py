@@ -23,8 +23,11 @@ def _timeout_ms(request: HttpRequest) -> int:
     if not raw:
         return WAIT_DEFAULT_MS
     if not _INTEGER.fullmatch(raw):
-        raise refuse("invalid_timeout",
-                     f"timeoutMs must be an integer number of milliseconds, got {raw[:40]!r}", 400)
+        raise refuse(
+            "invalid_timeout",
+            f"timeoutMs must be an integer number of milliseconds, got {raw[:40]!r}",
+            400,
+        )
     return max(0, min(WAIT_MAX_MS, int(raw)))
 
 

@@ -26,8 +26,12 @@ from jobs.runtime import faults, promises
 from jobs.runtime.storage_retry import with_storage_retry
 from receipts.core.storable import storable
 
-_START_STATUS = {Start.MISSING: ("failed", "rejected"), Start.TERMINAL: ("terminal_state", "resolved"),
-                 Start.STALE: ("stale_attempt", "rejected"), Start.LEASE_LOST: ("lease_lost", "rejected")}
+_START_STATUS = {
+    Start.MISSING: ("failed", "rejected"),
+    Start.TERMINAL: ("terminal_state", "resolved"),
+    Start.STALE: ("stale_attempt", "rejected"),
+    Start.LEASE_LOST: ("lease_lost", "rejected"),
+}
 
 
 @dataclass(frozen=True)
@@ -53,26 +57,42 @@ def _outcome(status: str, job_id: str, attempt: int, **extra: Any) -> dict[str, 
     return {"status": status, "jobId": job_id, "attempt": attempt, **extra}
 
 
-def _settle_promise(promise_id: str, status: str, state: str, *, now_ms: int,
-                    worker_id: str | None = None, **extra: Any) -> None:
-    promises.settle(promise_id, state, now_ms=now_ms, result={"status": status, **extra},
-                    worker_id=worker_id)
+def _settle_promise(
+    promise_id: str,
+    status: str,
+    state: str,
+    *,
+    now_ms: int,
+    worker_id: str | None = None,
+    **extra: Any,
+) -> None:
+    promises.settle(
+        promise_id, state, now_ms=now_ms, result={"status": status, **extra}, worker_id=worker_id
+    )
 
 
-def begin(promise_id: str, *, job_id: str, attempt: int, worker_id: str,
-          now_ms: int) -> Ended | Running:
+def begin(
+    promise_id: str, *, job_id: str, attempt: int, worker_id: str, now_ms: int
+) -> Ended | Running:
     """Claim the promise and start the attempt: one transaction, retried as a unit on a
     transient storage error (the platform's outage never costs the job an attempt)."""
-    return with_storage_retry(f"begin {job_id}", lambda: _begin(
-        promise_id, job_id=job_id, attempt=attempt, worker_id=worker_id, now_ms=now_ms))
+    return with_storage_retry(
+        f"begin {job_id}",
+        lambda: _begin(
+            promise_id, job_id=job_id, attempt=attempt, worker_id=worker_id, now_ms=now_ms
+        ),
+    )
 
 
-def _begin(promise_id: str, *, job_id: str, attempt: int, worker_id: str,
-           now_ms: int) -> Ended | Running:
+def _begin(
+    promise_id: str, *, job_id: str, attempt: int, worker_id: str, now_ms: int
+) -> Ended | Running:
     with transaction.atomic():
         if not promises.claim(promise_id, worker_id):  # the same delivery is running elsewhere
             return Ended("stale_attempt", _outcome("stale_attempt", job_id, attempt))
-        start, job = queue.start_attempt(job_id, worker_id=worker_id, attempt=attempt, now_ms=now_ms)
+        start, job = queue.start_attempt(
+            job_id, worker_id=worker_id, attempt=attempt, now_ms=now_ms
+        )
         if start in _START_STATUS:
             status, state = _START_STATUS[start]
             extra = {"error": "missing"} if start is Start.MISSING else {}
@@ -81,11 +101,19 @@ def _begin(promise_id: str, *, job_id: str, attempt: int, worker_id: str,
         assert job is not None
         fence = Fence(worker_id, attempt)
         if job.abort_requested:
-            return _write_settlement(promise_id, job, fence, "canceled", now_ms=now_ms,
-                                     reason=job.abort_reason)
+            return _write_settlement(
+                promise_id, job, fence, "canceled", now_ms=now_ms, reason=job.abort_reason
+            )
         if handlers.handler_for(job.agent_id) is None:
-            return _write_settlement(promise_id, job, fence, "failed", now_ms=now_ms, no_retry=True,
-                                     error=f"No handler for agent '{job.agent_id}'")
+            return _write_settlement(
+                promise_id,
+                job,
+                fence,
+                "failed",
+                now_ms=now_ms,
+                no_retry=True,
+                error=f"No handler for agent '{job.agent_id}'",
+            )
         return Running(promise_id, job, fence)
 
 
@@ -107,15 +135,24 @@ def beat(job_id: str, fence: Fence, *, now_ms: int) -> Beat:
 
 def abandon(running: Running, status: str, *, now_ms: int) -> Ended:
     """The attempt lost its fence (lease_lost / terminal_state): reject the promise only."""
-    _settle_promise(running.promise_id, status, "rejected", now_ms=now_ms,
-                    worker_id=running.fence.worker_id)
+    _settle_promise(
+        running.promise_id, status, "rejected", now_ms=now_ms, worker_id=running.fence.worker_id
+    )
     return Ended(status, _outcome(status, running.job.job_id, running.fence.attempt))
 
 
-def settle(running: Running, status: str, *, now_ms: Callable[[], int], error: str | None = None,
-           no_retry: bool = False, result: Any = None, reason: str | None = None,
-           sleep: Callable[[float], None] | None = None,
-           inject: Callable[[], None] | None = None) -> Ended:
+def settle(
+    running: Running,
+    status: str,
+    *,
+    now_ms: Callable[[], int],
+    error: str | None = None,
+    no_retry: bool = False,
+    result: Any = None,
+    reason: str | None = None,
+    sleep: Callable[[float], None] | None = None,
+    inject: Callable[[], None] | None = None,
+) -> Ended:
     """Settle under the fence with the storage retry (D-5, D-6): one transaction for the
     job's receipt and the promise. `inject` lets fault tests fail a try."""
     error, result, reason = storable(error), storable(result), storable(reason)
@@ -124,9 +161,17 @@ def settle(running: Running, status: str, *, now_ms: Callable[[], int], error: s
         faults.fail_once("settle_transient", OperationalError("database is locked"))
         if inject is not None:
             inject()
-        return _write_settlement(running.promise_id, running.job, running.fence, status,
-                                 now_ms=now_ms(), error=error, no_retry=no_retry, result=result,
-                                 reason=reason)
+        return _write_settlement(
+            running.promise_id,
+            running.job,
+            running.fence,
+            status,
+            now_ms=now_ms(),
+            error=error,
+            no_retry=no_retry,
+            result=result,
+            reason=reason,
+        )
 
     kwargs = {"sleep": sleep} if sleep is not None else {}
     return with_storage_retry(f"settle {running.job.job_id}", once, **kwargs)
@@ -142,19 +187,39 @@ def _final_result(job: JobState, status: str, result: Any, no_retry: bool) -> An
     return final
 
 
-def _write_settlement(promise_id: str, job: JobState, fence: Fence, status: str, *, now_ms: int,
-                      error: str | None = None, no_retry: bool = False, result: Any = None,
-                      reason: str | None = None) -> Ended:
+def _write_settlement(
+    promise_id: str,
+    job: JobState,
+    fence: Fence,
+    status: str,
+    *,
+    now_ms: int,
+    error: str | None = None,
+    no_retry: bool = False,
+    result: Any = None,
+    reason: str | None = None,
+) -> Ended:
     job_id = job.job_id
     with transaction.atomic(savepoint=False):  # inside begin's transaction, or its own
         if status == "completed":
             written = queue.complete(job_id, result, fence=fence, now_ms=now_ms)
         elif status == "canceled":
-            written = queue.cancel(job_id, reason=reason or queue.ABORT_REQUESTED_REASON,
-                                   by=fence.worker_id, fence=fence, now_ms=now_ms)
+            written = queue.cancel(
+                job_id,
+                reason=reason or queue.ABORT_REQUESTED_REASON,
+                by=fence.worker_id,
+                fence=fence,
+                now_ms=now_ms,
+            )
         else:
-            written = queue.fail(job_id, error or status, fence=fence, no_retry=no_retry,
-                                 result=_final_result(job, status, result, no_retry), now_ms=now_ms)
+            written = queue.fail(
+                job_id,
+                error or status,
+                fence=fence,
+                no_retry=no_retry,
+                result=_final_result(job, status, result, no_retry),
+                now_ms=now_ms,
+            )
         if written.outcome is Outcome.TERMINAL:
             status, state, settled = "terminal_state", "rejected", None
         elif written.outcome is not Outcome.APPLIED:
@@ -162,5 +227,7 @@ def _write_settlement(promise_id: str, job: JobState, fence: Fence, status: str,
         else:
             state, settled = "resolved", written.job
         extra = {"jobStatus": settled.status} if settled is not None else {}
-        _settle_promise(promise_id, status, state, now_ms=now_ms, worker_id=fence.worker_id, **extra)
+        _settle_promise(
+            promise_id, status, state, now_ms=now_ms, worker_id=fence.worker_id, **extra
+        )
     return Ended(status, _outcome(status, job_id, fence.attempt, **extra), settled)

@@ -74,10 +74,19 @@ def record(events: Sequence[tuple[str, JobState, int]], *, execute: Execute | No
     row = f"(%s, %s, %s, %s{cast}, 'pending', 0, %s, %s, %s)"
     params: list[Any] = []
     for event, job, at_ms in events:
-        params += [job.job_id, event, url, json.dumps(core.body(event, job, at_ms=at_ms)),
-                   at_ms, at_ms, at_ms + config.callback_retry_for_ms]
-    sql = ("INSERT INTO jobs_callback (job_id, event, url, body, state, attempts, created_at, "
-           f"next_at, give_up_at) VALUES {', '.join([row] * len(events))}")
+        params += [
+            job.job_id,
+            event,
+            url,
+            json.dumps(core.body(event, job, at_ms=at_ms)),
+            at_ms,
+            at_ms,
+            at_ms + config.callback_retry_for_ms,
+        ]
+    sql = (
+        "INSERT INTO jobs_callback (job_id, event, url, body, state, attempts, created_at, "
+        f"next_at, give_up_at) VALUES {', '.join([row] * len(events))}"
+    )
     if execute is not None:
         execute(sql, params)
         return
@@ -114,9 +123,13 @@ def deliver_jobs(job_ids: Sequence[str], *, now_ms: int) -> None:
     try:
         _deliver(_claim(now_ms, ROUND, job_ids=list(job_ids)), now_ms)
     except Exception as error:
-        log_event(logger, "callback.quick_try_failed",
-                  f"posting callbacks of {', '.join(job_ids[:5])} failed: {error}",
-                  level=logging.WARNING, jobIds=list(job_ids[:20]))
+        log_event(
+            logger,
+            "callback.quick_try_failed",
+            f"posting callbacks of {', '.join(job_ids[:5])} failed: {error}",
+            level=logging.WARNING,
+            jobIds=list(job_ids[:20]),
+        )
 
 
 def deliver_due(*, now_ms: int, limit: int = PASS_LIMIT) -> Report:
@@ -139,9 +152,11 @@ def prune(*, now_ms: int, limit: int = 1000) -> Report:
     """Delete delivered and given-up rows older than KEEP_MS, so the table stays bounded."""
     from jobs.recovery import Report
 
-    ids = list(Callback.objects.filter(state__in=("delivered", "gave_up"),
-                                       finished_at__lt=now_ms - KEEP_MS)
-               .values_list("id", flat=True)[:limit])
+    ids = list(
+        Callback.objects.filter(
+            state__in=("delivered", "gave_up"), finished_at__lt=now_ms - KEEP_MS
+        ).values_list("id", flat=True)[:limit]
+    )
     deleted, _ = Callback.objects.filter(id__in=ids).delete() if ids else (0, {})
     return Report("callback_prune", examined=len(ids), acted=deleted)
 
@@ -163,20 +178,38 @@ def _claim(now_ms: int, limit: int, *, job_ids: list[str] | None = None) -> list
             cursor.execute(
                 f"UPDATE jobs_callback {take} WHERE id IN (SELECT id FROM jobs_callback "
                 f"WHERE {_DUE}{jobs_sql} ORDER BY next_at LIMIT %s FOR UPDATE SKIP LOCKED) "
-                f"{_TAKEN}", [now_ms + CLAIM_MS, now_ms, *jobs_params, limit])
+                f"{_TAKEN}",
+                [now_ms + CLAIM_MS, now_ms, *jobs_params, limit],
+            )
         else:  # SQLite: one writer at a time; the WHERE refuses a row another took first
-            cursor.execute(f"SELECT id FROM jobs_callback WHERE {_DUE}{jobs_sql} "
-                           "ORDER BY next_at LIMIT %s", [now_ms, *jobs_params, limit])
+            cursor.execute(
+                f"SELECT id FROM jobs_callback WHERE {_DUE}{jobs_sql} ORDER BY next_at LIMIT %s",
+                [now_ms, *jobs_params, limit],
+            )
             ids = [row[0] for row in cursor.fetchall()]
             if not ids:
                 return []
             cursor.execute(
                 f"UPDATE jobs_callback {take} WHERE id IN ({', '.join(['%s'] * len(ids))}) "
-                f"AND {_DUE} {_TAKEN}", [now_ms + CLAIM_MS, *ids, now_ms])
+                f"AND {_DUE} {_TAKEN}",
+                [now_ms + CLAIM_MS, *ids, now_ms],
+            )
         rows = cursor.fetchall()
-    return sorted((_Claimed(row[0], row[1], row[2], row[3],
-                            json.loads(row[4]) if isinstance(row[4], str | bytes) else row[4],
-                            row[5], row[6]) for row in rows), key=lambda c: c.id)
+    return sorted(
+        (
+            _Claimed(
+                row[0],
+                row[1],
+                row[2],
+                row[3],
+                json.loads(row[4]) if isinstance(row[4], str | bytes) else row[4],
+                row[5],
+                row[6],
+            )
+            for row in rows
+        ),
+        key=lambda c: c.id,
+    )
 
 
 def _deliver(claimed: list[_Claimed], now_ms: int) -> int:
@@ -197,8 +230,12 @@ def _deliver(claimed: list[_Claimed], now_ms: int) -> int:
 
 def _post(row: _Claimed, token: str | None) -> _Answer:
     data = json.dumps(row.body).encode("utf-8")
-    request = urllib.request.Request(row.url, data=data, method="POST", headers={
-        "Content-Type": "application/json", "X-Receipt-Callback-Id": str(row.id)})
+    request = urllib.request.Request(
+        row.url,
+        data=data,
+        method="POST",
+        headers={"Content-Type": "application/json", "X-Receipt-Callback-Id": str(row.id)},
+    )
     if token:
         request.add_header("Authorization", f"Bearer {token}")
     try:
@@ -217,21 +254,43 @@ def _settle(row: _Claimed, answer: _Answer, now_ms: int) -> None:
     has moved it on)."""
     mine = Callback.objects.filter(pk=row.id, state="pending", attempts=row.attempts)
     if answer.ok:
-        mine.update(state="delivered", last_status=answer.status, last_error=None,
-                    next_at=None, finished_at=now_ms)
+        mine.update(
+            state="delivered",
+            last_status=answer.status,
+            last_error=None,
+            next_at=None,
+            finished_at=now_ms,
+        )
         return
     counters.incr(FAILURES, event=row.event)
     next_at = core.next_try_ms(row.attempts, now_ms=now_ms, give_up_at_ms=row.give_up_at)
     if next_at is None:
-        mine.update(state="gave_up", last_status=answer.status, last_error=answer.error,
-                    next_at=None, finished_at=now_ms)
-        log_event(logger, "callback.gave_up",
-                  f"{row.event} callback for {row.job_id} given up after {row.attempts} "
-                  f"tries: {answer.error}", level=logging.ERROR, jobId=row.job_id,
-                  callbackEvent=row.event, attempts=row.attempts)
+        mine.update(
+            state="gave_up",
+            last_status=answer.status,
+            last_error=answer.error,
+            next_at=None,
+            finished_at=now_ms,
+        )
+        log_event(
+            logger,
+            "callback.gave_up",
+            f"{row.event} callback for {row.job_id} given up after {row.attempts} "
+            f"tries: {answer.error}",
+            level=logging.ERROR,
+            jobId=row.job_id,
+            callbackEvent=row.event,
+            attempts=row.attempts,
+        )
         return
     mine.update(last_status=answer.status, last_error=answer.error, next_at=next_at)
-    log_event(logger, "callback.failed",
-              f"{row.event} callback for {row.job_id} failed (try {row.attempts}): "
-              f"{answer.error}", level=logging.WARNING, jobId=row.job_id,
-              callbackEvent=row.event, attempts=row.attempts, nextAt=next_at)
+    log_event(
+        logger,
+        "callback.failed",
+        f"{row.event} callback for {row.job_id} failed (try {row.attempts}): {answer.error}",
+        level=logging.WARNING,
+        jobId=row.job_id,
+        callbackEvent=row.event,
+        attempts=row.attempts,
+        nextAt=next_at,
+    )

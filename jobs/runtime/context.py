@@ -26,7 +26,9 @@ class JobResult:
     after_complete: Callable[[], None] | None = None
 
     @classmethod
-    def success(cls, result: Any = None, *, after_complete: Callable[[], None] | None = None) -> JobResult:
+    def success(
+        cls, result: Any = None, *, after_complete: Callable[[], None] | None = None
+    ) -> JobResult:
         return cls(ok=True, result=result, after_complete=after_complete)
 
     @classmethod
@@ -38,9 +40,15 @@ class HandlerContext:
     """What a running handler may do. Every write goes through the queue under the
     attempt fence, so a superseded attempt's writes are inert (J-3)."""
 
-    def __init__(self, *, job: JobState, fence: Fence, deadline_monotonic: float,
-                 pull: Callable[[Sequence[str] | None], list[Command]],
-                 report: Callable[[Any], bool]) -> None:
+    def __init__(
+        self,
+        *,
+        job: JobState,
+        fence: Fence,
+        deadline_monotonic: float,
+        pull: Callable[[Sequence[str] | None], list[Command]],
+        report: Callable[[Any], bool],
+    ) -> None:
         self.job = job
         self.worker_id = fence.worker_id
         self.attempt = fence.attempt

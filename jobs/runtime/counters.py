@@ -36,15 +36,20 @@ HISTOGRAMS = frozenset({APPEND_SECONDS})
 def observe(name: str, seconds: float, buckets: tuple[float, ...], **labels: object) -> None:
     """One observation of a Prometheus histogram, kept as cumulative counter series
     (`<name>_bucket{le=...}`, `<name>_sum`, `<name>_count`), flushed like every counter."""
-    keys = [(f"{name}_bucket", _labels({**labels, "le": _le(bound)}))
-            for bound in buckets if seconds <= bound]
+    keys = [
+        (f"{name}_bucket", _labels({**labels, "le": _le(bound)}))
+        for bound in buckets
+        if seconds <= bound
+    ]
     keys.append((f"{name}_bucket", _labels({**labels, "le": "+Inf"})))
     with _lock:
         for key in keys:
             _values[key] += 1
             _dirty.add(key)
-        for key, amount in (((f"{name}_sum", _labels(labels)), seconds),
-                            ((f"{name}_count", _labels(labels)), 1.0)):
+        for key, amount in (
+            ((f"{name}_sum", _labels(labels)), seconds),
+            ((f"{name}_count", _labels(labels)), 1.0),
+        ):
             _values[key] += amount
             _dirty.add(key)
 
@@ -87,8 +92,12 @@ def flush(*, force: bool = False) -> int:
         stamp = now_ms()
         pid = process_id()
         for (name, labels), total in pending.items():
-            Counter.objects.update_or_create(name=name, labels=labels, process_id=pid,
-                                             defaults={"value": total, "updated_at": stamp})
+            Counter.objects.update_or_create(
+                name=name,
+                labels=labels,
+                process_id=pid,
+                defaults={"value": total, "updated_at": stamp},
+            )
     except Exception:  # counters must never break the work they count: retry next flush
         with _lock:
             _dirty.update(pending)

@@ -49,8 +49,13 @@ def redrive_key(job: JobState) -> str:
     return f"{job.job_id}:redrive:{job.attempt}:{job.updated_at}"
 
 
-def start_driver(job: JobState, *, dispatch_key: str | None = None,
-                 now_ms: int | None = None, savepoint: bool = True) -> StartResult:
+def start_driver(
+    job: JobState,
+    *,
+    dispatch_key: str | None = None,
+    now_ms: int | None = None,
+    savepoint: bool = True,
+) -> StartResult:
     now = wall_clock_ms() if now_ms is None else now_ms
     key = dispatch_key or job.job_id
     timing = TimingSettings.from_config(settings.RECEIPT)
@@ -60,9 +65,15 @@ def start_driver(job: JobState, *, dispatch_key: str | None = None,
         for promise_id in candidates:
             # Insert first: the common case (a fresh key) costs one statement.
             if promises.create(
-                    promise_id=promise_id, function="driver", job_id=job.job_id, attempt=None,
-                    target_group="driver", dispatch_key=key,
-                    timeout_ms=driver_timeout_ms(lease_ms), now_ms=now):
+                promise_id=promise_id,
+                function="driver",
+                job_id=job.job_id,
+                attempt=None,
+                target_group="driver",
+                dispatch_key=key,
+                timeout_ms=driver_timeout_ms(lease_ms),
+                now_ms=now,
+            ):
                 transport.send("driver", DRIVE_TASK, promise_id)
                 return StartResult(True, promise_id)
             existing = promises.get(promise_id, now_ms=now)
@@ -86,13 +97,22 @@ def dispatch_batch(jobs: list[JobState]) -> None:
             default_lease_ms = TimingSettings.from_config(settings.RECEIPT).job_lease_ms
             unique = list({job.job_id: job for job in jobs}.values())
             for start in range(0, len(unique), 1000):  # 9 variables a row: under SQLite's limit
-                part = unique[start:start + 1000]
-                opened = promises.create_many([
-                    promises.NewPromise(
-                        promise_id=job.job_id, function="driver", job_id=job.job_id,
-                        attempt=None, target_group="driver", dispatch_key=job.job_id,
-                        timeout_ms=driver_timeout_ms(job.lease_ms or default_lease_ms))
-                    for job in part], now_ms=now)
+                part = unique[start : start + 1000]
+                opened = promises.create_many(
+                    [
+                        promises.NewPromise(
+                            promise_id=job.job_id,
+                            function="driver",
+                            job_id=job.job_id,
+                            attempt=None,
+                            target_group="driver",
+                            dispatch_key=job.job_id,
+                            timeout_ms=driver_timeout_ms(job.lease_ms or default_lease_ms),
+                        )
+                        for job in part
+                    ],
+                    now_ms=now,
+                )
                 for job in part:
                     if job.job_id in opened:
                         transport.send("driver", DRIVE_TASK, job.job_id)
@@ -103,9 +123,14 @@ def dispatch_batch(jobs: list[JobState]) -> None:
             try:
                 start_driver(job)
             except Exception as error:  # logged per job; recovery (L-1) owns the rest
-                log_event(logger, "delivery.dispatch_error",
-                          f"dispatch of {job.job_id} failed: {error}", level=logging.WARNING,
-                          jobId=job.job_id, group=routed_group(job.agent_id, job.kind))
+                log_event(
+                    logger,
+                    "delivery.dispatch_error",
+                    f"dispatch of {job.job_id} failed: {error}",
+                    level=logging.WARNING,
+                    jobId=job.job_id,
+                    group=routed_group(job.agent_id, job.kind),
+                )
     counters.flush()
 
 

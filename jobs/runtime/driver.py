@@ -54,8 +54,14 @@ def drive_many(promise_ids: list[str], *, now_ms: int | None = None) -> list[dic
         view, job = views.get(promise_id), None
         if view is not None:
             job = jobs.get(view.job_id)
-        if (view is not None and view.function == "driver" and view.open and job is not None
-                and job.status == "queued" and not job.abort_requested):
+        if (
+            view is not None
+            and view.function == "driver"
+            and view.open
+            and job is not None
+            and job.status == "queued"
+            and not job.abort_requested
+        ):
             simple.append((view, job))
         else:
             results.append(drive(promise_id, now_ms=now))
@@ -65,15 +71,26 @@ def drive_many(promise_ids: list[str], *, now_ms: int | None = None) -> list[dic
     return results
 
 
-def _open_many(batch: list[tuple[promises.PromiseView, JobState]], now: int) -> list[dict[str, Any]]:
+def _open_many(
+    batch: list[tuple[promises.PromiseView, JobState]], now: int
+) -> list[dict[str, Any]]:
     default_lease = TimingSettings.from_config(settings.RECEIPT).job_lease_ms
     new, routes = [], {}
     for view, job in batch:
         group = routed_group(job.agent_id, job.kind)
         execute_id = execute_promise_id(job.job_id, job.attempt + 1, view.id)
         routes[view.id] = (execute_id, group)
-        new.append(promises.NewPromise(execute_id, "execute", job.job_id, job.attempt + 1, group,
-                                       view.dispatch_key, job.lease_ms or default_lease))
+        new.append(
+            promises.NewPromise(
+                execute_id,
+                "execute",
+                job.job_id,
+                job.attempt + 1,
+                group,
+                view.dispatch_key,
+                job.lease_ms or default_lease,
+            )
+        )
     with transaction.atomic():
         opened = promises.create_many(new, now_ms=now)
         for execute_id, group in sorted(routes.values()):
@@ -85,11 +102,13 @@ def _open_many(batch: list[tuple[promises.PromiseView, JobState]], now: int) -> 
             status = "dispatched" if execute_id in opened else "already_dispatched"
             settled.append((view.id, {"status": status, "execute": execute_id}))
         promises.settle_many(settled, "resolved", now_ms=now)
-        callbacks.record([("dispatched", job, now) for view, job in batch
-                          if routes[view.id][0] in opened])
+        callbacks.record(
+            [("dispatched", job, now) for view, job in batch if routes[view.id][0] in opened]
+        )
     faults.crash("driver_after_execute_sent")
-    callbacks.deliver_jobs([job.job_id for view, job in batch if routes[view.id][0] in opened],
-                           now_ms=now)
+    callbacks.deliver_jobs(
+        [job.job_id for view, job in batch if routes[view.id][0] in opened], now_ms=now
+    )
     results = []
     for view, job in batch:
         execute_id, group = routes[view.id]
@@ -116,8 +135,12 @@ def _drive(promise_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
     if job.holds_lease:
         return _drive_leased(promise_id, job, now)
     if job.abort_requested:
-        canceled = queue.cancel(job.job_id, reason=job.abort_reason or queue.ABORT_REQUESTED_REASON,
-                                by="driver", now_ms=now)
+        canceled = queue.cancel(
+            job.job_id,
+            reason=job.abort_reason or queue.ABORT_REQUESTED_REASON,
+            by="driver",
+            now_ms=now,
+        )
         promises.settle(promise_id, "resolved", now_ms=now, result={"status": "canceled"})
         if canceled.applied:  # the cancel recorded its callback: try it now
             callbacks.deliver_jobs([job.job_id], now_ms=now)
@@ -130,8 +153,9 @@ def _drive_leased(promise_id: str, job: JobState, now: int) -> dict[str, Any]:
         # The attempt's worker is gone: fail it under its own fence so the ordinary
         # retry rules (J-4) and redrive recover the job (D-4).
         assert job.worker_id is not None
-        queue.fail(job.job_id, STALE_LEASE_ERROR, fence=Fence(job.worker_id, job.attempt),
-                   now_ms=now)
+        queue.fail(
+            job.job_id, STALE_LEASE_ERROR, fence=Fence(job.worker_id, job.attempt), now_ms=now
+        )
         promises.settle(promise_id, "resolved", now_ms=now, result={"status": "stale_lease_failed"})
         return {"status": "stale_lease_failed", "jobId": job.job_id}
     promises.settle(promise_id, "resolved", now_ms=now, result={"status": "already_running"})
@@ -147,19 +171,41 @@ def _open_execute(promise_id: str, job: JobState, now: int) -> dict[str, Any]:
     assert promise is not None
     with transaction.atomic():
         opened = promises.create(
-            promise_id=execute_id, function="execute", job_id=job.job_id, attempt=attempt,
-            target_group=group, dispatch_key=promise.dispatch_key, timeout_ms=lease_ms, now_ms=now)
+            promise_id=execute_id,
+            function="execute",
+            job_id=job.job_id,
+            attempt=attempt,
+            target_group=group,
+            dispatch_key=promise.dispatch_key,
+            timeout_ms=lease_ms,
+            now_ms=now,
+        )
         if opened:
             transport.send(cluster_for_group(group), EXECUTE_TASK, execute_id)
-        promises.settle(promise_id, "resolved", now_ms=now,
-                        result={"status": "dispatched" if opened else "already_dispatched",
-                                "execute": execute_id})
+        promises.settle(
+            promise_id,
+            "resolved",
+            now_ms=now,
+            result={
+                "status": "dispatched" if opened else "already_dispatched",
+                "execute": execute_id,
+            },
+        )
         if opened:  # D-8: with the execute promise, so a crash below loses no callback
             callbacks.record([("dispatched", job, now)])
     faults.crash("driver_after_execute_sent")
     if opened:
         callbacks.deliver_jobs([job.job_id], now_ms=now)
-        log_event(logger, "delivery.dispatched", f"{job.job_id} attempt {attempt} -> {group}",
-                  level=logging.DEBUG, jobId=job.job_id, group=group)
-    return {"status": "dispatched" if opened else "already_dispatched", "jobId": job.job_id,
-            "execute": execute_id}
+        log_event(
+            logger,
+            "delivery.dispatched",
+            f"{job.job_id} attempt {attempt} -> {group}",
+            level=logging.DEBUG,
+            jobId=job.job_id,
+            group=group,
+        )
+    return {
+        "status": "dispatched" if opened else "already_dispatched",
+        "jobId": job.job_id,
+        "execute": execute_id,
+    }

@@ -20,8 +20,10 @@ def _record(name: str) -> None:
     path = os.environ.get("RECEIPT_TEST_MARKER")
     if path:
         with open(path, "a") as handle:
-            handle.write(json.dumps({"event": "fault", "fault": name, "pid": os.getpid(),
-                                     "t": time.time()}) + "\n")
+            handle.write(
+                json.dumps({"event": "fault", "fault": name, "pid": os.getpid(), "t": time.time()})
+                + "\n"
+            )
 
 
 def crash(name: str) -> None:

@@ -65,8 +65,12 @@ class Held:
         return Fence(self.worker_id, self.attempt)
 
     def to_wire(self) -> dict[str, Any]:
-        return {"jobId": self.job_id, "attempt": self.attempt, "workerId": self.worker_id,
-                "pid": self.pid}
+        return {
+            "jobId": self.job_id,
+            "attempt": self.attempt,
+            "workerId": self.worker_id,
+            "pid": self.pid,
+        }
 
 
 # ---- the worker process's side --------------------------------------------------------------
@@ -85,8 +89,9 @@ def directory() -> Path:
         if _local.get("pid") != os.getpid():
             path = Path(tempfile.mkdtemp(prefix="receipt-keeper-"))
             keeper = Keeper(path)
-            thread = threading.Thread(target=keeper.run, args=(threading.Event(),),
-                                      name="lease-keeper", daemon=True)
+            thread = threading.Thread(
+                target=keeper.run, args=(threading.Event(),), name="lease-keeper", daemon=True
+            )
             thread.start()
             _local.update(pid=os.getpid(), path=path)
         return Path(_local["path"])
@@ -99,9 +104,14 @@ class Lease:
         name = f"{running.job.job_id}#{running.fence.attempt}"
         self.path = directory() / f"{name}.json"
         self._stop_path = self.path.with_suffix(".stop")
-        record = {"jobId": running.job.job_id, "attempt": running.fence.attempt,
-                  "workerId": running.fence.worker_id, "pid": os.getpid(),
-                  "promiseId": running.promise_id, "cadenceMs": cadence_ms}
+        record = {
+            "jobId": running.job.job_id,
+            "attempt": running.fence.attempt,
+            "workerId": running.fence.worker_id,
+            "pid": os.getpid(),
+            "promiseId": running.promise_id,
+            "cadenceMs": cadence_ms,
+        }
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(record))
         tmp.replace(self.path)  # the keeper never reads half a file
@@ -132,8 +142,13 @@ def _alive(pid: int) -> bool:
 
 
 class Keeper:
-    def __init__(self, path: Path, *, on_pass: Callable[[list[Held]], None] | None = None,
-                 pass_s: float = PASS_S) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        on_pass: Callable[[list[Held]], None] | None = None,
+        pass_s: float = PASS_S,
+    ) -> None:
         self.path = path
         self.on_pass = on_pass  # e.g. the registry beat, with the attempts held
         self.pass_s = pass_s
@@ -145,8 +160,13 @@ class Keeper:
             try:
                 self.one_pass()
             except Exception as error:  # never die: a missed pass is a late beat
-                log_event(logger, "keeper.pass_failed", f"lease keeper pass failed: {error}",
-                          level=logging.WARNING, exc_info=True)
+                log_event(
+                    logger,
+                    "keeper.pass_failed",
+                    f"lease keeper pass failed: {error}",
+                    level=logging.WARNING,
+                    exc_info=True,
+                )
                 close_old_connections()
             self._wait(stop)
 
@@ -177,9 +197,15 @@ class Keeper:
                 record = json.loads(path.read_text())
             except (FileNotFoundError, ValueError):
                 continue
-            self.held[path.name] = Held(path, record["jobId"], int(record["attempt"]),
-                                        record["workerId"], int(record["pid"]),
-                                        record["promiseId"], int(record["cadenceMs"]))
+            self.held[path.name] = Held(
+                path,
+                record["jobId"],
+                int(record["attempt"]),
+                record["workerId"],
+                int(record["pid"]),
+                record["promiseId"],
+                int(record["cadenceMs"]),
+            )
         for name in set(self.held) - seen:  # the worker finished and released it
             del self.held[name]
         for stop in self.path.glob("*.stop"):  # ordered just as its attempt ended
@@ -192,8 +218,13 @@ class Keeper:
         tmp = held.path.with_suffix(".stoptmp")
         tmp.write_text(json.dumps({"reason": reason, "endedBy": ended_by}))
         tmp.replace(stop_path)
-        log_event(logger, "keeper.stop", f"{held.job_id} attempt {held.attempt}: {reason}",
-                  jobId=held.job_id, endedBy=ended_by)
+        log_event(
+            logger,
+            "keeper.stop",
+            f"{held.job_id} attempt {held.attempt}: {reason}",
+            jobId=held.job_id,
+            endedBy=ended_by,
+        )
 
     def _beat(self, held: Held) -> None:
         result = attempts.beat(held.job_id, held.fence, now_ms=wall_clock_ms())
@@ -209,21 +240,30 @@ class Keeper:
             job = job_from_wire(wire)
             held = live[job.job_id]
             if job.is_terminal or held.fence.check(job).value != "ok":
-                self._order_stop(held, "lease lost", "terminal_state" if job.is_terminal
-                                 else "lease_lost")
+                self._order_stop(
+                    held, "lease lost", "terminal_state" if job.is_terminal else "lease_lost"
+                )
             elif job.abort_requested:
-                self._order_stop(held, job.abort_reason or queue.ABORT_REQUESTED_REASON,
-                                 "canceled")
+                self._order_stop(held, job.abort_reason or queue.ABORT_REQUESTED_REASON, "canceled")
 
     def _release_dead(self, held: Held) -> None:
         """The worker process died mid-attempt: give the job back now (fenced)."""
         from jobs import recovery
 
-        released = recovery.release_holder(held.job_id, held.fence, now_ms=wall_clock_ms(),
-                                           reason=f"worker process {held.pid} died")
-        log_event(logger, "keeper.released", f"{held.job_id} attempt {held.attempt}: worker "
-                  f"process {held.pid} died", level=logging.WARNING, jobId=held.job_id,
-                  outcome=released.outcome.value)
+        released = recovery.release_holder(
+            held.job_id,
+            held.fence,
+            now_ms=wall_clock_ms(),
+            reason=f"worker process {held.pid} died",
+        )
+        log_event(
+            logger,
+            "keeper.released",
+            f"{held.job_id} attempt {held.attempt}: worker process {held.pid} died",
+            level=logging.WARNING,
+            jobId=held.job_id,
+            outcome=released.outcome.value,
+        )
         held.path.unlink(missing_ok=True)
         held.path.with_suffix(".stop").unlink(missing_ok=True)
         del self.held[held.path.name]

@@ -70,6 +70,7 @@ def die_with_parent(sig: int = signal.SIGKILL, parent: int | None = None) -> boo
 
 # --- django-q2 -------------------------------------------------------------------------
 
+
 class _Registered:
     """The after-fork registry keeps weak references: this module-level one lives on."""
 
@@ -111,8 +112,10 @@ def _cluster_class() -> type:
             # the parent-death signal follows the forking *thread*: a sentinel forked by a
             # thread that then ends would be killed at once
             if threading.current_thread() is not threading.main_thread():
-                raise RuntimeError("start the cluster from the main thread (parent-death "
-                                   "signals follow the thread that forks the sentinel)")
+                raise RuntimeError(
+                    "start the cluster from the main thread (parent-death "
+                    "signals follow the thread that forks the sentinel)"
+                )
             forks_die_with_parents()
             return int(super().start())
 
@@ -133,6 +136,7 @@ def __getattr__(name: str) -> Any:
 
 
 # --- the reaper --------------------------------------------------------------------------
+
 
 def reaper_argv(argv: list[str]) -> list[str]:
     """The argv that runs `argv` under the reaper, as a child of this process. Start it in a
@@ -161,7 +165,7 @@ def _descendants(root: int) -> list[int]:
                 stat = handle.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2:].split()  # the command name may hold spaces
+        fields = stat[stat.rfind(b")") + 2 :].split()  # the command name may hold spaces
         if len(fields) > 1 and fields[0] != b"Z":
             children.setdefault(int(fields[1]), []).append(int(name))
     found, todo = [], [root]

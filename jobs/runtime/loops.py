@@ -39,10 +39,18 @@ class Loop:
 providers: list[Callable[[Any, str], list[Loop]]] = []
 
 
-def record(loop: str, process_id: str, *, started_ms: int, finished_ms: int, report: Report | None,
-           error: str | None) -> None:
+def record(
+    loop: str,
+    process_id: str,
+    *,
+    started_ms: int,
+    finished_ms: int,
+    report: Report | None,
+    error: str | None,
+) -> None:
     row, _ = LoopRun.objects.get_or_create(
-        loop=loop, process_id=process_id, defaults={"last_started_at": started_ms})
+        loop=loop, process_id=process_id, defaults={"last_started_at": started_ms}
+    )
     row.last_started_at = started_ms
     row.last_finished_at = finished_ms
     row.duration_ms = finished_ms - started_ms
@@ -61,18 +69,35 @@ def run_once(loop: Loop, process_id: str) -> Report | None:
         report = loop.run(started)
     except Exception as exc:  # a loop never dies of one bad pass
         error = f"{type(exc).__name__}: {exc}"
-        log_event(logger, f"loop.{loop.name}_error", f"{loop.name} pass failed: {exc}",
-                  level=logging.ERROR, loop=loop.name, exc_info=True)
+        log_event(
+            logger,
+            f"loop.{loop.name}_error",
+            f"{loop.name} pass failed: {exc}",
+            level=logging.ERROR,
+            loop=loop.name,
+            exc_info=True,
+        )
     finished = wall_clock_ms()
     counters.incr("receipt_loop_seconds_total", (finished - started) / 1000, loop=loop.name)
     counters.incr("receipt_loop_runs_total", loop=loop.name)
     try:
-        record(loop.name, process_id, started_ms=started, finished_ms=finished,
-               report=report, error=error)
+        record(
+            loop.name,
+            process_id,
+            started_ms=started,
+            finished_ms=finished,
+            report=report,
+            error=error,
+        )
         counters.flush()
     except Exception as exc:
-        log_event(logger, "loop.record_failed", f"could not record {loop.name}: {exc}",
-                  level=logging.WARNING, loop=loop.name)
+        log_event(
+            logger,
+            "loop.record_failed",
+            f"could not record {loop.name}: {exc}",
+            level=logging.WARNING,
+            loop=loop.name,
+        )
     finally:
         close_old_connections()
     return report
@@ -96,21 +121,33 @@ def _schedule(loops: list[Loop], process_id: str, stop: threading.Event) -> None
 
 
 def start(loops: list[Loop], process_id: str, stop: threading.Event) -> list[threading.Thread]:
-    thread = threading.Thread(target=_schedule, args=(loops, process_id, stop),
-                              name="maintenance-loops", daemon=True)
+    thread = threading.Thread(
+        target=_schedule, args=(loops, process_id, stop), name="maintenance-loops", daemon=True
+    )
     thread.start()
     return [thread]
 
 
-def summary(*, process_ids: Collection[str] | None = None,
-            limit: int = 100) -> list[dict[str, Any]]:
+def summary(
+    *, process_ids: Collection[str] | None = None, limit: int = 100
+) -> list[dict[str, Any]]:
     """The last run of each loop in each process; only those of `process_ids` when given
     (the live processes': a gone process's row would report a loop nobody runs, L-6)."""
     rows = LoopRun.objects.order_by("loop", "process_id")
     if process_ids is not None:
         rows = rows.filter(process_id__in=list(process_ids))
     rows = rows[:limit]
-    return [{"loop": r.loop, "process": r.process_id, "lastStartedAt": r.last_started_at,
-             "lastFinishedAt": r.last_finished_at, "durationMs": r.duration_ms,
-             "acted": r.acted, "runs": r.runs, "lastError": r.last_error,
-             "lastErrorAt": r.last_error_at} for r in rows]
+    return [
+        {
+            "loop": r.loop,
+            "process": r.process_id,
+            "lastStartedAt": r.last_started_at,
+            "lastFinishedAt": r.last_finished_at,
+            "durationMs": r.duration_ms,
+            "acted": r.acted,
+            "runs": r.runs,
+            "lastError": r.last_error,
+            "lastErrorAt": r.last_error_at,
+        }
+        for r in rows
+    ]

@@ -64,8 +64,13 @@ class Outbox:
             try:
                 self._dispatch_batch(batch)
             except Exception as error:  # never let the thread die; L-1 recovers the jobs
-                log_event(logger, "delivery.dispatch_error", f"dispatch pass failed: {error}",
-                          level=logging.WARNING, jobs=len(batch))
+                log_event(
+                    logger,
+                    "delivery.dispatch_error",
+                    f"dispatch pass failed: {error}",
+                    level=logging.WARNING,
+                    jobs=len(batch),
+                )
             finally:
                 with self._lock:
                     self._busy = 0
@@ -84,8 +89,9 @@ class Outbox:
         with self._lock:
             if self._thread is None or self._pid != os.getpid():
                 return not self._pending
-            return self._wake.wait_for(lambda: not self._pending and not self._busy,
-                                       timeout=timeout_s)
+            return self._wake.wait_for(
+                lambda: not self._pending and not self._busy, timeout=timeout_s
+            )
 
     def stop(self, timeout_s: float = 10.0) -> None:
         self.drain(timeout_s)

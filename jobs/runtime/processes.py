@@ -27,13 +27,31 @@ def process_id(role: str) -> str:
     return f"{role}:{socket.gethostname()}:{os.getpid()}"
 
 
-def register(*, role: str, group: str | None, concurrency: int, now_ms: int,
-             info: dict[str, Any] | None = None) -> str:
+def register(
+    *,
+    role: str,
+    group: str | None,
+    concurrency: int,
+    now_ms: int,
+    info: dict[str, Any] | None = None,
+) -> str:
     pid = process_id(role)
-    WorkerProcess.objects.update_or_create(pk=pid, defaults={
-        "role": role, "group": group, "host": socket.gethostname(), "pid": os.getpid(),
-        "concurrency": concurrency, "started_at": now_ms, "last_seen": now_ms,
-        "stopped_at": None, "released_at": None, "current_attempts": [], "info": info or {}})
+    WorkerProcess.objects.update_or_create(
+        pk=pid,
+        defaults={
+            "role": role,
+            "group": group,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "concurrency": concurrency,
+            "started_at": now_ms,
+            "last_seen": now_ms,
+            "stopped_at": None,
+            "released_at": None,
+            "current_attempts": [],
+            "info": info or {},
+        },
+    )
     return pid
 
 
@@ -65,19 +83,27 @@ def attempts_held_by(row: WorkerProcess, *, limit: int = 2000) -> list[tuple[str
     if row.group is None:
         return []
     prefix = worker_prefix(row)
-    rows = (Job.objects.filter(worker_group=row.group, status__in=("leased", "running"))
-            .values_list("id", "attempt", "state")[:limit])
-    return [(job_id, Fence(state["workerId"], attempt)) for job_id, attempt, state in rows
-            if _holds(state.get("workerId") or "", prefix)]
+    rows = Job.objects.filter(worker_group=row.group, status__in=("leased", "running")).values_list(
+        "id", "attempt", "state"
+    )[:limit]
+    return [
+        (job_id, Fence(state["workerId"], attempt))
+        for job_id, attempt, state in rows
+        if _holds(state.get("workerId") or "", prefix)
+    ]
 
 
 def gone_unreleased(*, now_ms: int, limit: int = 50) -> list[WorkerProcess]:
     """Worker runworkers unseen for three beats (or stopped) whose leases were not yet
     released."""
-    rows = (WorkerProcess.objects.filter(group__isnull=False, released_at__isnull=True)
-            .filter(models.Q(stopped_at__isnull=False)
-                    | models.Q(last_seen__lt=now_ms - GONE_AFTER_BEATS * BEAT_MS))
-            .order_by("last_seen")[:limit])
+    rows = (
+        WorkerProcess.objects.filter(group__isnull=False, released_at__isnull=True)
+        .filter(
+            models.Q(stopped_at__isnull=False)
+            | models.Q(last_seen__lt=now_ms - GONE_AFTER_BEATS * BEAT_MS)
+        )
+        .order_by("last_seen")[:limit]
+    )
     return list(rows)
 
 
@@ -87,18 +113,21 @@ def mark_released(row: WorkerProcess, *, now_ms: int) -> None:
 
 def beat(pid: str, *, now_ms: int, attempts: list[dict[str, Any]]) -> None:
     # A process that beats again after being declared gone holds new leases: watch it anew.
-    WorkerProcess.objects.filter(pk=pid).update(last_seen=now_ms, current_attempts=attempts,
-                                                released_at=None)
+    WorkerProcess.objects.filter(pk=pid).update(
+        last_seen=now_ms, current_attempts=attempts, released_at=None
+    )
 
 
 def stopped(pid: str, *, now_ms: int) -> None:
-    WorkerProcess.objects.filter(pk=pid).update(stopped_at=now_ms, last_seen=now_ms,
-                                                current_attempts=[])
+    WorkerProcess.objects.filter(pk=pid).update(
+        stopped_at=now_ms, last_seen=now_ms, current_attempts=[]
+    )
 
 
 def live(*, now_ms: int, role: str | None = None, group: str | None = None) -> list[WorkerProcess]:
-    rows = WorkerProcess.objects.filter(last_seen__gte=now_ms - GONE_AFTER_BEATS * BEAT_MS,
-                                        stopped_at__isnull=True)
+    rows = WorkerProcess.objects.filter(
+        last_seen__gte=now_ms - GONE_AFTER_BEATS * BEAT_MS, stopped_at__isnull=True
+    )
     if role:
         rows = rows.filter(role=role)
     if group:
@@ -124,14 +153,18 @@ def held_by_gone(*, now_ms: int, limit: int = 2000) -> list[dict[str, Any]]:
     payload), one read of the registry rows those ids name. A worker id naming no
     registered process (an external client's) is not reported: nobody knows it is gone.
     """
-    held = [(job_id, worker or "") for job_id, worker in
-            Job.objects.filter(status__in=("leased", "running"))
-            .annotate(worker=KT("state__workerId")).values_list("id", "worker")[:limit]]
+    held = [
+        (job_id, worker or "")
+        for job_id, worker in Job.objects.filter(status__in=("leased", "running"))
+        .annotate(worker=KT("state__workerId"))
+        .values_list("id", "worker")[:limit]
+    ]
     named = {found for _, worker in held if (found := _host_pid(worker))}
     if not named:
         return []
-    rows = WorkerProcess.objects.filter(group__isnull=False, host__in={h for h, _ in named},
-                                        pid__in={p for _, p in named})
+    rows = WorkerProcess.objects.filter(
+        group__isnull=False, host__in={h for h, _ in named}, pid__in={p for _, p in named}
+    )
     rows = [row for row in rows if (row.host, row.pid) in named]
     live_rows = [row for row in rows if is_live(row, now_ms=now_ms)]
     out = []
@@ -139,12 +172,21 @@ def held_by_gone(*, now_ms: int, limit: int = 2000) -> list[dict[str, Any]]:
         if row in live_rows:
             continue
         # a live row naming the same holder (a restarted runworker reusing the pid) wins
-        job_ids = sorted(job_id for job_id, worker in held if holds(worker, row)
-                         and not any(holds(worker, live) for live in live_rows))
+        job_ids = sorted(
+            job_id
+            for job_id, worker in held
+            if holds(worker, row) and not any(holds(worker, live) for live in live_rows)
+        )
         if job_ids:
-            out.append({"process": row.id, "lastSeen": row.last_seen,
-                        "stoppedAt": row.stopped_at, "jobs": len(job_ids),
-                        "jobIds": job_ids[:20]})
+            out.append(
+                {
+                    "process": row.id,
+                    "lastSeen": row.last_seen,
+                    "stoppedAt": row.stopped_at,
+                    "jobs": len(job_ids),
+                    "jobIds": job_ids[:20],
+                }
+            )
     return sorted(out, key=lambda entry: entry["process"])
 
 
@@ -155,8 +197,19 @@ def summary(*, now_ms: int) -> list[dict[str, Any]]:
     out = []
     for row in rows:
         alive = is_live(row, now_ms=now_ms)
-        out.append({"id": row.id, "role": row.role, "group": row.group, "host": row.host,
-                    "pid": row.pid, "concurrency": row.concurrency, "startedAt": row.started_at,
-                    "lastSeen": row.last_seen, "live": alive,
-                    "currentAttempts": row.current_attempts, "info": row.info})
+        out.append(
+            {
+                "id": row.id,
+                "role": row.role,
+                "group": row.group,
+                "host": row.host,
+                "pid": row.pid,
+                "concurrency": row.concurrency,
+                "startedAt": row.started_at,
+                "lastSeen": row.last_seen,
+                "live": alive,
+                "currentAttempts": row.current_attempts,
+                "info": row.info,
+            }
+        )
     return out

@@ -38,16 +38,18 @@ IDLE_WAIT_S = 1.0  # the longest an idle pusher waits without looking (stop, mis
 DRIVE_MANY = "jobs.runtime.tasks.drive_many"
 EXECUTE = "jobs.runtime.tasks.execute"
 
-_DELIVERABLE = ("target_group = %s AND settled_at IS NULL AND worker_id IS NULL "
-                "AND available_at <= %s")
+_DELIVERABLE = (
+    "target_group = %s AND settled_at IS NULL AND worker_id IS NULL AND available_at <= %s"
+)
 _TAKE_PG = (
     "UPDATE jobs_delivery_promise SET available_at = %s WHERE id IN ("
     f"SELECT id FROM jobs_delivery_promise WHERE {_DELIVERABLE} "
     "ORDER BY available_at LIMIT %s FOR UPDATE SKIP LOCKED) "
     "RETURNING id, job_id, attempt, dispatch_key, available_at"
 )
-_PEEK_SQLITE = (f"SELECT id FROM jobs_delivery_promise WHERE {_DELIVERABLE} "
-                "ORDER BY available_at LIMIT %s")
+_PEEK_SQLITE = (
+    f"SELECT id FROM jobs_delivery_promise WHERE {_DELIVERABLE} ORDER BY available_at LIMIT %s"
+)
 
 
 def group_for_cluster(cluster: str) -> str:
@@ -80,7 +82,11 @@ class PromiseBroker(Broker):
         from django.utils.module_loading import import_string
 
         unpacked = SignedPackage.loads(task)
-        func = import_string(unpacked["func"]) if isinstance(unpacked["func"], str) else unpacked["func"]
+        func = (
+            import_string(unpacked["func"])
+            if isinstance(unpacked["func"], str)
+            else unpacked["func"]
+        )
         transaction.on_commit(lambda: func(*unpacked["args"], **unpacked["kwargs"]))
         return str(unpacked["id"])
 
@@ -126,7 +132,9 @@ class PromiseBroker(Broker):
     # ---- taking ----------------------------------------------------------------------------
 
     def _limit(self) -> int:
-        return DRIVER_BATCH * max(1, Conf.WORKERS) if self.group == "driver" else max(1, Conf.WORKERS)
+        return (
+            DRIVER_BATCH * max(1, Conf.WORKERS) if self.group == "driver" else max(1, Conf.WORKERS)
+        )
 
     def _take(self) -> list[tuple[Any, ...]]:
         now = _now_ms()
@@ -140,23 +148,37 @@ class PromiseBroker(Broker):
             f"UPDATE jobs_delivery_promise SET available_at = %s WHERE id IN ({marks}) "
             "AND settled_at IS NULL AND worker_id IS NULL AND available_at <= %s "
             "RETURNING id, job_id, attempt, dispatch_key, available_at",
-            [now + VISIBILITY_MS, *ids, now])
+            [now + VISIBILITY_MS, *ids, now],
+        )
 
     def _tasks(self, rows: list[tuple[Any, ...]]) -> list[tuple[str, bytes]]:
         if self.group == "driver":
             ids = [row[0] for row in rows]
-            chunks = [ids[i:i + DRIVER_BATCH] for i in range(0, len(ids), DRIVER_BATCH)]
+            chunks = [ids[i : i + DRIVER_BATCH] for i in range(0, len(ids), DRIVER_BATCH)]
             return [self._pack(DRIVE_MANY, (chunk,)) for chunk in chunks]
-        return [self._pack(EXECUTE, (row[0],), {"job_id": row[1], "attempt": row[2],
-                                                 "dispatch_key": row[3], "group": self.group})
-                for row in rows]
+        return [
+            self._pack(
+                EXECUTE,
+                (row[0],),
+                {"job_id": row[1], "attempt": row[2], "dispatch_key": row[3], "group": self.group},
+            )
+            for row in rows
+        ]
 
-    def _pack(self, func: str, args: tuple[Any, ...],
-              kwargs: dict[str, Any] | None = None) -> tuple[str, bytes]:
+    def _pack(
+        self, func: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
+    ) -> tuple[str, bytes]:
         task_id = uuid.uuid4().hex
-        task = {"id": task_id, "name": str(args[0])[:100], "func": func, "args": args,
-                "kwargs": kwargs or {}, "started": timezone.now(), "ack_failure": True,
-                "cluster": self.list_key}
+        task = {
+            "id": task_id,
+            "name": str(args[0])[:100],
+            "func": func,
+            "args": args,
+            "kwargs": kwargs or {},
+            "started": timezone.now(),
+            "ack_failure": True,
+            "cluster": self.list_key,
+        }
         return task_id, SignedPackage.dumps(task)
 
     # ---- connections -----------------------------------------------------------------------

@@ -41,11 +41,20 @@ class PromiseView:
         return self.state == "pending" or (self.state == "timedout" and self.settled_at is None)
 
     def to_wire(self) -> dict[str, Any]:
-        return {"id": self.id, "function": self.function, "jobId": self.job_id,
-                "attempt": self.attempt, "targetGroup": self.target_group,
-                "dispatchKey": self.dispatch_key, "state": self.state,
-                "timeoutAt": self.timeout_at, "createdAt": self.created_at,
-                "settledAt": self.settled_at, "workerId": self.worker_id, "result": self.result}
+        return {
+            "id": self.id,
+            "function": self.function,
+            "jobId": self.job_id,
+            "attempt": self.attempt,
+            "targetGroup": self.target_group,
+            "dispatchKey": self.dispatch_key,
+            "state": self.state,
+            "timeoutAt": self.timeout_at,
+            "createdAt": self.created_at,
+            "settledAt": self.settled_at,
+            "workerId": self.worker_id,
+            "result": self.result,
+        }
 
 
 def effective_state(row: DeliveryPromise, now_ms: int) -> str:
@@ -55,9 +64,20 @@ def effective_state(row: DeliveryPromise, now_ms: int) -> str:
 
 
 def view(row: DeliveryPromise, now_ms: int) -> PromiseView:
-    return PromiseView(row.id, row.function, row.job_id, row.attempt, row.target_group,
-                       row.dispatch_key, effective_state(row, now_ms), row.timeout_at,
-                       row.created_at, row.settled_at, row.worker_id, row.result)
+    return PromiseView(
+        row.id,
+        row.function,
+        row.job_id,
+        row.attempt,
+        row.target_group,
+        row.dispatch_key,
+        effective_state(row, now_ms),
+        row.timeout_at,
+        row.created_at,
+        row.settled_at,
+        row.worker_id,
+        row.result,
+    )
 
 
 def get(promise_id: str, *, now_ms: int) -> PromiseView | None:
@@ -84,15 +104,32 @@ class NewPromise:
     timeout_ms: int
 
 
-def create(*, promise_id: str, function: str, job_id: str, attempt: int | None,
-           target_group: str, dispatch_key: str, timeout_ms: int, now_ms: int) -> bool:
+def create(
+    *,
+    promise_id: str,
+    function: str,
+    job_id: str,
+    attempt: int | None,
+    target_group: str,
+    dispatch_key: str,
+    timeout_ms: int,
+    now_ms: int,
+) -> bool:
     """Insert a pending promise; False when the id already exists (someone else won).
 
     ON CONFLICT instead of catching IntegrityError: no savepoint, and a lost race does not
     poison the caller's transaction.
     """
-    return bool(create_many([NewPromise(promise_id, function, job_id, attempt, target_group,
-                                        dispatch_key, timeout_ms)], now_ms=now_ms))
+    return bool(
+        create_many(
+            [
+                NewPromise(
+                    promise_id, function, job_id, attempt, target_group, dispatch_key, timeout_ms
+                )
+            ],
+            now_ms=now_ms,
+        )
+    )
 
 
 def create_many(new: list[NewPromise], *, now_ms: int) -> set[str]:
@@ -102,8 +139,17 @@ def create_many(new: list[NewPromise], *, now_ms: int) -> set[str]:
         return set()
     params: list[Any] = []
     for p in new:
-        params += [p.promise_id, p.function, p.job_id, p.attempt, p.target_group, p.dispatch_key,
-                   now_ms + p.timeout_ms, now_ms, now_ms]
+        params += [
+            p.promise_id,
+            p.function,
+            p.job_id,
+            p.attempt,
+            p.target_group,
+            p.dispatch_key,
+            now_ms + p.timeout_ms,
+            now_ms,
+            now_ms,
+        ]
     with connection.cursor() as cursor:
         cursor.execute(_INSERT.format(rows=", ".join([_ROW] * len(new))), params)
         return {row[0] for row in cursor.fetchall()}
@@ -115,11 +161,14 @@ def settle_many(settlements: list[tuple[str, Any]], state: str, *, now_ms: int) 
     if not settlements:
         return
     assert state in TERMINAL_STATES
-    sql = (f"UPDATE jobs_delivery_promise SET state = %s, settled_at = %s, result = %s{_cast()} "
-           "WHERE id = %s AND settled_at IS NULL AND state IN ('pending', 'timedout')")
+    sql = (
+        f"UPDATE jobs_delivery_promise SET state = %s, settled_at = %s, result = %s{_cast()} "
+        "WHERE id = %s AND settled_at IS NULL AND state IN ('pending', 'timedout')"
+    )
     with connection.cursor() as cursor:
-        cursor.executemany(sql, [[state, now_ms, json.dumps(result), pid]
-                                 for pid, result in settlements])
+        cursor.executemany(
+            sql, [[state, now_ms, json.dumps(result), pid] for pid, result in settlements]
+        )
 
 
 def get_many(promise_ids: list[str], *, now_ms: int) -> dict[str, PromiseView]:
@@ -128,28 +177,34 @@ def get_many(promise_ids: list[str], *, now_ms: int) -> dict[str, PromiseView]:
 
 
 # Open (unsettled): pending, or marked timed out by the sweep (which sets no settled_at).
-_SETTLE = ("UPDATE jobs_delivery_promise SET state = %s, settled_at = %s, result = %s{cast}, "
-           "worker_id = COALESCE(%s, worker_id) "
-           "WHERE id = %s AND settled_at IS NULL AND state IN ('pending', 'timedout')")
-_CLAIM = ("UPDATE jobs_delivery_promise SET worker_id = %s WHERE id = %s AND function = 'execute' "
-          "AND worker_id IS NULL AND settled_at IS NULL AND state IN ('pending', 'timedout')")
+_SETTLE = (
+    "UPDATE jobs_delivery_promise SET state = %s, settled_at = %s, result = %s{cast}, "
+    "worker_id = COALESCE(%s, worker_id) "
+    "WHERE id = %s AND settled_at IS NULL AND state IN ('pending', 'timedout')"
+)
+_CLAIM = (
+    "UPDATE jobs_delivery_promise SET worker_id = %s WHERE id = %s AND function = 'execute' "
+    "AND worker_id IS NULL AND settled_at IS NULL AND state IN ('pending', 'timedout')"
+)
 
 
 def _cast() -> str:
     return "::jsonb" if connection.vendor == "postgresql" else ""
 
 
-def settle(promise_id: str, state: str, *, now_ms: int, result: Any = None,
-           worker_id: str | None = None) -> bool:
+def settle(
+    promise_id: str, state: str, *, now_ms: int, result: Any = None, worker_id: str | None = None
+) -> bool:
     """Settle a promise once; a second settlement changes nothing.
 
     A claimed promise that timed out while its task waited in the broker (a late
     delivery, see `claim`) is settled too: the record then says what really happened.
     """
     assert state in TERMINAL_STATES
-    _, count = prepared(_SETTLE.format(cast=_cast()),  # every attempt settles one
-                        [state, now_ms, None if result is None else json.dumps(result),
-                         worker_id, promise_id])
+    _, count = prepared(
+        _SETTLE.format(cast=_cast()),  # every attempt settles one
+        [state, now_ms, None if result is None else json.dumps(result), worker_id, promise_id],
+    )
     return count == 1
 
 
@@ -166,8 +221,11 @@ def claim(promise_id: str, worker_id: str) -> bool:
 
 def read_execute(promise_id: str) -> tuple[str, int, str, str] | None:
     """(job id, attempt, target group, dispatch key) of an execute promise."""
-    row = (DeliveryPromise.objects.filter(pk=promise_id, function="execute")
-           .values_list("job_id", "attempt", "target_group", "dispatch_key").first())
+    row = (
+        DeliveryPromise.objects.filter(pk=promise_id, function="execute")
+        .values_list("job_id", "attempt", "target_group", "dispatch_key")
+        .first()
+    )
     if row is None or row[1] is None:
         return None
     return row[0], int(row[1]), row[2], row[3]
@@ -184,12 +242,14 @@ def for_job(job_id: str, *, now_ms: int, limit: int = 100) -> list[PromiseView]:
 
 
 def jobs_with_pending(job_ids: list[str], *, now_ms: int) -> set[str]:
-    rows = DeliveryPromise.objects.filter(job_id__in=job_ids, state="pending",
-                                          timeout_at__gt=now_ms)
+    rows = DeliveryPromise.objects.filter(
+        job_id__in=job_ids, state="pending", timeout_at__gt=now_ms
+    )
     return set(rows.values_list("job_id", flat=True))
 
 
 def jobs_started_since(job_ids: list[str], *, since_ms: int) -> set[str]:
-    rows = DeliveryPromise.objects.filter(job_id__in=job_ids, function="driver",
-                                          created_at__gte=since_ms)
+    rows = DeliveryPromise.objects.filter(
+        job_id__in=job_ids, function="driver", created_at__gte=since_ms
+    )
     return set(rows.values_list("job_id", flat=True))

@@ -54,13 +54,18 @@ def _longest_run_s(cluster: str, timing: TimingSettings) -> int:
     if cluster == "driver":
         return 120
     group = group_of(cluster)
-    longest_lease = max(timing.job_lease_ms, timing.codex_job_lease_ms,
-                        timing.factory_control_job_lease_ms,
-                        CODEX_LEASE_CEILING_MS if group == "codex" else 0)
+    longest_lease = max(
+        timing.job_lease_ms,
+        timing.codex_job_lease_ms,
+        timing.factory_control_job_lease_ms,
+        CODEX_LEASE_CEILING_MS if group == "codex" else 0,
+    )
     return math.ceil(longest_lease / 1000) + 60
 
 
-def cluster_config(*, timing: TimingSettings, broker_url: str | None, poll_s: float) -> dict[str, Any]:
+def cluster_config(
+    *, timing: TimingSettings, broker_url: str | None, poll_s: float
+) -> dict[str, Any]:
     """The Q_CLUSTER setting for every process (API, roles, tests)."""
     alt: dict[str, dict[str, Any]] = {}
     for role, cluster in ROLE_CLUSTERS.items():
@@ -69,8 +74,12 @@ def cluster_config(*, timing: TimingSettings, broker_url: str | None, poll_s: fl
         timeout = _longest_run_s(cluster, timing)
         queue_limit = 1
         retry = timeout * (1 + math.ceil((queue_limit + 1) / workers)) + 30
-        alt[cluster] = {"workers": workers, "timeout": timeout, "retry": retry,
-                        "queue_limit": queue_limit}
+        alt[cluster] = {
+            "workers": workers,
+            "timeout": timeout,
+            "retry": retry,
+            "queue_limit": queue_limit,
+        }
     config: dict[str, Any] = {
         # identical in every process: `name` is django-q2's signing salt (notes §2)
         "name": "receipt",

@@ -20,8 +20,18 @@ logger = logging.getLogger("receipt.delivery")
 T = TypeVar("T")
 ATTEMPTS = 5
 BACKOFF_S = 0.150
-_PG_TRANSIENT = {"40001", "40P01", "57P01", "57P02", "57P03", "08000", "08001", "08003", "08006",
-                 "53300"}  # 53300: too many connections
+_PG_TRANSIENT = {
+    "40001",
+    "40P01",
+    "57P01",
+    "57P02",
+    "57P03",
+    "08000",
+    "08001",
+    "08003",
+    "08006",
+    "53300",
+}  # 53300: too many connections
 _SQLITE_TRANSIENT = ("database is locked", "database table is locked", "disk i/o error")
 
 
@@ -31,8 +41,9 @@ def is_transient(error: BaseException) -> bool:
     if not isinstance(error, DatabaseError):
         return False
     cause = error.__cause__
-    sqlstate = getattr(cause, "sqlstate", None) or getattr(getattr(cause, "diag", None),
-                                                           "sqlstate", None)
+    sqlstate = getattr(cause, "sqlstate", None) or getattr(
+        getattr(cause, "diag", None), "sqlstate", None
+    )
     if sqlstate in _PG_TRANSIENT:
         return True
     if isinstance(error, OperationalError):
@@ -43,22 +54,31 @@ def is_transient(error: BaseException) -> bool:
             return True
         if "terminating connection" in text or "consuming input failed" in text:
             return True
-        if "too many clients" in text or "connection refused" in text or "connection failed" in text:
+        if (
+            "too many clients" in text
+            or "connection refused" in text
+            or "connection failed" in text
+        ):
             return True
     return False
 
 
-def with_storage_retry(label: str, operation: Callable[[], T], *,
-                       sleep: Callable[[float], None] = time.sleep) -> T:
+def with_storage_retry(
+    label: str, operation: Callable[[], T], *, sleep: Callable[[float], None] = time.sleep
+) -> T:
     for attempt in range(1, ATTEMPTS + 1):
         try:
             return operation()
         except DatabaseError as error:
             if attempt == ATTEMPTS or not is_transient(error):
                 raise
-            log_event(logger, "delivery.storage_retry",
-                      f"{label}: transient storage error on attempt {attempt}: {error}",
-                      level=logging.WARNING, attempt=attempt)
+            log_event(
+                logger,
+                "delivery.storage_retry",
+                f"{label}: transient storage error on attempt {attempt}: {error}",
+                level=logging.WARNING,
+                attempt=attempt,
+            )
             # A broken connection must be replaced before the next try.
             if connection.connection is not None and not connection.in_atomic_block:
                 connection.close_if_unusable_or_obsolete()

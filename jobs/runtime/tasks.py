@@ -15,8 +15,14 @@ def _guarded(label: str, promise_id: Any, call: Any, *args: Any, **kwargs: Any) 
     try:
         return call(*args, **kwargs)
     except Exception as error:  # the promise stays open; recovery redrives the job
-        log_event(logger, "delivery.task_error", f"{label} {promise_id} failed: {error}",
-                  level=logging.ERROR, promiseId=str(promise_id), exc_info=True)
+        log_event(
+            logger,
+            "delivery.task_error",
+            f"{label} {promise_id} failed: {error}",
+            level=logging.ERROR,
+            promiseId=str(promise_id),
+            exc_info=True,
+        )
         return {"status": "error", "promiseId": promise_id, "error": str(error)}
 
 

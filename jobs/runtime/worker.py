@@ -59,8 +59,14 @@ def worker_id_for(group: str, dispatch_key: str, job_id: str) -> str:
     return f"{base}:delivery:{hashlib.sha256(dispatch_key.encode()).hexdigest()[:16]}"
 
 
-def execute(promise_id: str, *, job_id: str | None = None, attempt: int | None = None,
-            dispatch_key: str | None = None, group: str | None = None) -> dict[str, Any]:
+def execute(
+    promise_id: str,
+    *,
+    job_id: str | None = None,
+    attempt: int | None = None,
+    dispatch_key: str | None = None,
+    group: str | None = None,
+) -> dict[str, Any]:
     """Run one execute promise. The database broker passes what it read with the take;
     other brokers pass only the id and the promise is read here."""
     if job_id is None or attempt is None or dispatch_key is None or group is None:
@@ -74,9 +80,13 @@ def execute(promise_id: str, *, job_id: str | None = None, attempt: int | None =
             return _count({"status": "stale_attempt", "jobId": job_id, "attempt": attempt})
         _running.add(key)
     try:
-        begun = attempts.begin(promise_id, job_id=job_id, attempt=attempt,
-                               worker_id=worker_id_for(group, dispatch_key, job_id),
-                               now_ms=wall_clock_ms())
+        begun = attempts.begin(
+            promise_id,
+            job_id=job_id,
+            attempt=attempt,
+            worker_id=worker_id_for(group, dispatch_key, job_id),
+            now_ms=wall_clock_ms(),
+        )
         if isinstance(begun, attempts.Ended):
             return _finish(begun)
         return _run(begun)
@@ -99,9 +109,13 @@ def _finish(ended: attempts.Ended, after_complete: Any = None) -> dict[str, Any]
         try:
             after_complete()
         except Exception as hook_error:  # the job is settled; the hook cannot undo it
-            log_event(logger, "worker.after_complete_failed",
-                      f"after_complete of {settled.job_id} failed: {hook_error}",
-                      level=logging.WARNING, jobId=settled.job_id)
+            log_event(
+                logger,
+                "worker.after_complete_failed",
+                f"after_complete of {settled.job_id} failed: {hook_error}",
+                level=logging.WARNING,
+                jobId=settled.job_id,
+            )
     return _count(ended.outcome)
 
 
@@ -132,8 +146,11 @@ def _run(running: attempts.Running) -> dict[str, Any]:
     timing = TimingSettings.from_config(settings.RECEIPT)
     lease_ms = job.lease_ms or timing.job_lease_ms
     cadence_ms = heartbeat_interval_ms(lease_ms, timing)
-    run = _Attempt(running, execution_timeout_ms(lease_ms, job.kind, timing) / 1000,
-                   min(cadence_ms / 1000, STOP_GRACE_S))
+    run = _Attempt(
+        running,
+        execution_timeout_ms(lease_ms, job.kind, timing) / 1000,
+        min(cadence_ms / 1000, STOP_GRACE_S),
+    )
 
     def pull(types: Sequence[str] | None) -> list[Command]:
         taken = queue.consume_commands(job.job_id, fence=fence, types=types)
@@ -147,8 +164,9 @@ def _run(running: attempts.Running) -> dict[str, Any]:
             ctx.stop("lease lost")
         return written.applied
 
-    ctx = HandlerContext(job=job, fence=fence, deadline_monotonic=run.deadline, pull=pull,
-                         report=report)
+    ctx = HandlerContext(
+        job=job, fence=fence, deadline_monotonic=run.deadline, pull=pull, report=report
+    )
     lease = keeper.Lease(running, cadence_ms)
     _WATCHER.watch(run, ctx, lease)
     result: Any = None
@@ -160,8 +178,11 @@ def _run(running: attempts.Running) -> dict[str, Any]:
         lease.release()
     settled = run.settle_once(lambda: _settle_after(run, ctx, result, error))
     if settled is None:  # the watcher settled it while the handler overran its grace
-        return {"status": run.ended_by or "settled_by_watcher", "jobId": job.job_id,
-                "attempt": fence.attempt}
+        return {
+            "status": run.ended_by or "settled_by_watcher",
+            "jobId": job.job_id,
+            "attempt": fence.attempt,
+        }
     return settled
 
 
@@ -175,11 +196,19 @@ def _call_handler(job: Any, ctx: HandlerContext) -> tuple[Any, BaseException | N
         try:
             return handler(job, ctx), None
         except BaseException as error:  # a handler exception is a retryable failure (D-7)
-            if retry == TRANSIENT_HANDLER_RETRIES or not is_transient(error) or ctx.aborted.is_set():
+            if (
+                retry == TRANSIENT_HANDLER_RETRIES
+                or not is_transient(error)
+                or ctx.aborted.is_set()
+            ):
                 return None, error
-            log_event(logger, "worker.handler_storage_retry",
-                      f"handler of {job.job_id} hit a transient database error: {error}",
-                      level=logging.WARNING, jobId=job.job_id)
+            log_event(
+                logger,
+                "worker.handler_storage_retry",
+                f"handler of {job.job_id} hit a transient database error: {error}",
+                level=logging.WARNING,
+                jobId=job.job_id,
+            )
             close_old_connections()
             connection.close()
             time.sleep(0.2 * (retry + 1))
@@ -244,41 +273,75 @@ def _settle_overrun(run: _Attempt, ctx: HandlerContext) -> None:
     try:
         outcome = run.settle_once(lambda: _settle_after(run, ctx, None, None))
         if outcome is not None:
-            log_event(logger, "worker.handler_overran",
-                      f"handler of {run.running.job.job_id} ignored its stop for "
-                      f"{run.grace_s:.0f}s; settled {outcome['status']}", level=logging.WARNING,
-                      jobId=run.running.job.job_id)
+            log_event(
+                logger,
+                "worker.handler_overran",
+                f"handler of {run.running.job.job_id} ignored its stop for "
+                f"{run.grace_s:.0f}s; settled {outcome['status']}",
+                level=logging.WARNING,
+                jobId=run.running.job.job_id,
+            )
     except Exception as error:  # the lease keeper or expiry recovers the attempt
-        log_event(logger, "worker.overrun_settle_failed",
-                  f"settling {run.running.job.job_id} without its handler failed: {error}",
-                  level=logging.WARNING, jobId=run.running.job.job_id)
+        log_event(
+            logger,
+            "worker.overrun_settle_failed",
+            f"settling {run.running.job.job_id} without its handler failed: {error}",
+            level=logging.WARNING,
+            jobId=run.running.job.job_id,
+        )
     finally:
         connection.close()
 
 
-def _settle_after(run: _Attempt, ctx: HandlerContext, result: Any,
-                  error: BaseException | None) -> dict[str, Any]:
+def _settle_after(
+    run: _Attempt, ctx: HandlerContext, result: Any, error: BaseException | None
+) -> dict[str, Any]:
     running = run.running
     ended_by = run.ended_by
     if ended_by in ("lease_lost", "terminal_state"):
         return _finish(attempts.abandon(running, ended_by, now_ms=wall_clock_ms()))
     if ended_by == "execution_timeout":
-        return _finish(attempts.settle(running, "execution_timeout", now_ms=wall_clock_ms,
-                                       error=f"execution timeout after {int(run.timeout_s * 1000)} ms"))
+        return _finish(
+            attempts.settle(
+                running,
+                "execution_timeout",
+                now_ms=wall_clock_ms,
+                error=f"execution timeout after {int(run.timeout_s * 1000)} ms",
+            )
+        )
     if ended_by == "canceled":
-        return _finish(attempts.settle(running, "canceled", now_ms=wall_clock_ms,
-                                       reason=ctx.abort_reason))
+        return _finish(
+            attempts.settle(running, "canceled", now_ms=wall_clock_ms, reason=ctx.abort_reason)
+        )
     if error is not None:
-        return _finish(attempts.settle(running, "failed", now_ms=wall_clock_ms,
-                                       error=f"{type(error).__name__}: {error}"))
+        return _finish(
+            attempts.settle(
+                running, "failed", now_ms=wall_clock_ms, error=f"{type(error).__name__}: {error}"
+            )
+        )
     if not isinstance(result, JobResult):
-        return _finish(attempts.settle(
-            running, "failed", now_ms=wall_clock_ms, no_retry=True,
-            error=f"handler for agent '{running.job.agent_id}' returned "
-                  f"{type(result).__name__}, not JobResult"))
+        return _finish(
+            attempts.settle(
+                running,
+                "failed",
+                now_ms=wall_clock_ms,
+                no_retry=True,
+                error=f"handler for agent '{running.job.agent_id}' returned "
+                f"{type(result).__name__}, not JobResult",
+            )
+        )
     if result.ok:
-        return _finish(attempts.settle(running, "completed", now_ms=wall_clock_ms,
-                                       result=result.result), result.after_complete)
-    return _finish(attempts.settle(running, "failed", now_ms=wall_clock_ms,
-                                   error=result.error or "handler failed",
-                                   no_retry=result.no_retry, result=result.result))
+        return _finish(
+            attempts.settle(running, "completed", now_ms=wall_clock_ms, result=result.result),
+            result.after_complete,
+        )
+    return _finish(
+        attempts.settle(
+            running,
+            "failed",
+            now_ms=wall_clock_ms,
+            error=result.error or "handler failed",
+            no_retry=result.no_retry,
+            result=result.result,
+        )
+    )

@@ -55,15 +55,19 @@ def mix(actions: tuple[Action, ...], rng: Random) -> dict[str, float]:
     differ in character (one barely heartbeats, another never aborts and loses half its
     deliveries). Optional actions may be switched off; the ones that move work forward
     never are."""
-    return {a.name: a.weight * rng.choice((0.3, 1.0, 3.0) if a.name in ESSENTIAL
-                                          else (0.0, 0.3, 1.0, 3.0))
-            for a in actions}
+    return {
+        a.name: a.weight
+        * rng.choice((0.3, 1.0, 3.0) if a.name in ESSENTIAL else (0.0, 0.3, 1.0, 3.0))
+        for a in actions
+    }
 
 
-def choose(world: World, actions: tuple[Action, ...], weights: dict[str, float], *,
-           faults: bool) -> Action:
-    candidates = [a for a in actions
-                  if (faults or not a.fault) and weights[a.name] > 0 and a.enabled(world)]
+def choose(
+    world: World, actions: tuple[Action, ...], weights: dict[str, float], *, faults: bool
+) -> Action:
+    candidates = [
+        a for a in actions if (faults or not a.fault) and weights[a.name] > 0 and a.enabled(world)
+    ]
     return world.rng.choices(candidates, weights=[weights[a.name] for a in candidates])[0]
 
 
@@ -84,8 +88,10 @@ def _enqueue(world: World, *, dispatched: bool) -> Result:
     group = routed_group(agent_id, kind)
     mode = options.get("singleton_mode", "allow")
     if not result.created:
-        return ("steered" if result.steered else "existing",
-                f"j{index} {agent_id}/{group} {mode} -> {'steered' if result.steered else 'existing'}")
+        return (
+            "steered" if result.steered else "existing",
+            f"j{index} {agent_id}/{group} {mode} -> {'steered' if result.steered else 'existing'}",
+        )
     world.active.append(index)
     if not dispatched:  # D-2: committed, then the process died before the dispatch pass
         return "created_undispatched", f"j{index} {agent_id}/{group} {mode} -> created, no dispatch"
@@ -114,8 +120,14 @@ def _pick_active(world: World) -> tuple[int, str]:
 def abort(world: World) -> Result:
     index, job_id = _pick_active(world)
     try:
-        done = queue.command(job_id, "abort", None, by="simulate", reason="simulated abort",
-                             now_ms=world.clock.now_ms)
+        done = queue.command(
+            job_id,
+            "abort",
+            None,
+            by="simulate",
+            reason="simulated abort",
+            now_ms=world.clock.now_ms,
+        )
     except JobsError as error:
         return f"refused_{error.code}", f"j{index} -> refused ({error.code})"
     outcome = "canceled" if done.canceled else "abort_requested"
@@ -126,8 +138,9 @@ def steer(world: World) -> Result:
     index, job_id = _pick_active(world)
     command = world.rng.choice(("steer", "follow_up"))
     try:
-        queue.command(job_id, command, {"step": world.step}, by="simulate",
-                      now_ms=world.clock.now_ms)
+        queue.command(
+            job_id, command, {"step": world.step}, by="simulate", now_ms=world.clock.now_ms
+        )
     except JobsError as error:
         return f"refused_{error.code}", f"j{index} {command} -> refused ({error.code})"
     return command, f"j{index} {command}"
@@ -181,8 +194,10 @@ def duplicate_delivery(world: World) -> Result:
     cluster, index = _pick_task(world, driver_only=None, up=False)
     task = world.broker.queues[cluster][index]
     world.broker.duplicate(task)
-    return ("duplicated_driver" if task.is_driver else "duplicated_execute",
-            f"{task.label(world)} duplicated")
+    return (
+        "duplicated_driver" if task.is_driver else "duplicated_execute",
+        f"{task.label(world)} duplicated",
+    )
 
 
 def _driver_tasks(world: World) -> bool:
@@ -319,8 +334,18 @@ def sweep(world: World) -> Result:
     return report_pass(recovery.sweep_promises(now_ms=world.clock.now_ms))
 
 
-ESSENTIAL = frozenset({"enqueue", "deliver_driver", "deliver_execute", "heartbeat", "handler_ok",
-                       "advance_clock", "redrive", "expire"})
+ESSENTIAL = frozenset(
+    {
+        "enqueue",
+        "deliver_driver",
+        "deliver_execute",
+        "heartbeat",
+        "handler_ok",
+        "advance_clock",
+        "redrive",
+        "expire",
+    }
+)
 ACTIONS: tuple[Action, ...] = (
     Action("enqueue", 6, enqueue, _room),
     Action("abort", 1, abort, _has_active),

@@ -101,8 +101,10 @@ class Checker:
             if violation is not None:
                 return violation
         if self.world.clock.wall_reads:
-            return Violation("virtual_time", f"the runtime read the wall clock "
-                                             f"{self.world.clock.wall_reads} time(s)")
+            return Violation(
+                "virtual_time",
+                f"the runtime read the wall clock {self.world.clock.wall_reads} time(s)",
+            )
         states = self._active_states()
         self.world.active = [i for i in self.world.active if not states[i].is_terminal]
         return self._check_fences(states) or self._check_recoverable(states)
@@ -110,8 +112,7 @@ class Checker:
     def _touched(self) -> list[str]:
         streams: set[str] = set()
         while True:
-            page = store.read_global(after_seq=self.after_seq, prefix=JOB_STREAM_PREFIX,
-                                     limit=PAGE)
+            page = store.read_global(after_seq=self.after_seq, prefix=JOB_STREAM_PREFIX, limit=PAGE)
             streams.update(r.stream for r in page)
             if page:
                 self.after_seq = page[-1].seq or self.after_seq
@@ -129,31 +130,51 @@ class Checker:
             return Violation("chain", f"{label}: {verification.describe()}", label)
         info = store.stream_info(stream)
         if info is None or info.head != verification.head or info.count != len(receipts):
-            return Violation("chain", f"{label}: stream row {info} does not match its "
-                                      f"{len(receipts)} receipts", label)
+            return Violation(
+                "chain",
+                f"{label}: stream row {info} does not match its {len(receipts)} receipts",
+                label,
+            )
         for before, receipt in pairwise(receipts):
             if receipt.ts < before.ts:
-                return Violation("virtual_time", f"{label}: receipt {receipt.stream_seq} "
-                                                 f"({receipt.type}) at {receipt.ts} is before "
-                                                 f"{before.ts}", label)
+                return Violation(
+                    "virtual_time",
+                    f"{label}: receipt {receipt.stream_seq} "
+                    f"({receipt.type}) at {receipt.ts} is before "
+                    f"{before.ts}",
+                    label,
+                )
         state, again, after = settlements(receipts)
         if again:
-            return Violation("settles_once", f"{label}: settled by {state and state.settled_by}, "
-                                             f"then {', '.join(again)}", label)
+            return Violation(
+                "settles_once",
+                f"{label}: settled by {state and state.settled_by}, then {', '.join(again)}",
+                label,
+            )
         if after:
-            return Violation("settled_is_final", f"{label}: settled by "
-                                                 f"{state and state.settled_by}, then "
-                                                 f"{', '.join(after)}", label)
+            return Violation(
+                "settled_is_final",
+                f"{label}: settled by {state and state.settled_by}, then {', '.join(after)}",
+                label,
+            )
         row = Job.objects.filter(pk=job_id).values().first()
         expected = row_for(state) if state is not None else None
         if row != expected:
-            fields = sorted(k for k in (expected or row or {})
-                            if (row or {}).get(k) != (expected or {}).get(k))
-            return Violation("read_model", f"{label}: the job row differs from the fold of its "
-                                           f"receipts in {', '.join(fields)}", label)
+            fields = sorted(
+                k for k in (expected or row or {}) if (row or {}).get(k) != (expected or {}).get(k)
+            )
+            return Violation(
+                "read_model",
+                f"{label}: the job row differs from the fold of its "
+                f"receipts in {', '.join(fields)}",
+                label,
+            )
         if state is not None and not 0 <= state.attempt <= state.max_attempts:
-            return Violation("attempts_bounded", f"{label}: attempt {state.attempt} of "
-                                                 f"{state.max_attempts}", label)
+            return Violation(
+                "attempts_bounded",
+                f"{label}: attempt {state.attempt} of {state.max_attempts}",
+                label,
+            )
         return None
 
     def _active_states(self) -> dict[int, JobState]:
@@ -163,13 +184,19 @@ class Checker:
 
     def _check_fences(self, states: dict[int, JobState]) -> Violation | None:
         for index, job in states.items():
-            live = [a for a in self.world.attempts()
-                    if a.job_index == index and a.fence.check(job) is FenceOutcome.OK]
+            live = [
+                a
+                for a in self.world.attempts()
+                if a.job_index == index and a.fence.check(job) is FenceOutcome.OK
+            ]
             if len(live) > 1:
-                return Violation("one_live_fence", f"j{index}: {len(live)} running attempts hold "
-                                                   f"the live fence: "
-                                                   f"{', '.join(a.label() for a in live)}",
-                                 f"j{index}")
+                return Violation(
+                    "one_live_fence",
+                    f"j{index}: {len(live)} running attempts hold "
+                    f"the live fence: "
+                    f"{', '.join(a.label() for a in live)}",
+                    f"j{index}",
+                )
         return None
 
     def _check_recoverable(self, states: dict[int, JobState]) -> Violation | None:
@@ -178,36 +205,58 @@ class Checker:
         pending = promises.jobs_with_pending([j.job_id for j in queued.values()], now_ms=now)
         waiting = {i: j for i, j in queued.items() if j.job_id not in pending}
         keys = {i: _start_keys(j) for i, j in waiting.items()}
-        taken = set(DeliveryPromise.objects.filter(
-            pk__in=[k for ks in keys.values() for k in ks]).values_list("pk", flat=True))
+        taken = set(
+            DeliveryPromise.objects.filter(
+                pk__in=[k for ks in keys.values() for k in ks]
+            ).values_list("pk", flat=True)
+        )
         claimable = self._claimable({j.job_id: j for j in waiting.values()})
         timing = TimingSettings.from_config(settings.RECEIPT)
         for index, job in states.items():
-            if (index in waiting and all(k in taken for k in keys[index])
-                    and job.job_id not in claimable):
-                return Violation("recoverable", f"j{index}: queued with no pending delivery, and "
-                                                f"every delivery generation of its redrive key "
-                                                f"is used: nothing can start it again",
-                                 f"j{index}")
+            if (
+                index in waiting
+                and all(k in taken for k in keys[index])
+                and job.job_id not in claimable
+            ):
+                return Violation(
+                    "recoverable",
+                    f"j{index}: queued with no pending delivery, and "
+                    f"every delivery generation of its redrive key "
+                    f"is used: nothing can start it again",
+                    f"j{index}",
+                )
             if job.holds_lease:
                 lease_ms = job.lease_ms or timing.job_lease_ms
                 if job.lease_until is None or job.lease_until > now + lease_ms:
-                    return Violation("recoverable", f"j{index}: {job.status} with lease until "
-                                                    f"{job.lease_until}, now {now}, lease "
-                                                    f"{lease_ms} ms", f"j{index}")
+                    return Violation(
+                        "recoverable",
+                        f"j{index}: {job.status} with lease until "
+                        f"{job.lease_until}, now {now}, lease "
+                        f"{lease_ms} ms",
+                        f"j{index}",
+                    )
         return None
 
     def _claimable(self, jobs: dict[str, JobState]) -> set[str]:
         """Jobs with an execute task in the broker that a worker would still claim and
         lease: its promise row is pending and unclaimed (a promise past its timeout that
         the sweep has not marked yet still is) and it is for the next attempt."""
-        held = [t.promise_id for tasks in self.world.broker.queues.values() for t in tasks
-                if not t.is_driver and self.world.job_ids[t.job] in jobs]
+        held = [
+            t.promise_id
+            for tasks in self.world.broker.queues.values()
+            for t in tasks
+            if not t.is_driver and self.world.job_ids[t.job] in jobs
+        ]
         rows = DeliveryPromise.objects.filter(
             Q(state="pending") | Q(state="timedout", settled_at__isnull=True),
-            pk__in=held, worker_id__isnull=True)
-        return {job_id for job_id, attempt in rows.values_list("job_id", "attempt")
-                if attempt == jobs[job_id].attempt + 1}
+            pk__in=held,
+            worker_id__isnull=True,
+        )
+        return {
+            job_id
+            for job_id, attempt in rows.values_list("job_id", "attempt")
+            if attempt == jobs[job_id].attempt + 1
+        }
 
     # ---- at the end -----------------------------------------------------------------------
 
@@ -219,26 +268,37 @@ class Checker:
             # settling receipt appended after it.
             state, again, _ = settlements(store.read(job_stream(job_id)))
             if state is None or not state.is_terminal:
-                stuck.append(f"j{index} {state.status if state else 'missing'}"
-                             f"{_why(state, self.world.clock.now_ms)}")
+                stuck.append(
+                    f"j{index} {state.status if state else 'missing'}"
+                    f"{_why(state, self.world.clock.now_ms)}"
+                )
             elif again:
-                return Violation("liveness", f"j{index}: settled by {state.settled_by}, then "
-                                             f"{', '.join(again)}", f"j{index}")
+                return Violation(
+                    "liveness",
+                    f"j{index}: settled by {state.settled_by}, then {', '.join(again)}",
+                    f"j{index}",
+                )
         if stuck:
-            return Violation("liveness", f"{len(stuck)} job(s) never settled: "
-                                         f"{'; '.join(stuck[:10])}", stuck[0].split()[0])
+            return Violation(
+                "liveness",
+                f"{len(stuck)} job(s) never settled: {'; '.join(stuck[:10])}",
+                stuck[0].split()[0],
+            )
         return None
 
 
 def _start_keys(job: JobState) -> list[str]:
     """The promise ids `start_driver` would try for the redrive of `job` (D-3, L-1)."""
-    return [redrive_key(job)] + [f"{job.job_id}:recovery:{g}"
-                                 for g in range(1, MAX_GENERATIONS + 1)]
+    return [redrive_key(job)] + [
+        f"{job.job_id}:recovery:{g}" for g in range(1, MAX_GENERATIONS + 1)
+    ]
 
 
 def _why(state: JobState | None, now: int) -> str:
     if state is None:
         return ""
     pending = promises.pending_for_job(state.job_id, now_ms=now)
-    return (f" (attempt {state.attempt}/{state.max_attempts}, lease until {state.lease_until}, "
-            f"{len(pending)} pending deliveries)")
+    return (
+        f" (attempt {state.attempt}/{state.max_attempts}, lease until {state.lease_until}, "
+        f"{len(pending)} pending deliveries)"
+    )

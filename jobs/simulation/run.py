@@ -71,8 +71,13 @@ SIM_SETTINGS = {
     "callback_token": None,
 }
 # Every module of the delivery path that reads the wall clock when not given now_ms.
-WALL_CLOCK_READERS = ("jobs.queue", "jobs.runtime.dispatch", "jobs.runtime.driver",
-                      "jobs.runtime.worker", "receipts.store")
+WALL_CLOCK_READERS = (
+    "jobs.queue",
+    "jobs.runtime.dispatch",
+    "jobs.runtime.driver",
+    "jobs.runtime.worker",
+    "receipts.store",
+)
 
 
 class SimulationRefused(JobsError):
@@ -105,24 +110,35 @@ class Report:
 
     @property
     def replay(self) -> str:
-        return (f"python manage.py simulate --seed {self.seed} --steps {self.steps} "
-                f"--jobs {self.jobs}")
+        return (
+            f"python manage.py simulate --seed {self.seed} --steps {self.steps} --jobs {self.jobs}"
+        )
 
     def to_wire(self, *, trace: bool = False) -> dict[str, Any]:
         wire: dict[str, Any] = {
-            "ok": self.ok, "seed": self.seed, "steps": self.steps, "jobs": self.jobs,
-            "stepsRun": self.steps_run, "jobsCreated": self.jobs_created,
-            "livenessRounds": self.liveness_rounds, "livenessSteps": self.liveness_steps,
-            "virtualMs": self.virtual_ms, "elapsedS": round(self.elapsed_s, 3),
+            "ok": self.ok,
+            "seed": self.seed,
+            "steps": self.steps,
+            "jobs": self.jobs,
+            "stepsRun": self.steps_run,
+            "jobsCreated": self.jobs_created,
+            "livenessRounds": self.liveness_rounds,
+            "livenessSteps": self.liveness_steps,
+            "virtualMs": self.virtual_ms,
+            "elapsedS": round(self.elapsed_s, 3),
             "actions": dict(sorted(self.actions.items())),
             "outcomes": dict(sorted(self.outcomes.items())),
             "settled": dict(sorted(self.settled.items())),
             "mix": dict(sorted(self.mix.items())),
-            "violation": None, "replay": self.replay,
+            "violation": None,
+            "replay": self.replay,
         }
         if self.violation is not None:
-            wire["violation"] = {**self.violation.to_wire(), "step": self.violation_step,
-                                 "action": self.violation_action}
+            wire["violation"] = {
+                **self.violation.to_wire(),
+                "step": self.violation_step,
+                "action": self.violation_action,
+            }
         if trace:
             wire["trace"] = list(self.trace)
         return wire
@@ -162,8 +178,11 @@ def sandbox(world: World) -> Iterator[None]:
         stack.enter_context(_patched(counters, "flush", lambda **_: 0))
         stack.enter_context(_patched(receipts.clock, "now_ms", world.clock.read_by_runtime))
         for name in WALL_CLOCK_READERS:
-            stack.enter_context(_patched(importlib.import_module(name), "wall_clock_ms",
-                                         world.clock.read_by_runtime))
+            stack.enter_context(
+                _patched(
+                    importlib.import_module(name), "wall_clock_ms", world.clock.read_by_runtime
+                )
+            )
         stack.enter_context(_emptied(queue.on_commit_listeners))
         stack.enter_context(_emptied(queue.mutation_listeners))
         stack.enter_context(_quiet_logs())
@@ -197,7 +216,8 @@ def simulate(seed: int, steps: int, jobs: int = DEFAULT_JOBS, *, keep: bool = Fa
             if foreign:
                 raise SimulationRefused(
                     f"the database has {foreign} active job(s); the simulation's recovery "
-                    f"passes would drive them too: run it on a scratch or idle database")
+                    f"passes would drive them too: run it on a scratch or idle database"
+                )
             _run(world, Checker(world), report)
         finally:
             if not keep:
@@ -207,8 +227,15 @@ def simulate(seed: int, steps: int, jobs: int = DEFAULT_JOBS, *, keep: bool = Fa
     return report
 
 
-def _step(world: World, checker: Checker, report: Report, name: str,
-          run: Callable[[World], actions.Result], *, liveness: bool = False) -> bool:
+def _step(
+    world: World,
+    checker: Checker,
+    report: Report,
+    name: str,
+    run: Callable[[World], actions.Result],
+    *,
+    liveness: bool = False,
+) -> bool:
     """Run one action in a savepoint, record it, check the invariants; False on a violation."""
     try:
         with transaction.atomic():
@@ -254,10 +281,17 @@ def _run(world: World, checker: Checker, report: Report) -> None:
 def _quiet_ms() -> int:
     """Past every promise timeout, lease, redrive min age and cooldown."""
     config = settings.RECEIPT
-    longest_lease = max(config.job_lease_ms, config.codex_job_lease_ms,
-                        config.factory_control_job_lease_ms)
-    return max(driver_timeout_ms(longest_lease), longest_lease,
-               config.queued_redrive_min_age_ms + config.queued_redrive_cooldown_ms) + 1
+    longest_lease = max(
+        config.job_lease_ms, config.codex_job_lease_ms, config.factory_control_job_lease_ms
+    )
+    return (
+        max(
+            driver_timeout_ms(longest_lease),
+            longest_lease,
+            config.queued_redrive_min_age_ms + config.queued_redrive_cooldown_ms,
+        )
+        + 1
+    )
 
 
 def _returns_ok(attempt: Attempt) -> Callable[[World], actions.Result]:
@@ -291,13 +325,15 @@ def _liveness(world: World, checker: Checker, report: Report) -> None:
     world.down.clear()  # outages end
     for round_ in range(1, LIVENESS_ROUNDS + 1):
         report.liveness_rounds = round_
-        if not (all(run("handler_ok", _returns_ok(a)) for a in world.attempts())
-                and _drain(world, run)
-                and run("advance_clock", _quiet_period)
-                and run("expire", _recovery_pass(recovery.expire_leases))
-                and run("redrive", _recovery_pass(recovery.redrive_queued))
-                and run("sweep", _recovery_pass(recovery.sweep_promises))
-                and _drain(world, run)):
+        if not (
+            all(run("handler_ok", _returns_ok(a)) for a in world.attempts())
+            and _drain(world, run)
+            and run("advance_clock", _quiet_period)
+            and run("expire", _recovery_pass(recovery.expire_leases))
+            and run("redrive", _recovery_pass(recovery.redrive_queued))
+            and run("sweep", _recovery_pass(recovery.sweep_promises))
+            and _drain(world, run)
+        ):
             return
         if not world.active and not world.attempts() and not world.broker.pending():
             break

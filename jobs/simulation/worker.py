@@ -115,16 +115,24 @@ def start(world: World, process: Process, promise_id: str) -> Step:
     if (job_id, number) in process.running:  # the same attempt already runs in this process
         return Step("stale_attempt", note="running in this process")
     now = world.clock.now_ms
-    begun = attempts.begin(promise_id, job_id=job_id, attempt=number,
-                           worker_id=process.worker_id(dispatch_key, job_id), now_ms=now)
+    begun = attempts.begin(
+        promise_id,
+        job_id=job_id,
+        attempt=number,
+        worker_id=process.worker_id(dispatch_key, job_id),
+        now_ms=now,
+    )
     if isinstance(begun, attempts.Ended):
         return _ended(world, begun)
     job = begun.job
     timing = _timing()
-    attempt = Attempt(process=process, running=begun, job_index=world.index_of(job_id),
-                      started_ms=now,
-                      timeout_ms=execution_timeout_ms(job.lease_ms or timing.job_lease_ms,
-                                                      job.kind, timing))
+    attempt = Attempt(
+        process=process,
+        running=begun,
+        job_index=world.index_of(job_id),
+        started_ms=now,
+        timeout_ms=execution_timeout_ms(job.lease_ms or timing.job_lease_ms, job.kind, timing),
+    )
     process.running[attempt.key] = attempt
     return Step("running", attempt)
 
@@ -140,8 +148,12 @@ def beat(world: World, attempt: Attempt) -> Step:
     now = world.clock.now_ms
     if now >= attempt.deadline_ms:
         stop(attempt, "execution timeout")
-        return settle(world, attempt, "execution_timeout",
-                      error=f"execution timeout after {attempt.timeout_ms} ms")
+        return settle(
+            world,
+            attempt,
+            "execution_timeout",
+            error=f"execution timeout after {attempt.timeout_ms} ms",
+        )
     order = attempts.beat(attempt.job.job_id, attempt.fence, now_ms=now)
     if order.stop is None:
         return Step("beat", attempt)
@@ -149,8 +161,9 @@ def beat(world: World, attempt: Attempt) -> Step:
     if order.ended_by == "canceled":
         return settle(world, attempt, "canceled", reason=attempt.stopped)
     _end(attempt)
-    return _ended(world, attempts.abandon(attempt.running, order.ended_by or "lease_lost",
-                                          now_ms=now))
+    return _ended(
+        world, attempts.abandon(attempt.running, order.ended_by or "lease_lost", now_ms=now)
+    )
 
 
 def report(world: World, attempt: Attempt, *, pull_first: bool) -> Step:
@@ -158,7 +171,7 @@ def report(world: World, attempt: Attempt, *, pull_first: bool) -> Step:
     now = world.clock.now_ms
     job, fence = attempt.job, attempt.fence
     notes = []
-    for call in (("pull", "progress") if pull_first else ("progress", "pull")):
+    for call in ("pull", "progress") if pull_first else ("progress", "pull"):
         if call == "progress":
             written = queue.progress(job.job_id, {"step": world.step}, fence=fence, now_ms=now)
             if not written.applied:
@@ -172,24 +185,59 @@ def report(world: World, attempt: Attempt, *, pull_first: bool) -> Step:
     return Step("progress", attempt, note=", ".join(notes))
 
 
-def finish(world: World, attempt: Attempt, how: str, *, no_retry: bool = False,
-           transient: int = 0, crash_after: bool = False) -> Step:
+def finish(
+    world: World,
+    attempt: Attempt,
+    how: str,
+    *,
+    no_retry: bool = False,
+    transient: int = 0,
+    crash_after: bool = False,
+) -> Step:
     """The handler returns (`ok`, `fail`) or raises (`raise`); the worker settles."""
     if how == "ok":
-        return settle(world, attempt, "completed", result={"simulated": True},
-                      transient=transient, crash_after=crash_after)
+        return settle(
+            world,
+            attempt,
+            "completed",
+            result={"simulated": True},
+            transient=transient,
+            crash_after=crash_after,
+        )
     if how == "fail":
-        return settle(world, attempt, "failed", error=HANDLER_ERROR, no_retry=no_retry,
-                      transient=transient, crash_after=crash_after)
+        return settle(
+            world,
+            attempt,
+            "failed",
+            error=HANDLER_ERROR,
+            no_retry=no_retry,
+            transient=transient,
+            crash_after=crash_after,
+        )
     if how == "raise":
-        return settle(world, attempt, "failed", error=HANDLER_EXCEPTION,
-                      transient=transient, crash_after=crash_after)
+        return settle(
+            world,
+            attempt,
+            "failed",
+            error=HANDLER_EXCEPTION,
+            transient=transient,
+            crash_after=crash_after,
+        )
     raise ValueError(f"unknown handler ending {how!r}")
 
 
-def settle(world: World, attempt: Attempt, status: str, *, error: str | None = None,
-           no_retry: bool = False, result: Any = None, reason: str | None = None,
-           transient: int = 0, crash_after: bool = False) -> Step:
+def settle(
+    world: World,
+    attempt: Attempt,
+    status: str,
+    *,
+    error: str | None = None,
+    no_retry: bool = False,
+    result: Any = None,
+    reason: str | None = None,
+    transient: int = 0,
+    crash_after: bool = False,
+) -> Step:
     """`attempt.settle`: the settlement and the promise in one transaction, under the
     storage retry (D-5, D-6).
 
@@ -206,9 +254,17 @@ def settle(world: World, attempt: Attempt, status: str, *, error: str | None = N
             raise OperationalError("database is locked")
 
     try:
-        ended = attempts.settle(attempt.running, status, now_ms=lambda: world.clock.now_ms,
-                                error=error, no_retry=no_retry, result=result, reason=reason,
-                                sleep=_no_sleep, inject=inject)
+        ended = attempts.settle(
+            attempt.running,
+            status,
+            now_ms=lambda: world.clock.now_ms,
+            error=error,
+            no_retry=no_retry,
+            result=result,
+            reason=reason,
+            sleep=_no_sleep,
+            inject=inject,
+        )
     except DatabaseError as exc:  # out of execute(): logged by tasks._guarded, promise pending
         _end(attempt)
         return Step("error", note=f"{type(exc).__name__}: {exc}")

@@ -83,8 +83,14 @@ class Broker:
     def duplicate(self, task: Task) -> Task:
         """django-q2 delivering a task twice (ORM broker retry, a redelivered Redis pop)."""
         self.sent += 1
-        copy = Task(task.cluster, task.func, task.promise_id, task.job,
-                    (self.world.step, task.job, self.sent), duplicate=True)
+        copy = Task(
+            task.cluster,
+            task.func,
+            task.promise_id,
+            task.job,
+            (self.world.step, task.job, self.sent),
+            duplicate=True,
+        )
         self._put(copy)
         return copy
 
@@ -94,9 +100,13 @@ class Broker:
     def nonempty(self, *, driver: bool | None = None, up: bool = False) -> list[str]:
         """Clusters holding tasks (driver only, workers only, or all); with `up`, only
         clusters that have a live process to take them."""
-        return [c for c, q in self.queues.items()
-                if q and (driver is None or (c == DRIVER_CLUSTER) == driver)
-                and (not up or self.world.is_up(c))]
+        return [
+            c
+            for c, q in self.queues.items()
+            if q
+            and (driver is None or (c == DRIVER_CLUSTER) == driver)
+            and (not up or self.world.is_up(c))
+        ]
 
     def pending(self) -> int:
         return sum(len(q) for q in self.queues.values())

@@ -6,10 +6,19 @@ from objectives.api import views
 
 urlpatterns = [
     path("objectives", views.ObjectiveListView.as_view(), name="objective-list"),
-    path("objectives/<str:objective_id>", views.ObjectiveDetailView.as_view(),
-         name="objective-detail"),
-    path("objectives/<str:objective_id>/receipts", views.ObjectiveReceiptsView.as_view(),
-         name="objective-receipts"),
-    path("objectives/<str:objective_id>/live-status", views.ObjectiveLiveStatusView.as_view(),
-         name="objective-live-status"),
+    path(
+        "objectives/<str:objective_id>",
+        views.ObjectiveDetailView.as_view(),
+        name="objective-detail",
+    ),
+    path(
+        "objectives/<str:objective_id>/receipts",
+        views.ObjectiveReceiptsView.as_view(),
+        name="objective-receipts",
+    ),
+    path(
+        "objectives/<str:objective_id>/live-status",
+        views.ObjectiveLiveStatusView.as_view(),
+        name="objective-live-status",
+    ),
 ]

@@ -28,8 +28,9 @@ from receipts import store
 
 DEFAULT_RECEIPTS, MAX_RECEIPTS = 40, 1000
 LIST_LIMIT, MAX_LIST_LIMIT = 100, 500
-OBJECTIVE_ID = OpenApiParameter("objective_id", OpenApiTypes.STR, OpenApiParameter.PATH,
-                                description="the objective id")
+OBJECTIVE_ID = OpenApiParameter(
+    "objective_id", OpenApiTypes.STR, OpenApiParameter.PATH, description="the objective id"
+)
 
 
 class _Error(exceptions.APIException):
@@ -39,12 +40,16 @@ class _Error(exceptions.APIException):
 
 
 def _errors(*statuses: int) -> dict[int, OpenApiResponse]:
-    text = {400: "Bad query parameter (invalid_limit, repeated_parameter).",
-            401: "No or bad credentials (not_authenticated, invalid_token).",
-            403: "Missing the objectives:read scope (missing_scope).",
-            404: "No such objective, or one of another organization (objective_not_found)."}
-    return {code: OpenApiResponse(ErrorSerializer, description=text[code])
-            for code in sorted({401, 403, *statuses})}
+    text = {
+        400: "Bad query parameter (invalid_limit, repeated_parameter).",
+        401: "No or bad credentials (not_authenticated, invalid_token).",
+        403: "Missing the objectives:read scope (missing_scope).",
+        404: "No such objective, or one of another organization (objective_not_found).",
+    }
+    return {
+        code: OpenApiResponse(ErrorSerializer, description=text[code])
+        for code in sorted({401, 403, *statuses})
+    }
 
 
 class _View(APIView):
@@ -68,15 +73,17 @@ class _View(APIView):
 
 def _limit(request: Request, default: int, ceiling: int) -> int:
     # the same rule as every list of the jobs API (jobs.api.parameters)
-    return parameters.parse_limit(request.query_params.get("limit"), default=default,
-                                  maximum=ceiling)
+    return parameters.parse_limit(
+        request.query_params.get("limit"), default=default, maximum=ceiling
+    )
 
 
 class ObjectiveListSerializer(serializers.Serializer):
     objectives = serializers.ListField(child=serializers.DictField())
-    board = serializers.ListField(child=serializers.DictField(),
-                                  help_text="sections: Needs Attention, Active, Queued, "
-                                            "Completed, Archived")
+    board = serializers.ListField(
+        child=serializers.DictField(),
+        help_text="sections: Needs Attention, Active, Queued, Completed, Archived",
+    )
 
 
 class ObjectiveDetailSerializer(serializers.Serializer):
@@ -96,38 +103,55 @@ class LiveStatusSerializer(serializers.Serializer):
 class ObjectiveListView(_View):
     query_parameters = ("limit",)
 
-    @extend_schema(operation_id="list_objectives", tags=["objectives"],
-                   summary="Objectives and the board",
-                   description="The caller's objectives, newest change first, and the same "
-                               "objectives grouped into the board's sections (Needs Attention, "
-                               "Active, Queued, Completed, Archived).",
-                   parameters=[OpenApiParameter(
-                       "limit", OpenApiTypes.INT, OpenApiParameter.QUERY,
-                       description="objectives per section, "
-                                   + parameters.limit_text(LIST_LIMIT, MAX_LIST_LIMIT))],
-                   responses={200: OpenApiResponse(ObjectiveListSerializer,
-                                                   description="the objectives and the board"),
-                              **_errors(400)})
+    @extend_schema(
+        operation_id="list_objectives",
+        tags=["objectives"],
+        summary="Objectives and the board",
+        description="The caller's objectives, newest change first, and the same "
+        "objectives grouped into the board's sections (Needs Attention, "
+        "Active, Queued, Completed, Archived).",
+        parameters=[
+            OpenApiParameter(
+                "limit",
+                OpenApiTypes.INT,
+                OpenApiParameter.QUERY,
+                description="objectives per section, "
+                + parameters.limit_text(LIST_LIMIT, MAX_LIST_LIMIT),
+            )
+        ],
+        responses={
+            200: OpenApiResponse(
+                ObjectiveListSerializer, description="the objectives and the board"
+            ),
+            **_errors(400),
+        },
+    )
     def get(self, request: Request) -> Response:
         org = principal_of(request).organization_id
-        sections = selectors.board(organization_id=org,
-                                   limit=_limit(request, LIST_LIMIT, MAX_LIST_LIMIT))
+        sections = selectors.board(
+            organization_id=org, limit=_limit(request, LIST_LIMIT, MAX_LIST_LIMIT)
+        )
         board = presenters.board_json(sections)
         flat: list[dict[str, Any]] = sorted(
             (item for section in board for item in section["objectives"]),
-            key=lambda item: (-item["updatedAt"], item["id"]))
+            key=lambda item: (-item["updatedAt"], item["id"]),
+        )
         return Response({"objectives": flat, "board": board})
 
 
 class ObjectiveDetailView(_View):
-    @extend_schema(operation_id="get_objective", tags=["objectives"],
-                   summary="One objective with its tasks and jobs",
-                   description="The objective's state (status, phase, mode, title ...), its "
-                               "tasks and the jobs it started.",
-                   parameters=[OBJECTIVE_ID],
-                   responses={200: OpenApiResponse(ObjectiveDetailSerializer,
-                                                   description="the objective"),
-                              **_errors(404)})
+    @extend_schema(
+        operation_id="get_objective",
+        tags=["objectives"],
+        summary="One objective with its tasks and jobs",
+        description="The objective's state (status, phase, mode, title ...), its "
+        "tasks and the jobs it started.",
+        parameters=[OBJECTIVE_ID],
+        responses={
+            200: OpenApiResponse(ObjectiveDetailSerializer, description="the objective"),
+            **_errors(404),
+        },
+    )
     def get(self, request: Request, objective_id: str) -> Response:
         state = self.objective(request, objective_id)
         jobs = selectors.objective_jobs(state.objective_id)
@@ -137,17 +161,25 @@ class ObjectiveDetailView(_View):
 class ObjectiveReceiptsView(_View):
     query_parameters = ("limit",)
 
-    @extend_schema(operation_id="list_objective_receipts", tags=["objectives"],
-                   summary="The objective's latest receipts, oldest first",
-                   description="The last `limit` receipts of the objective's stream, in "
-                               "stream order.",
-                   parameters=[OBJECTIVE_ID,
-                               OpenApiParameter("limit", OpenApiTypes.INT, OpenApiParameter.QUERY,
-                                                description=parameters.limit_text(
-                                                    DEFAULT_RECEIPTS, MAX_RECEIPTS))],
-                   responses={200: OpenApiResponse(ObjectiveReceiptsSerializer,
-                                                   description="the latest receipts"),
-                              **_errors(400, 404)})
+    @extend_schema(
+        operation_id="list_objective_receipts",
+        tags=["objectives"],
+        summary="The objective's latest receipts, oldest first",
+        description="The last `limit` receipts of the objective's stream, in stream order.",
+        parameters=[
+            OBJECTIVE_ID,
+            OpenApiParameter(
+                "limit",
+                OpenApiTypes.INT,
+                OpenApiParameter.QUERY,
+                description=parameters.limit_text(DEFAULT_RECEIPTS, MAX_RECEIPTS),
+            ),
+        ],
+        responses={
+            200: OpenApiResponse(ObjectiveReceiptsSerializer, description="the latest receipts"),
+            **_errors(400, 404),
+        },
+    )
     def get(self, request: Request, objective_id: str) -> Response:
         limit = _limit(request, DEFAULT_RECEIPTS, MAX_RECEIPTS)
         state = self.objective(request, objective_id)
@@ -157,14 +189,18 @@ class ObjectiveReceiptsView(_View):
 
 
 class ObjectiveLiveStatusView(_View):
-    @extend_schema(operation_id="get_objective_live_status", tags=["objectives"],
-                   summary="What the objective is doing now",
-                   description="The objective's progress: status, phase, a summary, the "
-                               "active job and task, and the tails of its output.",
-                   parameters=[OBJECTIVE_ID],
-                   responses={200: OpenApiResponse(LiveStatusSerializer,
-                                                   description="the objective's progress"),
-                              **_errors(404)})
+    @extend_schema(
+        operation_id="get_objective_live_status",
+        tags=["objectives"],
+        summary="What the objective is doing now",
+        description="The objective's progress: status, phase, a summary, the "
+        "active job and task, and the tails of its output.",
+        parameters=[OBJECTIVE_ID],
+        responses={
+            200: OpenApiResponse(LiveStatusSerializer, description="the objective's progress"),
+            **_errors(404),
+        },
+    )
     def get(self, request: Request, objective_id: str) -> Response:
         state = self.objective(request, objective_id)
         return Response({"objectiveProgress": presenters.live_status(state)})

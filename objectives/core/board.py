@@ -31,8 +31,18 @@ SECTIONS: Final[tuple[tuple[str, str], ...]] = (
 )
 SECTION_KEYS: Final = tuple(key for key, _ in SECTIONS)
 # shown task statuses in the order of a task's life (O-3 plus `queued` and `stopped`)
-SHOWN_ORDER: Final = ("pending", "ready", "queued", "running", "reviewing", "approved",
-                      "integrated", "blocked", "superseded", "stopped")
+SHOWN_ORDER: Final = (
+    "pending",
+    "ready",
+    "queued",
+    "running",
+    "reviewing",
+    "approved",
+    "integrated",
+    "blocked",
+    "superseded",
+    "stopped",
+)
 
 
 def section_for(state: ObjectiveState) -> str:
@@ -56,8 +66,9 @@ def task_shown(task: Task, state: ObjectiveState, job_status: str | None = None)
     return task.status
 
 
-def task_counts(state: ObjectiveState,
-                job_statuses: Mapping[str, str] | None = None) -> dict[str, int]:
+def task_counts(
+    state: ObjectiveState, job_statuses: Mapping[str, str] | None = None
+) -> dict[str, int]:
     """Tasks per shown status; `job_statuses`: job id -> status of the open runs' jobs."""
     known = job_statuses or {}
     counts: dict[str, int] = {}
@@ -82,5 +93,6 @@ def with_queued(counts: Mapping[str, int], queued: int) -> dict[str, int]:
 def ordered(counts: Mapping[str, int]) -> dict[str, int]:
     """Non-zero counts in SHOWN_ORDER (a JSON column may not keep the order it was given)."""
     rank = {status: i for i, status in enumerate(SHOWN_ORDER)}
-    return {k: counts[k] for k in sorted(counts, key=lambda k: (rank.get(k, len(rank)), k))
-            if counts[k]}
+    return {
+        k: counts[k] for k in sorted(counts, key=lambda k: (rank.get(k, len(rank)), k)) if counts[k]
+    }

@@ -104,8 +104,11 @@ def needs_plan(state: ObjectiveState) -> bool:
 
 
 def needs_slot(state: ObjectiveState) -> bool:
-    return state.mode == "delivery" and not state.slot_held and state.status in (
-        "planning", "waiting_for_slot")
+    return (
+        state.mode == "delivery"
+        and not state.slot_held
+        and state.status in ("planning", "waiting_for_slot")
+    )
 
 
 def decide(inp: PassInput) -> PassPlan:
@@ -113,8 +116,14 @@ def decide(inp: PassInput) -> PassPlan:
     pending = [r.id for r in inp.state.pending_requests]
     if inp.pass_job_id and pending:
         reasons = sorted({r.reason for r in inp.state.pending_requests})
-        run.emit({"type": v.CONTROL_PASS, "jobId": inp.pass_job_id, "requestIds": pending,
-                  "reasons": reasons})
+        run.emit(
+            {
+                "type": v.CONTROL_PASS,
+                "jobId": inp.pass_job_id,
+                "requestIds": pending,
+                "reasons": reasons,
+            }
+        )
     _repairs(run)
     for _ in range(MAX_STEPS):
         if not _step(run):
@@ -135,8 +144,11 @@ def _repairs(run: _Pass) -> None:
     open_runs = {t.open_run.job_id for t in s.tasks if t.open_run}
     for ref in s.jobs:
         fact = facts.get(ref.job_id)
-        if fact is None or fact.abort_requested or not is_stale(fact, run.inp.now_ms,
-                                                                run.inp.staleness):
+        if (
+            fact is None
+            or fact.abort_requested
+            or not is_stale(fact, run.inp.now_ms, run.inp.staleness)
+        ):
             continue
         if s.is_terminal or s.is_blocked:
             why = f"superseded: the objective is {s.status}"
@@ -147,8 +159,12 @@ def _repairs(run: _Pass) -> None:
         else:
             continue
         seconds = (run.inp.now_ms - fact.updated_at) // 1000
-        run.effects.append(Abort(job_id=ref.job_id, reason=(
-            f"{why}: no heartbeat or progress for {seconds} s (watchdog reconcile)")))
+        run.effects.append(
+            Abort(
+                job_id=ref.job_id,
+                reason=(f"{why}: no heartbeat or progress for {seconds} s (watchdog reconcile)"),
+            )
+        )
 
 
 def current_jobs(s: ObjectiveState) -> list[Enqueue]:
@@ -209,14 +225,24 @@ def _record_outcomes(run: _Pass) -> bool:
     integration = s.integration
     validate = facts.get(integration.validate_job_id or "")
     if integration.status in ("requested", "validating") and validate and validate.is_terminal:
-        bodies.append({"type": v.INTEGRATION_VALIDATION_FAILED, "jobId": validate.job_id,
-                       "reason": f"validate job {validate.job_id} {validate.status} without a "
-                                 f"verdict: {validate.last_error or 'no error recorded'}"})
+        bodies.append(
+            {
+                "type": v.INTEGRATION_VALIDATION_FAILED,
+                "jobId": validate.job_id,
+                "reason": f"validate job {validate.job_id} {validate.status} without a "
+                f"verdict: {validate.last_error or 'no error recorded'}",
+            }
+        )
     publish = facts.get(integration.publish_job_id or "")
     if integration.status == "publish_requested" and publish and publish.is_terminal:
-        bodies.append({"type": v.PUBLISH_FAILED, "jobId": publish.job_id,
-                       "reason": f"publish job {publish.job_id} {publish.status} without a "
-                                 f"verdict: {publish.last_error or 'no error recorded'}"})
+        bodies.append(
+            {
+                "type": v.PUBLISH_FAILED,
+                "jobId": publish.job_id,
+                "reason": f"publish job {publish.job_id} {publish.status} without a "
+                f"verdict: {publish.last_error or 'no error recorded'}",
+            }
+        )
     run.emit(*bodies)
     return bool(bodies)
 
@@ -240,12 +266,21 @@ def outcome_body(task: Task, open_run: TaskRun, fact: JobFact) -> Body:
         outcome = v.CANCELED_OUTCOME
     else:
         outcome = v.FAILED_OUTCOME
-    return {"type": v.TASK_OUTCOME, "taskId": task.id, "pass": open_run.pass_no,
-            "jobId": fact.job_id, "jobStatus": fact.status, "outcome": outcome,
-            "summary": result.get("summary"), "exitCode": result.get("exitCode"),
-            "stdoutTail": result.get("stdoutTail"), "stderrTail": result.get("stderrTail"),
-            "completion": result.get("completion"),
-            "error": fact.last_error if fact.status != "completed" else None, **extra}
+    return {
+        "type": v.TASK_OUTCOME,
+        "taskId": task.id,
+        "pass": open_run.pass_no,
+        "jobId": fact.job_id,
+        "jobStatus": fact.status,
+        "outcome": outcome,
+        "summary": result.get("summary"),
+        "exitCode": result.get("exitCode"),
+        "stdoutTail": result.get("stdoutTail"),
+        "stderrTail": result.get("stderrTail"),
+        "completion": result.get("completion"),
+        "error": fact.last_error if fact.status != "completed" else None,
+        **extra,
+    }
 
 
 def _budget(run: _Pass) -> bool:
@@ -270,8 +305,14 @@ def _blocked_task(run: _Pass) -> bool:
     task = next((t for t in run.state.tasks if t.status == "blocked"), None)
     if task is None:
         return False
-    run.emit({"type": v.OBJECTIVE_BLOCKED, "kind": "task", "taskId": task.id,
-              "reason": task.blocked_reason or f"task '{task.id}' is blocked"})
+    run.emit(
+        {
+            "type": v.OBJECTIVE_BLOCKED,
+            "kind": "task",
+            "taskId": task.id,
+            "reason": task.blocked_reason or f"task '{task.id}' is blocked",
+        }
+    )
     return True
 
 
@@ -280,11 +321,21 @@ def _plan(run: _Pass) -> bool:
         return False
     plan = run.inp.plan
     if plan.error is not None or not plan.tasks:
-        run.emit({"type": v.OBJECTIVE_BLOCKED, "kind": "plan",
-                  "reason": plan.error or "plan rejected: no tasks"})
+        run.emit(
+            {
+                "type": v.OBJECTIVE_BLOCKED,
+                "kind": "plan",
+                "reason": plan.error or "plan rejected: no tasks",
+            }
+        )
     else:
-        run.emit({"type": v.OBJECTIVE_PLANNED, "source": plan.source,
-                  "tasks": [t.to_wire() for t in plan.tasks]})
+        run.emit(
+            {
+                "type": v.OBJECTIVE_PLANNED,
+                "source": plan.source,
+                "tasks": [t.to_wire() for t in plan.tasks],
+            }
+        )
     return True
 
 
@@ -333,17 +384,27 @@ def _dispatch(run: _Pass) -> bool:
         _fail(run, f"objective reached maxTaskRuns ({s.policy.max_task_runs})")
         return True
     in_flight = sum(1 for t in s.tasks if t.in_flight)
-    capacity = min(s.policy.max_active_tasks - in_flight,
-                   s.policy.max_dispatches_per_react - run.dispatched,
-                   s.policy.max_task_runs - total_runs)
+    capacity = min(
+        s.policy.max_active_tasks - in_flight,
+        s.policy.max_dispatches_per_react - run.dispatched,
+        s.policy.max_task_runs - total_runs,
+    )
     if capacity <= 0:
         return False
     for task in ready[:capacity]:
         pass_no = len(task.runs) + 1
         job_id = v.task_job_id(s.objective_id, task.id, pass_no)
         monitor = v.monitor_job_id(s.objective_id, task.id, pass_no)
-        run.emit({"type": v.TASK_DISPATCHED, "taskId": task.id, "pass": pass_no,
-                  "jobId": job_id, "monitorJobId": monitor, "phase": v.PHASE_EXECUTE})
+        run.emit(
+            {
+                "type": v.TASK_DISPATCHED,
+                "taskId": task.id,
+                "pass": pass_no,
+                "jobId": job_id,
+                "monitorJobId": monitor,
+                "phase": v.PHASE_EXECUTE,
+            }
+        )
         open_run = run.state.task(task.id).open_run  # type: ignore[union-attr]
         assert open_run is not None
         run.effects += _task_enqueues(run.state, task, open_run)
@@ -361,15 +422,19 @@ def _finish(run: _Pass) -> bool:
     if s.status == "executing" or (s.status == "integrating" and integration.status == "none"):
         round_no = integration.round + 1
         if not s.checks:
-            run.emit({"type": v.INTEGRATION_VALIDATED, "jobId": None, "skipped": True,
-                      "results": []})
+            run.emit(
+                {"type": v.INTEGRATION_VALIDATED, "jobId": None, "skipped": True, "results": []}
+            )
             return True
         job_id = v.validate_job_id(s.objective_id, round_no)
         run.emit({"type": v.INTEGRATION_REQUESTED, "jobId": job_id, "round": round_no})
         run.effects.append(_validate(run.state, round_no, job_id))
         return True
-    if (s.status == "integrating" and integration.status == "validated"
-            and (s.policy.auto_promote or s.promote_requested)):
+    if (
+        s.status == "integrating"
+        and integration.status == "validated"
+        and (s.policy.auto_promote or s.promote_requested)
+    ):
         round_no = integration.publish_round + 1
         job_id = v.publish_job_id(s.objective_id, round_no)
         run.emit({"type": v.PUBLISH_REQUESTED, "jobId": job_id, "round": round_no})
@@ -414,30 +479,56 @@ def _base(s: ObjectiveState, kind: str) -> dict[str, Any]:
 
 
 def _task_enqueues(s: ObjectiveState, task: Task, open_run: TaskRun) -> list[Enqueue]:
-    payload = {**_base(s, v.KIND_TASK_RUN), "taskId": task.id, "pass": open_run.pass_no,
-               "title": task.title}
-    for key, value in (("command", task.command), ("prompt", task.prompt),
-                       ("timeoutMs", task.timeout_ms), ("executor", task.executor)):
+    payload = {
+        **_base(s, v.KIND_TASK_RUN),
+        "taskId": task.id,
+        "pass": open_run.pass_no,
+        "title": task.title,
+    }
+    for key, value in (
+        ("command", task.command),
+        ("prompt", task.prompt),
+        ("timeoutMs", task.timeout_ms),
+        ("executor", task.executor),
+    ):
         if value is not None:
             payload[key] = value
     out = [Enqueue(agent_id=v.CODEX_AGENT, job_id=open_run.job_id, payload=payload)]
     if open_run.monitor_job_id:
-        out.append(Enqueue(agent_id=v.MONITOR_AGENT, job_id=open_run.monitor_job_id, payload={
-            **_base(s, v.KIND_MONITOR), "taskId": task.id, "pass": open_run.pass_no,
-            "taskJobId": open_run.job_id}))
+        out.append(
+            Enqueue(
+                agent_id=v.MONITOR_AGENT,
+                job_id=open_run.monitor_job_id,
+                payload={
+                    **_base(s, v.KIND_MONITOR),
+                    "taskId": task.id,
+                    "pass": open_run.pass_no,
+                    "taskJobId": open_run.job_id,
+                },
+            )
+        )
     return out
 
 
 def _validate(s: ObjectiveState, round_no: int, job_id: str) -> Enqueue:
-    return Enqueue(agent_id=v.CODEX_AGENT, job_id=job_id,
-                   payload={**_base(s, v.KIND_VALIDATE), "round": round_no})
+    return Enqueue(
+        agent_id=v.CODEX_AGENT,
+        job_id=job_id,
+        payload={**_base(s, v.KIND_VALIDATE), "round": round_no},
+    )
 
 
 def _publish(s: ObjectiveState, round_no: int, job_id: str) -> Enqueue:
-    return Enqueue(agent_id=v.CODEX_AGENT, job_id=job_id,
-                   payload={**_base(s, v.KIND_PUBLISH), "round": round_no})
+    return Enqueue(
+        agent_id=v.CODEX_AGENT,
+        job_id=job_id,
+        payload={**_base(s, v.KIND_PUBLISH), "round": round_no},
+    )
 
 
 def _audit(s: ObjectiveState, round_no: int, job_id: str) -> Enqueue:
-    return Enqueue(agent_id=v.CONTROL_AGENT, job_id=job_id,
-                   payload={**_base(s, v.KIND_AUDIT), "round": round_no})
+    return Enqueue(
+        agent_id=v.CONTROL_AGENT,
+        job_id=job_id,
+        payload={**_base(s, v.KIND_AUDIT), "round": round_no},
+    )

@@ -19,8 +19,9 @@ MAX_TASKS: Final = 200
 MAX_TITLE: Final = 300
 MAX_TEXT: Final = 100_000
 MAX_TIMEOUT_MS: Final = 24 * 3_600_000
-TASK_KEYS: Final = frozenset({"id", "title", "command", "prompt", "dependsOn", "timeoutMs",
-                              "executor"})
+TASK_KEYS: Final = frozenset(
+    {"id", "title", "command", "prompt", "dependsOn", "timeoutMs", "executor"}
+)
 
 
 class PlanError(ValueError):
@@ -42,9 +43,15 @@ class TaskSpec:
     executor: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "command": self.command,
-                "prompt": self.prompt, "dependsOn": list(self.depends_on),
-                "timeoutMs": self.timeout_ms, "executor": self.executor}
+        return {
+            "id": self.id,
+            "title": self.title,
+            "command": self.command,
+            "prompt": self.prompt,
+            "dependsOn": list(self.depends_on),
+            "timeoutMs": self.timeout_ms,
+            "executor": self.executor,
+        }
 
 
 def validate_plan(raw: Any) -> list[TaskSpec]:
@@ -80,17 +87,21 @@ def _spec(item: Any, index: int) -> TaskSpec:
         raise PlanError(f"{where} has unknown key(s) {', '.join(unknown)}")
     task_id = item.get("id", f"t{index + 1}")
     if not is_task_id(task_id):
-        raise PlanError(f"{where}: id {task_id!r} must be 1..{TASK_ID_MAX} characters of "
-                        "letters, digits, '.', '_' or '-' (starting with a letter or digit)")
+        raise PlanError(
+            f"{where}: id {task_id!r} must be 1..{TASK_ID_MAX} characters of "
+            "letters, digits, '.', '_' or '-' (starting with a letter or digit)"
+        )
     where = f"task '{task_id}'"
     title = item.get("title")
     if not isinstance(title, str) or not title.strip() or len(title) > MAX_TITLE:
-        raise PlanError(f"{where}: title must be a non-empty string of at most {MAX_TITLE} "
-                        "characters")
+        raise PlanError(
+            f"{where}: title must be a non-empty string of at most {MAX_TITLE} characters"
+        )
     command, prompt = item.get("command"), item.get("prompt")
     for name, value in (("command", command), ("prompt", prompt)):
-        if value is not None and (not isinstance(value, str) or not value.strip()
-                                  or len(value) > MAX_TEXT):
+        if value is not None and (
+            not isinstance(value, str) or not value.strip() or len(value) > MAX_TEXT
+        ):
             raise PlanError(f"{where}: {name} must be a non-empty string")
     if command is None and prompt is None:
         raise PlanError(f"{where} needs a command or a prompt")
@@ -98,15 +109,24 @@ def _spec(item: Any, index: int) -> TaskSpec:
     if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
         raise PlanError(f"{where}: dependsOn must be a list of task ids")
     timeout = item.get("timeoutMs")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int)
-                                or not 1 <= timeout <= MAX_TIMEOUT_MS):
+    if timeout is not None and (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, int)
+        or not 1 <= timeout <= MAX_TIMEOUT_MS
+    ):
         raise PlanError(f"{where}: timeoutMs must be an integer in 1..{MAX_TIMEOUT_MS}")
     executor = item.get("executor")
     if executor is not None and (not isinstance(executor, str) or not executor.strip()):
         raise PlanError(f"{where}: executor must be a non-empty string")
-    return TaskSpec(id=task_id, title=title.strip(), command=command, prompt=prompt,
-                    depends_on=tuple(dict.fromkeys(deps)), timeout_ms=timeout,
-                    executor=executor)
+    return TaskSpec(
+        id=task_id,
+        title=title.strip(),
+        command=command,
+        prompt=prompt,
+        depends_on=tuple(dict.fromkeys(deps)),
+        timeout_ms=timeout,
+        executor=executor,
+    )
 
 
 def find_cycle(depends: Mapping[str, Sequence[str]]) -> list[str] | None:
@@ -128,7 +148,7 @@ def find_cycle(depends: Mapping[str, Sequence[str]]) -> list[str] | None:
             if node not in depends:
                 continue
             if state.get(node) == 1:
-                return [*path[path.index(node):], node]
+                return [*path[path.index(node) :], node]
             if state.get(node) == 2:
                 continue
             state[node] = 1
@@ -164,9 +184,13 @@ def depths(depends: Mapping[str, Sequence[str]]) -> dict[str, int]:
     return out
 
 
-def ready_set(depends: Mapping[str, Sequence[str]], statuses: Mapping[str, str],
-              done: frozenset[str]) -> list[str]:
+def ready_set(
+    depends: Mapping[str, Sequence[str]], statuses: Mapping[str, str], done: frozenset[str]
+) -> list[str]:
     """Pending tasks whose every dependency is in a `done` status, in plan order."""
-    return [node for node in depends
-            if statuses.get(node) == "pending"
-            and all(statuses.get(dep) in done for dep in depends[node])]
+    return [
+        node
+        for node in depends
+        if statuses.get(node) == "pending"
+        and all(statuses.get(dep) in done for dep in depends[node])
+    ]

@@ -21,8 +21,20 @@ from objectives.core.vocabulary import (
 )
 
 MAX_CHECKS: Final = 50
-CREATE_KEYS: Final = ("title", "prompt", "mode", "severity", "checks", "tasks", "policy",
-                      "channel", "scope", "evidence", "doneWhen", "publish")
+CREATE_KEYS: Final = (
+    "title",
+    "prompt",
+    "mode",
+    "severity",
+    "checks",
+    "tasks",
+    "policy",
+    "channel",
+    "scope",
+    "evidence",
+    "doneWhen",
+    "publish",
+)
 
 
 class IntakeError(ValueError):
@@ -65,10 +77,14 @@ def read_input(raw: dict[str, Any]) -> ObjectiveInput:
     severity = raw.get("severity", DEFAULT_SEVERITY)
     if severity is None:
         severity = DEFAULT_SEVERITY
-    if isinstance(severity, bool) or not isinstance(severity, int) or not (
-            MIN_SEVERITY <= severity <= MAX_SEVERITY):
-        raise IntakeError(f"severity must be an integer in {MIN_SEVERITY}..{MAX_SEVERITY}, "
-                          f"got {severity!r}")
+    if (
+        isinstance(severity, bool)
+        or not isinstance(severity, int)
+        or not (MIN_SEVERITY <= severity <= MAX_SEVERITY)
+    ):
+        raise IntakeError(
+            f"severity must be an integer in {MIN_SEVERITY}..{MAX_SEVERITY}, got {severity!r}"
+        )
     tasks = raw.get("tasks")
     if tasks is not None and not isinstance(tasks, list):
         raise IntakeError(f"tasks must be a list, got {type(tasks).__name__}")
@@ -80,11 +96,19 @@ def read_input(raw: dict[str, Any]) -> ObjectiveInput:
     if isinstance(publish, dict):
         publish = publish.get("command")
     return ObjectiveInput(
-        title=title.strip(), prompt=prompt, mode=mode, severity=severity,
-        checks=read_checks(raw.get("checks")), tasks=tasks, policy=policy,
-        channel=_text(raw.get("channel"), "channel", 200), scope=raw.get("scope"),
-        evidence=raw.get("evidence"), done_when=raw.get("doneWhen"),
-        publish_command=_text(publish, "publish", MAX_TEXT))
+        title=title.strip(),
+        prompt=prompt,
+        mode=mode,
+        severity=severity,
+        checks=read_checks(raw.get("checks")),
+        tasks=tasks,
+        policy=policy,
+        channel=_text(raw.get("channel"), "channel", 200),
+        scope=raw.get("scope"),
+        evidence=raw.get("evidence"),
+        done_when=raw.get("doneWhen"),
+        publish_command=_text(publish, "publish", MAX_TEXT),
+    )
 
 
 def read_checks(raw: Any) -> tuple[Check, ...]:
@@ -104,8 +128,11 @@ def read_checks(raw: Any) -> tuple[Check, ...]:
         if command is None:
             raise IntakeError(f"{name} needs a command")
         timeout = item.get("timeoutMs")
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int)
-                                    or not 1 <= timeout <= MAX_TIMEOUT_MS):
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int)
+            or not 1 <= timeout <= MAX_TIMEOUT_MS
+        ):
             raise IntakeError(f"{name}.timeoutMs must be an integer in 1..{MAX_TIMEOUT_MS}")
         label = _text(item.get("name"), f"{name}.name", 100) or name
         checks.append(Check(name=label, command=command, timeout_ms=timeout))

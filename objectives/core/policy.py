@@ -46,8 +46,9 @@ def resolve_policy(raw: Any, *, mode: str) -> Policy:
         raise PolicyError(f"policy must be an object, got {type(raw).__name__}")
     unknown = sorted(set(raw) - set(POLICY_KEYS))
     if unknown:
-        raise PolicyError(f"unknown policy key(s) {', '.join(unknown)}; "
-                          f"known: {', '.join(POLICY_KEYS)}")
+        raise PolicyError(
+            f"unknown policy key(s) {', '.join(unknown)}; known: {', '.join(POLICY_KEYS)}"
+        )
     values: dict[str, Any] = {}
     for key, (attr, low, high) in _LIMITS.items():
         if key not in raw or raw[key] is None:

@@ -56,8 +56,12 @@ class InvariantError(Exception):
 def reduce(state: ObjectiveState | None, receipt: Receipt) -> ObjectiveState | None:
     """Apply one receipt, with the stream bookkeeping (count, head, updatedAt)."""
     after = apply(state, receipt.body, receipt.ts, stream=receipt.stream)
-    return replace(after, receipt_count=(state.receipt_count if state else 0) + 1,
-                   head=receipt.hash, updated_at=receipt.ts)
+    return replace(
+        after,
+        receipt_count=(state.receipt_count if state else 0) + 1,
+        head=receipt.hash,
+        updated_at=receipt.ts,
+    )
 
 
 def fold_objective(receipts: Iterable[Receipt]) -> ObjectiveState | None:
@@ -89,26 +93,45 @@ def _created(b: Body, ts: int) -> ObjectiveState:
     raw_auth = b.get("authContext")
     auth: dict[str, Any] = raw_auth if isinstance(raw_auth, dict) else {}
     return ObjectiveState(
-        objective_id=str(b["objectiveId"]), title=str(b.get("title") or ""),
-        prompt=b.get("prompt"), mode=b.get("mode") or v.DEFAULT_MODE,
+        objective_id=str(b["objectiveId"]),
+        title=str(b.get("title") or ""),
+        prompt=b.get("prompt"),
+        mode=b.get("mode") or v.DEFAULT_MODE,
         severity=int(b.get("severity") or v.DEFAULT_SEVERITY),
-        organization_id=auth.get("organizationId"), user_id=auth.get("userId"),
-        auth_context=auth, channel=b.get("channel"), scope=b.get("scope"),
-        evidence=b.get("evidence"), done_when=b.get("doneWhen"),
-        publish_command=b.get("publishCommand"), input_tasks=b.get("tasks"),
+        organization_id=auth.get("organizationId"),
+        user_id=auth.get("userId"),
+        auth_context=auth,
+        channel=b.get("channel"),
+        scope=b.get("scope"),
+        evidence=b.get("evidence"),
+        done_when=b.get("doneWhen"),
+        publish_command=b.get("publishCommand"),
+        input_tasks=b.get("tasks"),
         checks=tuple(from_wire(Check, c) for c in b.get("checks") or []),
-        policy=from_wire(Policy, b.get("policy") or {}), created_by=b.get("createdBy"),
-        active_since=ts, created_at=ts, updated_at=ts,
+        policy=from_wire(Policy, b.get("policy") or {}),
+        created_by=b.get("createdBy"),
+        active_since=ts,
+        created_at=ts,
+        updated_at=ts,
     )
 
 
 def _planned(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
     if s.status != "planning":
         return s
-    tasks = tuple(Task(id=t["id"], title=t["title"], command=t.get("command"),
-                       prompt=t.get("prompt"), depends_on=tuple(t.get("dependsOn") or ()),
-                       timeout_ms=t.get("timeoutMs"), executor=t.get("executor"), status_at=ts)
-                  for t in b.get("tasks") or [])
+    tasks = tuple(
+        Task(
+            id=t["id"],
+            title=t["title"],
+            command=t.get("command"),
+            prompt=t.get("prompt"),
+            depends_on=tuple(t.get("dependsOn") or ()),
+            timeout_ms=t.get("timeoutMs"),
+            executor=t.get("executor"),
+            status_at=ts,
+        )
+        for t in b.get("tasks") or []
+    )
     s = replace(s, tasks=tasks, plan_revision=s.plan_revision + 1, plan_source=b.get("source"))
     if s.mode == "investigation":
         return replace(s, status="collecting_evidence", phase=v.PHASE_EXECUTE)
@@ -138,21 +161,46 @@ def _with_task(s: ObjectiveState, task_id: Any, change: Callable[[Task], Task]) 
 
 def _ready(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
     ids = set(b.get("taskIds") or [])
-    return replace(s, tasks=tuple(
-        replace(t, status="ready", status_at=ts) if t.id in ids and t.status == "pending" else t
-        for t in s.tasks))
+    return replace(
+        s,
+        tasks=tuple(
+            replace(t, status="ready", status_at=ts) if t.id in ids and t.status == "pending" else t
+            for t in s.tasks
+        ),
+    )
 
 
 def _dispatched(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
-    run = TaskRun(pass_no=int(b["pass"]), job_id=str(b["jobId"]),
-                  monitor_job_id=b.get("monitorJobId"), dispatched_at=ts)
-    s = _with_task(s, b.get("taskId"), lambda t: replace(
-        t, status="running", status_at=ts, runs=(*t.runs, run)))
-    refs = [JobRef(job_id=run.job_id, kind=v.KIND_TASK_RUN, phase=v.PHASE_EXECUTE,
-                   task_id=b.get("taskId"), at=ts)]
+    run = TaskRun(
+        pass_no=int(b["pass"]),
+        job_id=str(b["jobId"]),
+        monitor_job_id=b.get("monitorJobId"),
+        dispatched_at=ts,
+    )
+    s = _with_task(
+        s,
+        b.get("taskId"),
+        lambda t: replace(t, status="running", status_at=ts, runs=(*t.runs, run)),
+    )
+    refs = [
+        JobRef(
+            job_id=run.job_id,
+            kind=v.KIND_TASK_RUN,
+            phase=v.PHASE_EXECUTE,
+            task_id=b.get("taskId"),
+            at=ts,
+        )
+    ]
     if run.monitor_job_id:
-        refs.append(JobRef(job_id=run.monitor_job_id, kind=v.KIND_MONITOR,
-                           phase=v.PHASE_EXECUTE, task_id=b.get("taskId"), at=ts))
+        refs.append(
+            JobRef(
+                job_id=run.monitor_job_id,
+                kind=v.KIND_MONITOR,
+                phase=v.PHASE_EXECUTE,
+                task_id=b.get("taskId"),
+                at=ts,
+            )
+        )
     return _add_refs(s, refs)
 
 
@@ -167,6 +215,7 @@ def _job_settled(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
         if run is None or run.job_id != b.get("jobId") or t.status != "running":
             return t
         return replace(t, status="reviewing", status_at=ts)
+
     return _with_task(s, b.get("taskId"), change)
 
 
@@ -178,10 +227,18 @@ def _outcome(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
         if run is None or run.job_id != b.get("jobId"):
             return t
         outcome = str(b.get("outcome") or v.FAILED_OUTCOME)
-        settled = replace(run, settled_at=ts, outcome=outcome, job_status=b.get("jobStatus"),
-                          summary=b.get("summary"), exit_code=b.get("exitCode"),
-                          stdout_tail=b.get("stdoutTail"), stderr_tail=b.get("stderrTail"),
-                          completion=b.get("completion"), error=b.get("error"))
+        settled = replace(
+            run,
+            settled_at=ts,
+            outcome=outcome,
+            job_status=b.get("jobStatus"),
+            summary=b.get("summary"),
+            exit_code=b.get("exitCode"),
+            stdout_tail=b.get("stdoutTail"),
+            stderr_tail=b.get("stderrTail"),
+            completion=b.get("completion"),
+            error=b.get("error"),
+        )
         t = replace(t, runs=(*t.runs[:-1], settled), status_at=ts)
         if outcome == "approved":
             return replace(t, status="approved", blocked_reason=None)
@@ -195,31 +252,48 @@ def _outcome(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
         if t.passes_used >= limit:
             return replace(t, status="blocked", blocked_reason=_exhausted(t, settled, limit))
         return replace(t, status="ready")
+
     return _with_task(s, b.get("taskId"), change)
 
 
 def _exhausted(task: Task, run: TaskRun, limit: int) -> str:
     tail = (run.stderr_tail or "").strip() or (run.stdout_tail or "").strip() or (run.error or "")
     exit_note = f", exit {run.exit_code}" if run.exit_code is not None else ""
-    reason = (f"task '{task.id}' failed {task.passes_used} of {limit} candidate passes "
-              f"(last: {run.outcome}{exit_note})")
+    reason = (
+        f"task '{task.id}' failed {task.passes_used} of {limit} candidate passes "
+        f"(last: {run.outcome}{exit_note})"
+    )
     return f"{reason}; stderr tail: {tail[-TAIL_IN_REASON:]}" if tail else reason
 
 
 def _checkpoint(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
-    point = Checkpoint(job_id=str(b.get("jobId")), at=ts, liveness=str(b.get("liveness")),
-                       last_progress_at=b.get("lastProgressAt"), stdout_tail=b.get("stdoutTail"),
-                       stderr_tail=b.get("stderrTail"), job_status=b.get("jobStatus"))
-    return _with_task(s, b.get("taskId"), lambda t: replace(
-        t, last_checkpoint=point, checkpoints=t.checkpoints + 1))
+    point = Checkpoint(
+        job_id=str(b.get("jobId")),
+        at=ts,
+        liveness=str(b.get("liveness")),
+        last_progress_at=b.get("lastProgressAt"),
+        stdout_tail=b.get("stdoutTail"),
+        stderr_tail=b.get("stderrTail"),
+        job_status=b.get("jobStatus"),
+    )
+    return _with_task(
+        s,
+        b.get("taskId"),
+        lambda t: replace(t, last_checkpoint=point, checkpoints=t.checkpoints + 1),
+    )
 
 
 # ---- operator receipts ----------------------------------------------------------------
 
 
 def _blocked(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
-    return replace(s, status="blocked", blocked_reason=b.get("reason"),
-                   blocked_kind=b.get("kind"), blocked_at=ts)
+    return replace(
+        s,
+        status="blocked",
+        blocked_reason=b.get("reason"),
+        blocked_kind=b.get("kind"),
+        blocked_at=ts,
+    )
 
 
 def _note(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
@@ -235,16 +309,26 @@ def _react(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
         s = replace(s, input_tasks=b["tasks"])
     if s.status != "blocked":
         return s
-    tasks = tuple(replace(t, status="ready", status_at=ts, blocked_reason=None,
-                          pass_base=len(t.runs)) if t.status == "blocked" else t
-                  for t in s.tasks)
+    tasks = tuple(
+        replace(t, status="ready", status_at=ts, blocked_reason=None, pass_base=len(t.runs))
+        if t.status == "blocked"
+        else t
+        for t in s.tasks
+    )
     integration = s.integration
     if integration.status == "failed":
         integration = replace(integration, status="none", failure=None)
     elif integration.status == "publish_failed":
         integration = replace(integration, status="validated")
-    s = replace(s, tasks=tasks, integration=integration, blocked_reason=None,
-                blocked_kind=None, blocked_at=None, active_since=ts)
+    s = replace(
+        s,
+        tasks=tasks,
+        integration=integration,
+        blocked_reason=None,
+        blocked_kind=None,
+        blocked_at=None,
+        active_since=ts,
+    )
     status, phase = _resume(s)
     return replace(s, status=status, phase=phase)
 
@@ -278,9 +362,16 @@ def _cancel_requested(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
 def _terminal(status: str) -> Callable[[ObjectiveState, Body, int], ObjectiveState]:
     def settle(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
         summary = b.get("summary") if status == "completed" else s.result_summary
-        return replace(s, status=status, phase=v.PHASE_AUDIT, slot_held=False,
-                       completed_at=ts, terminal_reason=b.get("reason"),
-                       result_summary=summary)
+        return replace(
+            s,
+            status=status,
+            phase=v.PHASE_AUDIT,
+            slot_held=False,
+            completed_at=ts,
+            terminal_reason=b.get("reason"),
+            result_summary=summary,
+        )
+
     return settle
 
 
@@ -289,8 +380,9 @@ def _evidence_ready(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
 
 
 def _synthesized(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
-    return replace(s, status="synthesizing", phase=v.PHASE_SYNTHESIZE,
-                   result_summary=b.get("summary"))
+    return replace(
+        s, status="synthesizing", phase=v.PHASE_SYNTHESIZE, result_summary=b.get("summary")
+    )
 
 
 # ---- integration (O-13) ---------------------------------------------------------------
@@ -298,11 +390,22 @@ def _synthesized(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
 
 def _integration_requested(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
     job_id = str(b["jobId"])
-    s = replace(s, status="integrating", phase=v.PHASE_VALIDATE, integration=replace(
-        s.integration, round=int(b.get("round") or s.integration.round + 1), status="requested",
-        validate_job_id=job_id, failure=None, results=None))
-    return _add_refs(s, [JobRef(job_id=job_id, kind=v.KIND_VALIDATE, phase=v.PHASE_VALIDATE,
-                                at=ts)])
+    s = replace(
+        s,
+        status="integrating",
+        phase=v.PHASE_VALIDATE,
+        integration=replace(
+            s.integration,
+            round=int(b.get("round") or s.integration.round + 1),
+            status="requested",
+            validate_job_id=job_id,
+            failure=None,
+            results=None,
+        ),
+    )
+    return _add_refs(
+        s, [JobRef(job_id=job_id, kind=v.KIND_VALIDATE, phase=v.PHASE_VALIDATE, at=ts)]
+    )
 
 
 def _is_validate_job(s: ObjectiveState, b: Body) -> bool:
@@ -318,45 +421,67 @@ def _validating(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
 def _validated(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
     if not _is_validate_job(s, b) or s.status not in ("executing", "integrating"):
         return s
-    tasks = tuple(replace(t, status="integrated", status_at=ts) if t.status == "approved" else t
-                  for t in s.tasks)
-    return replace(s, tasks=tasks, status="integrating", phase=v.PHASE_PROMOTION,
-                   integration=replace(s.integration, status="validated",
-                                       results=b.get("results")))
+    tasks = tuple(
+        replace(t, status="integrated", status_at=ts) if t.status == "approved" else t
+        for t in s.tasks
+    )
+    return replace(
+        s,
+        tasks=tasks,
+        status="integrating",
+        phase=v.PHASE_PROMOTION,
+        integration=replace(s.integration, status="validated", results=b.get("results")),
+    )
 
 
 def _validation_failed(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
     if not _is_validate_job(s, b) or s.integration.status not in ("requested", "validating"):
         return s
     failure = {k: b.get(k) for k in ("check", "exitCode", "outputTail", "reason")}
-    s = replace(s, integration=replace(s.integration, status="failed", failure=failure,
-                                       results=b.get("results")))
+    s = replace(
+        s,
+        integration=replace(
+            s.integration, status="failed", failure=failure, results=b.get("results")
+        ),
+    )
     return _blocked(s, {"reason": b.get("reason"), "kind": "validation"}, ts)
 
 
 def _publish_requested(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
     job_id = str(b["jobId"])
-    s = replace(s, status="promoting", phase=v.PHASE_PUBLISH, integration=replace(
-        s.integration, status="publish_requested", publish_job_id=job_id,
-        publish_round=int(b.get("round") or s.integration.publish_round + 1)))
-    return _add_refs(s, [JobRef(job_id=job_id, kind=v.KIND_PUBLISH, phase=v.PHASE_PUBLISH,
-                                at=ts)])
+    s = replace(
+        s,
+        status="promoting",
+        phase=v.PHASE_PUBLISH,
+        integration=replace(
+            s.integration,
+            status="publish_requested",
+            publish_job_id=job_id,
+            publish_round=int(b.get("round") or s.integration.publish_round + 1),
+        ),
+    )
+    return _add_refs(s, [JobRef(job_id=job_id, kind=v.KIND_PUBLISH, phase=v.PHASE_PUBLISH, at=ts)])
 
 
 def _promoted(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
     if b.get("jobId") not in (None, s.integration.publish_job_id):
         return s
     output = {k: b.get(k) for k in ("command", "exitCode", "outputTail")}
-    return replace(s, integration=replace(s.integration, status="promoted",
-                                          publish_output=output, promoted_at=ts))
+    return replace(
+        s,
+        integration=replace(
+            s.integration, status="promoted", publish_output=output, promoted_at=ts
+        ),
+    )
 
 
 def _publish_failed(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
     if b.get("jobId") not in (None, s.integration.publish_job_id):
         return s
     output = {k: b.get(k) for k in ("command", "exitCode", "outputTail", "reason")}
-    s = replace(s, integration=replace(s.integration, status="publish_failed",
-                                       publish_output=output))
+    s = replace(
+        s, integration=replace(s.integration, status="publish_failed", publish_output=output)
+    )
     return _blocked(s, {"reason": b.get("reason"), "kind": "publish"}, ts)
 
 
@@ -364,42 +489,71 @@ def _publish_failed(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
 
 
 def _control_requested(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
-    request = ControlRequest(id=int(b["requestId"]), job_id=str(b["jobId"]),
-                             reason=str(b.get("reason") or "requested"), source=b.get("source"),
-                             requested_at=ts)
-    return replace(s, control_requests=(*s.control_requests, request),
-                   control_requests_total=max(s.control_requests_total, request.id))
+    request = ControlRequest(
+        id=int(b["requestId"]),
+        job_id=str(b["jobId"]),
+        reason=str(b.get("reason") or "requested"),
+        source=b.get("source"),
+        requested_at=ts,
+    )
+    return replace(
+        s,
+        control_requests=(*s.control_requests, request),
+        control_requests_total=max(s.control_requests_total, request.id),
+    )
 
 
 def _control_enqueued(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
-    return replace(s, control_requests=tuple(
-        replace(r, enqueued_at=ts) if r.id == b.get("requestId") and r.enqueued_at is None else r
-        for r in s.control_requests))
+    return replace(
+        s,
+        control_requests=tuple(
+            replace(r, enqueued_at=ts)
+            if r.id == b.get("requestId") and r.enqueued_at is None
+            else r
+            for r in s.control_requests
+        ),
+    )
 
 
 def _control_pass(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
     ids = set(b.get("requestIds") or [])
-    requests = [replace(r, consumed_at=ts, consumed_by=b.get("jobId"),
-                        enqueued_at=r.enqueued_at or ts)
-                if r.id in ids and r.consumed_at is None else r for r in s.control_requests]
+    requests = [
+        replace(r, consumed_at=ts, consumed_by=b.get("jobId"), enqueued_at=r.enqueued_at or ts)
+        if r.id in ids and r.consumed_at is None
+        else r
+        for r in s.control_requests
+    ]
     keep = {r.id for r in requests if r.consumed_at is not None}
     keep = set(sorted(keep)[-KEEP_CONSUMED_REQUESTS:])
     requests = [r for r in requests if r.consumed_at is None or r.id in keep]
-    return replace(s, control_requests=tuple(requests), control_passes=s.control_passes + 1,
-                   last_pass_at=ts)
+    return replace(
+        s, control_requests=tuple(requests), control_passes=s.control_passes + 1, last_pass_at=ts
+    )
 
 
 def _audit_requested(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
     job_id = str(b["jobId"])
-    s = replace(s, audit=Audit(round=int(b.get("round") or s.audit.round + 1), job_id=job_id,
-                               status="requested"))
+    s = replace(
+        s,
+        audit=Audit(
+            round=int(b.get("round") or s.audit.round + 1), job_id=job_id, status="requested"
+        ),
+    )
     return _add_refs(s, [JobRef(job_id=job_id, kind=v.KIND_AUDIT, phase=v.PHASE_AUDIT, at=ts)])
 
 
 def _audit_recorded(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
-    return replace(s, phase=v.PHASE_DONE, audit=replace(
-        s.audit, status="recorded", summary=b.get("summary"), artifact=b.get("artifact"),
-        recorded_at=ts))
+    return replace(
+        s,
+        phase=v.PHASE_DONE,
+        audit=replace(
+            s.audit,
+            status="recorded",
+            summary=b.get("summary"),
+            artifact=b.get("artifact"),
+            recorded_at=ts,
+        ),
+    )
 
 
 def _audit_superseded(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
@@ -449,10 +603,26 @@ _APPLY: Final[dict[str, Callable[[ObjectiveState, Body, int], ObjectiveState]]] 
 }
 
 # Receipts that move the objective's status or plan: inert once it settled.
-_STATUS_CHANGING: Final = frozenset({
-    v.OBJECTIVE_PLANNED, v.SLOT_WAITING, v.SLOT_ACQUIRED, v.TASKS_READY, v.TASK_DISPATCHED,
-    v.OBJECTIVE_BLOCKED, v.REACT_REQUESTED, v.PROMOTE_REQUESTED, v.CANCEL_REQUESTED,
-    v.CANCELED, v.FAILED, v.COMPLETED, v.EVIDENCE_READY, v.SYNTHESIZED,
-    v.INTEGRATION_REQUESTED, v.INTEGRATION_VALIDATED, v.INTEGRATION_VALIDATION_FAILED,
-    v.PUBLISH_REQUESTED, v.PUBLISH_FAILED,
-})
+_STATUS_CHANGING: Final = frozenset(
+    {
+        v.OBJECTIVE_PLANNED,
+        v.SLOT_WAITING,
+        v.SLOT_ACQUIRED,
+        v.TASKS_READY,
+        v.TASK_DISPATCHED,
+        v.OBJECTIVE_BLOCKED,
+        v.REACT_REQUESTED,
+        v.PROMOTE_REQUESTED,
+        v.CANCEL_REQUESTED,
+        v.CANCELED,
+        v.FAILED,
+        v.COMPLETED,
+        v.EVIDENCE_READY,
+        v.SYNTHESIZED,
+        v.INTEGRATION_REQUESTED,
+        v.INTEGRATION_VALIDATED,
+        v.INTEGRATION_VALIDATION_FAILED,
+        v.PUBLISH_REQUESTED,
+        v.PUBLISH_FAILED,
+    }
+)

@@ -225,8 +225,11 @@ class ObjectiveState:
 
     @property
     def awaiting_promotion(self) -> bool:
-        return (self.status == "integrating" and self.integration.status == "validated"
-                and not (self.policy.auto_promote or self.promote_requested))
+        return (
+            self.status == "integrating"
+            and self.integration.status == "validated"
+            and not (self.policy.auto_promote or self.promote_requested)
+        )
 
     def ref(self, job_id: str) -> JobRef | None:
         return next((r for r in self.jobs if r.job_id == job_id), None)

@@ -14,17 +14,45 @@ RUN_STREAM_PREFIX: Final = "agents/factory/runs/"
 
 # O-2 objective statuses.
 ObjectiveStatus = Literal[
-    "planning", "waiting_for_slot", "collecting_evidence", "evidence_ready", "synthesizing",
-    "executing", "integrating", "promoting", "blocked", "completed", "failed", "canceled",
+    "planning",
+    "waiting_for_slot",
+    "collecting_evidence",
+    "evidence_ready",
+    "synthesizing",
+    "executing",
+    "integrating",
+    "promoting",
+    "blocked",
+    "completed",
+    "failed",
+    "canceled",
 ]
-ACTIVE_OBJECTIVE_STATUSES: Final[frozenset[str]] = frozenset({
-    "planning", "waiting_for_slot", "collecting_evidence", "evidence_ready", "synthesizing",
-    "executing", "integrating", "promoting",
-})
+ACTIVE_OBJECTIVE_STATUSES: Final[frozenset[str]] = frozenset(
+    {
+        "planning",
+        "waiting_for_slot",
+        "collecting_evidence",
+        "evidence_ready",
+        "synthesizing",
+        "executing",
+        "integrating",
+        "promoting",
+    }
+)
 TERMINAL_OBJECTIVE_STATUSES: Final[frozenset[str]] = frozenset({"completed", "failed", "canceled"})
 OBJECTIVE_STATUSES: Final[tuple[str, ...]] = (
-    "planning", "waiting_for_slot", "collecting_evidence", "evidence_ready", "synthesizing",
-    "executing", "integrating", "promoting", "blocked", "completed", "failed", "canceled",
+    "planning",
+    "waiting_for_slot",
+    "collecting_evidence",
+    "evidence_ready",
+    "synthesizing",
+    "executing",
+    "integrating",
+    "promoting",
+    "blocked",
+    "completed",
+    "failed",
+    "canceled",
 )
 
 Mode = Literal["delivery", "investigation"]
@@ -34,10 +62,24 @@ MIN_SEVERITY, MAX_SEVERITY, DEFAULT_SEVERITY = 1, 5, 3
 
 # O-3 task statuses.
 TaskStatus = Literal[
-    "pending", "ready", "running", "reviewing", "approved", "integrated", "blocked", "superseded",
+    "pending",
+    "ready",
+    "running",
+    "reviewing",
+    "approved",
+    "integrated",
+    "blocked",
+    "superseded",
 ]
 TASK_STATUSES: Final[tuple[str, ...]] = (
-    "pending", "ready", "running", "reviewing", "approved", "integrated", "blocked", "superseded",
+    "pending",
+    "ready",
+    "running",
+    "reviewing",
+    "approved",
+    "integrated",
+    "blocked",
+    "superseded",
 )
 DONE_TASK_STATUSES: Final[frozenset[str]] = frozenset({"approved", "integrated", "superseded"})
 IN_FLIGHT_TASK_STATUSES: Final[frozenset[str]] = frozenset({"running", "reviewing"})
@@ -91,22 +133,56 @@ WORKSPACE_CLEANED: Final = "objective.workspace.cleaned"
 JOB_COMMAND_SENT: Final = "objective.job.command"
 
 OBJECTIVE_RECEIPT_TYPES: Final[tuple[str, ...]] = (
-    OBJECTIVE_CREATED, OBJECTIVE_PLANNED, SLOT_WAITING, SLOT_ACQUIRED, TASKS_READY,
-    TASK_DISPATCHED, TASK_JOB_SETTLED, TASK_OUTCOME, MONITOR_CHECKPOINT, OBJECTIVE_BLOCKED,
-    NOTE_ADDED, REACT_REQUESTED, PROMOTE_REQUESTED, ARCHIVED, CANCEL_REQUESTED, CANCELED,
-    FAILED, COMPLETED, EVIDENCE_READY, SYNTHESIZED, INTEGRATION_REQUESTED,
-    INTEGRATION_VALIDATING, INTEGRATION_VALIDATED, INTEGRATION_VALIDATION_FAILED,
-    PUBLISH_REQUESTED, INTEGRATION_PROMOTED, PUBLISH_FAILED, CONTROL_REQUESTED,
-    CONTROL_ENQUEUED, CONTROL_PASS, AUDIT_REQUESTED, AUDIT_RECORDED, AUDIT_SUPERSEDED,
-    WORKSPACE_CLEANED, JOB_COMMAND_SENT,
+    OBJECTIVE_CREATED,
+    OBJECTIVE_PLANNED,
+    SLOT_WAITING,
+    SLOT_ACQUIRED,
+    TASKS_READY,
+    TASK_DISPATCHED,
+    TASK_JOB_SETTLED,
+    TASK_OUTCOME,
+    MONITOR_CHECKPOINT,
+    OBJECTIVE_BLOCKED,
+    NOTE_ADDED,
+    REACT_REQUESTED,
+    PROMOTE_REQUESTED,
+    ARCHIVED,
+    CANCEL_REQUESTED,
+    CANCELED,
+    FAILED,
+    COMPLETED,
+    EVIDENCE_READY,
+    SYNTHESIZED,
+    INTEGRATION_REQUESTED,
+    INTEGRATION_VALIDATING,
+    INTEGRATION_VALIDATED,
+    INTEGRATION_VALIDATION_FAILED,
+    PUBLISH_REQUESTED,
+    INTEGRATION_PROMOTED,
+    PUBLISH_FAILED,
+    CONTROL_REQUESTED,
+    CONTROL_ENQUEUED,
+    CONTROL_PASS,
+    AUDIT_REQUESTED,
+    AUDIT_RECORDED,
+    AUDIT_SUPERSEDED,
+    WORKSPACE_CLEANED,
+    JOB_COMMAND_SENT,
 )
 
 # Agent ids (K-4) and kinds (K-1) Factory dispatches.
 FACTORY_AGENT, CONTROL_AGENT, MONITOR_AGENT, CODEX_AGENT = (
-    "factory", "factory-control", "factory-monitor", "codex")
+    "factory",
+    "factory-control",
+    "factory-monitor",
+    "codex",
+)
 KIND_DISPATCH, KIND_RUN = "factory.dispatch", "factory.run"
 KIND_CONTROL, KIND_WATCHDOG, KIND_AUDIT = (
-    "factory.objective.control", "factory.objective.watchdog", "factory.objective.audit")
+    "factory.objective.control",
+    "factory.objective.watchdog",
+    "factory.objective.audit",
+)
 KIND_TASK_RUN, KIND_MONITOR = "factory.task.run", "factory.task.monitor"
 KIND_VALIDATE, KIND_PUBLISH = "factory.integration.validate", "factory.integration.publish"
 
@@ -123,7 +199,7 @@ def objective_stream(objective_id: str) -> str:
 def objective_id_from_stream(stream: str) -> str | None:
     if not stream.startswith(OBJECTIVE_STREAM_PREFIX):
         return None
-    rest = stream[len(OBJECTIVE_STREAM_PREFIX):]
+    rest = stream[len(OBJECTIVE_STREAM_PREFIX) :]
     return rest if rest and "/" not in rest else None
 
 
@@ -132,13 +208,19 @@ def run_stream(run_id: str) -> str:
 
 
 def is_objective_id(value: object) -> bool:
-    return (isinstance(value, str) and 1 <= len(value) <= OBJECTIVE_ID_MAX
-            and _OBJECTIVE_ID.fullmatch(value) is not None)
+    return (
+        isinstance(value, str)
+        and 1 <= len(value) <= OBJECTIVE_ID_MAX
+        and _OBJECTIVE_ID.fullmatch(value) is not None
+    )
 
 
 def is_task_id(value: object) -> bool:
-    return (isinstance(value, str) and 1 <= len(value) <= TASK_ID_MAX
-            and _TASK_ID.fullmatch(value) is not None)
+    return (
+        isinstance(value, str)
+        and 1 <= len(value) <= TASK_ID_MAX
+        and _TASK_ID.fullmatch(value) is not None
+    )
 
 
 # Deterministic job ids: a redispatch of the same intent is the same job (J-6).

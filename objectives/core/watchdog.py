@@ -38,9 +38,14 @@ def has_work_to_do(state: ObjectiveState) -> bool:
     return not state.awaiting_promotion
 
 
-def assess(state: ObjectiveState, active_jobs: Sequence[JobFact], now_ms: int, *,
-           staleness: Staleness = DEFAULT_STALENESS,
-           quiet_ms: int | None = None) -> str | None:
+def assess(
+    state: ObjectiveState,
+    active_jobs: Sequence[JobFact],
+    now_ms: int,
+    *,
+    staleness: Staleness = DEFAULT_STALENESS,
+    quiet_ms: int | None = None,
+) -> str | None:
     """The reason to reconcile `state`, or None. `active_jobs`: its active jobs' facts."""
     quiet = staleness.live_ms if quiet_ms is None else quiet_ms
     stale = [f for f in active_jobs if f.is_active and is_stale(f, now_ms, staleness)]

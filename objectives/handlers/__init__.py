@@ -25,25 +25,39 @@ def _router(agent_id: str, routes: dict[str, str], default: str | None = None) -
 
         target = routes.get(job.kind or "", default)
         if target is None:
-            return JobResult.failure(f"agent '{agent_id}' does not handle kind {job.kind!r}",
-                                     no_retry=True)
+            return JobResult.failure(
+                f"agent '{agent_id}' does not handle kind {job.kind!r}", no_retry=True
+            )
         module, _, name = target.rpartition(".")
         handler: Handler = getattr(import_module(module), name)
         return handler(job, ctx)
+
     route.__name__ = f"factory_{agent_id.replace('-', '_')}"
     return route
 
 
 ROUTES: dict[str, tuple[dict[str, str], str | None]] = {
-    v.FACTORY_AGENT: ({v.KIND_DISPATCH: "objectives.handlers.dispatch.handle"},
-                      "objectives.handlers.run.handle"),
-    v.CONTROL_AGENT: ({v.KIND_CONTROL: "objectives.handlers.control.handle",
-                       v.KIND_AUDIT: "objectives.handlers.audit.handle",
-                       v.KIND_WATCHDOG: "objectives.handlers.watchdog.handle"}, None),
+    v.FACTORY_AGENT: (
+        {v.KIND_DISPATCH: "objectives.handlers.dispatch.handle"},
+        "objectives.handlers.run.handle",
+    ),
+    v.CONTROL_AGENT: (
+        {
+            v.KIND_CONTROL: "objectives.handlers.control.handle",
+            v.KIND_AUDIT: "objectives.handlers.audit.handle",
+            v.KIND_WATCHDOG: "objectives.handlers.watchdog.handle",
+        },
+        None,
+    ),
     v.MONITOR_AGENT: ({v.KIND_MONITOR: "objectives.handlers.monitor.handle"}, None),
-    v.CODEX_AGENT: ({v.KIND_TASK_RUN: "objectives.handlers.codex.run_task",
-                     v.KIND_VALIDATE: "objectives.handlers.codex.validate",
-                     v.KIND_PUBLISH: "objectives.handlers.codex.publish"}, None),
+    v.CODEX_AGENT: (
+        {
+            v.KIND_TASK_RUN: "objectives.handlers.codex.run_task",
+            v.KIND_VALIDATE: "objectives.handlers.codex.validate",
+            v.KIND_PUBLISH: "objectives.handlers.codex.publish",
+        },
+        None,
+    ),
 }
 
 

@@ -27,15 +27,18 @@ from receipts.errors import ExpectedPrevMismatch
 MAX_JOBS = 5_000
 
 
-def summarize(state: ObjectiveState, jobs: list[JobState],
-              verified: dict[str, Any]) -> dict[str, Any]:
+def summarize(
+    state: ObjectiveState, jobs: list[JobState], verified: dict[str, Any]
+) -> dict[str, Any]:
     tasks = {}
     for task in state.tasks:
         durations = [(r.settled_at or r.dispatched_at) - r.dispatched_at for r in task.runs]
-        tasks[task.id] = {"status": task.status, "passes": len(task.runs),
-                          "failedPasses": sum(1 for r in task.runs
-                                              if r.outcome not in (None, "approved")),
-                          "durationMs": sum(durations)}
+        tasks[task.id] = {
+            "status": task.status,
+            "passes": len(task.runs),
+            "failedPasses": sum(1 for r in task.runs if r.outcome not in (None, "approved")),
+            "durationMs": sum(durations),
+        }
     by_kind: dict[str, int] = {}
     by_status: dict[str, int] = {}
     for job in jobs:
@@ -43,14 +46,19 @@ def summarize(state: ObjectiveState, jobs: list[JobState],
         by_status[job.status] = by_status.get(job.status, 0) + 1
     end = state.completed_at or state.updated_at
     return {
-        "objectiveId": state.objective_id, "status": state.status,
+        "objectiveId": state.objective_id,
+        "status": state.status,
         "terminalReason": state.terminal_reason,
         "durations": {"objectiveMs": end - state.created_at, "tasks": tasks},
         "attempts": sum(job.attempt for job in jobs),
-        "failures": {"jobs": by_status.get("failed", 0),
-                     "taskPasses": sum(t["failedPasses"] for t in tasks.values())},
-        "retries": {"jobs": sum(1 for job in jobs if job.attempt > 1),
-                    "taskPasses": sum(max(0, t["passes"] - 1) for t in tasks.values())},
+        "failures": {
+            "jobs": by_status.get("failed", 0),
+            "taskPasses": sum(t["failedPasses"] for t in tasks.values()),
+        },
+        "retries": {
+            "jobs": sum(1 for job in jobs if job.attempt > 1),
+            "taskPasses": sum(max(0, t["passes"] - 1) for t in tasks.values()),
+        },
         "jobs": {"count": len(jobs), "byKind": by_kind, "byStatus": by_status},
         "verified": verified,
     }
@@ -63,8 +71,12 @@ def verify_all(objective_id: str, jobs: list[JobState]) -> dict[str, Any]:
         result = store.verify(job.stream)
         if not result.ok:
             broken.append({"jobId": job.job_id, "reason": result.reason, "index": result.index})
-    return {"ok": objective.ok and not broken, "objective": objective.to_wire(),
-            "jobsChecked": len(jobs), "brokenJobs": broken}
+    return {
+        "ok": objective.ok and not broken,
+        "objective": objective.to_wire(),
+        "jobsChecked": len(jobs),
+        "brokenJobs": broken,
+    }
 
 
 def _artifact(objective_id: str, job_id: str, document: dict[str, Any]) -> Path:
@@ -85,14 +97,22 @@ def handle(job: JobState, ctx: HandlerContext) -> JobResult:
     jobs = selectors.objective_jobs(state.objective_id, limit=MAX_JOBS)
     summary = summarize(state, jobs, verify_all(state.objective_id, jobs))
     path = _artifact(state.objective_id, job.job_id, {"summary": summary, "head": head})
-    body = {"type": v.AUDIT_RECORDED, "jobId": job.job_id, "summary": summary,
-            "artifact": str(path), "head": head}
+    body = {
+        "type": v.AUDIT_RECORDED,
+        "jobId": job.job_id,
+        "summary": summary,
+        "artifact": str(path),
+        "head": head,
+    }
     try:
         services.append_at(state.objective_id, body, head=head, job_id=job.job_id)
     except ExpectedPrevMismatch:
-        services.record(state.objective_id, {"type": v.AUDIT_SUPERSEDED, "jobId": job.job_id},
-                        when=lambda s: s.audit.job_id == job.job_id
-                        and s.audit.status == "requested", job_id=job.job_id)
+        services.record(
+            state.objective_id,
+            {"type": v.AUDIT_SUPERSEDED, "jobId": job.job_id},
+            when=lambda s: s.audit.job_id == job.job_id and s.audit.status == "requested",
+            job_id=job.job_id,
+        )
         services.request_control(state.objective_id, "audit_superseded", source=job.job_id)
         return JobResult.success({"status": "superseded"})
     return JobResult.success({"status": "recorded", "summary": summary, "artifact": str(path)})

@@ -38,13 +38,19 @@ def _objective(job: JobState) -> tuple[ObjectiveState | None, dict[str, Any]]:
 def run_task(job: JobState, ctx: HandlerContext) -> JobResult:
     state, payload = _objective(job)
     if state is None:
-        return JobResult.failure(f"objective {payload.get('objectiveId')!r} not found",
-                                 no_retry=True)
-    request = TaskRequest(objective=state, job=job, task_id=str(payload.get("taskId")),
-                          pass_no=int(payload.get("pass") or 1),
-                          title=str(payload.get("title") or ""),
-                          command=payload.get("command"), prompt=payload.get("prompt"),
-                          timeout_ms=payload.get("timeoutMs"))
+        return JobResult.failure(
+            f"objective {payload.get('objectiveId')!r} not found", no_retry=True
+        )
+    request = TaskRequest(
+        objective=state,
+        job=job,
+        task_id=str(payload.get("taskId")),
+        pass_no=int(payload.get("pass") or 1),
+        title=str(payload.get("title") or ""),
+        command=payload.get("command"),
+        prompt=payload.get("prompt"),
+        timeout_ms=payload.get("timeoutMs"),
+    )
     verdict = executor_for(request)(request, ctx)
     if verdict is None:
         return JobResult.failure(f"task stopped: {ctx.abort_reason or 'aborted'}")
@@ -55,28 +61,50 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:60] or "check"
 
 
-def _still_current(job_id: str, statuses: tuple[str, ...], *, field: str = "validate_job_id"
-                   ) -> Callable[[ObjectiveState], bool]:
+def _still_current(
+    job_id: str, statuses: tuple[str, ...], *, field: str = "validate_job_id"
+) -> Callable[[ObjectiveState], bool]:
     """True while the objective still waits for this job's verdict."""
+
     def check(state: ObjectiveState) -> bool:
         integration = state.integration
-        return (not state.is_terminal and getattr(integration, field) == job_id
-                and integration.status in statuses)
+        return (
+            not state.is_terminal
+            and getattr(integration, field) == job_id
+            and integration.status in statuses
+        )
+
     return check
 
 
-def _run(state: ObjectiveState, job: JobState, ctx: HandlerContext, name: str, command: str,
-         timeout_ms: int | None) -> processes.ProcessResult:
+def _run(
+    state: ObjectiveState,
+    job: JobState,
+    ctx: HandlerContext,
+    name: str,
+    command: str,
+    timeout_ms: int | None,
+) -> processes.ProcessResult:
     art = services.workspace(state.objective_id) / "artifacts" / "integration" / job.job_id
     workspace = services.workspace(state.objective_id)
     workspace.mkdir(parents=True, exist_ok=True)
-    env = processes.scrubbed_env({"RECEIPT_OBJECTIVE_ID": state.objective_id,
-                                  "RECEIPT_TASK_ID": name, "RECEIPT_JOB_ID": job.job_id})
-    return processes.run(command, cwd=workspace, env=env, aborted=ctx.aborted,
-                         timeout_s=timeout_s_for(timeout_ms, ctx),
-                         stdout_path=art / f"{_slug(name)}.stdout.log",
-                         stderr_path=art / f"{_slug(name)}.stderr.log",
-                         on_output=progress_reporter(ctx, check=name))
+    env = processes.scrubbed_env(
+        {
+            "RECEIPT_OBJECTIVE_ID": state.objective_id,
+            "RECEIPT_TASK_ID": name,
+            "RECEIPT_JOB_ID": job.job_id,
+        }
+    )
+    return processes.run(
+        command,
+        cwd=workspace,
+        env=env,
+        aborted=ctx.aborted,
+        timeout_s=timeout_s_for(timeout_ms, ctx),
+        stdout_path=art / f"{_slug(name)}.stdout.log",
+        stderr_path=art / f"{_slug(name)}.stderr.log",
+        on_output=progress_reporter(ctx, check=name),
+    )
 
 
 def _tail(ran: processes.ProcessResult) -> str:
@@ -89,9 +117,16 @@ def validate(job: JobState, ctx: HandlerContext) -> JobResult:
     if state is None:
         return JobResult.failure("objective not found", no_retry=True)
     oid = state.objective_id
-    if not services.record(oid, {"type": v.INTEGRATION_VALIDATING, "jobId": job.job_id,
-                                 "checks": [c.name for c in state.checks]},
-                           when=_still_current(job.job_id, ("requested",)), job_id=job.job_id):
+    if not services.record(
+        oid,
+        {
+            "type": v.INTEGRATION_VALIDATING,
+            "jobId": job.job_id,
+            "checks": [c.name for c in state.checks],
+        },
+        when=_still_current(job.job_id, ("requested",)),
+        job_id=job.job_id,
+    ):
         current = selectors.get(oid)
         if current is None or current.integration.validate_job_id != job.job_id:
             return JobResult.success({"status": "superseded"})
@@ -100,22 +135,39 @@ def validate(job: JobState, ctx: HandlerContext) -> JobResult:
         ran = _run(state, job, ctx, check.name, check.command, check.timeout_ms)
         if ran.aborted:
             return JobResult.failure(f"validation stopped: {ctx.abort_reason or 'aborted'}")
-        results.append({"name": check.name, "exitCode": ran.exit_code, "timedOut": ran.timed_out,
-                        "durationMs": ran.duration_ms, "outputTail": _tail(ran)[-500:]})
+        results.append(
+            {
+                "name": check.name,
+                "exitCode": ran.exit_code,
+                "timedOut": ran.timed_out,
+                "durationMs": ran.duration_ms,
+                "outputTail": _tail(ran)[-500:],
+            }
+        )
         if ran.exit_code != 0:
             why = "timed out" if ran.timed_out else f"exit {ran.exit_code}"
-            body = {"type": v.INTEGRATION_VALIDATION_FAILED, "jobId": job.job_id,
-                    "check": check.name, "exitCode": ran.exit_code, "outputTail": _tail(ran),
-                    "reason": f"check {check.name} failed ({why}): {_tail(ran)}",
-                    "results": results}
-            services.record(oid, body, when=_still_current(job.job_id, ("requested", "validating")),
-                            job_id=job.job_id)
-            return JobResult.success({"status": "failed", "check": check.name,
-                                      "results": results})
-    services.record(oid, {"type": v.INTEGRATION_VALIDATED, "jobId": job.job_id,
-                          "results": results},
-                    when=_still_current(job.job_id, ("requested", "validating")),
-                    job_id=job.job_id)
+            body = {
+                "type": v.INTEGRATION_VALIDATION_FAILED,
+                "jobId": job.job_id,
+                "check": check.name,
+                "exitCode": ran.exit_code,
+                "outputTail": _tail(ran),
+                "reason": f"check {check.name} failed ({why}): {_tail(ran)}",
+                "results": results,
+            }
+            services.record(
+                oid,
+                body,
+                when=_still_current(job.job_id, ("requested", "validating")),
+                job_id=job.job_id,
+            )
+            return JobResult.success({"status": "failed", "check": check.name, "results": results})
+    services.record(
+        oid,
+        {"type": v.INTEGRATION_VALIDATED, "jobId": job.job_id, "results": results},
+        when=_still_current(job.job_id, ("requested", "validating")),
+        job_id=job.job_id,
+    )
     return JobResult.success({"status": "validated", "results": results})
 
 
@@ -126,19 +178,34 @@ def publish(job: JobState, ctx: HandlerContext) -> JobResult:
     current = _still_current(job.job_id, ("publish_requested",), field="publish_job_id")
     command = state.publish_command
     if command is None:
-        body: dict[str, Any] = {"type": v.INTEGRATION_PROMOTED, "jobId": job.job_id,
-                                "command": None, "exitCode": None, "outputTail": None}
+        body: dict[str, Any] = {
+            "type": v.INTEGRATION_PROMOTED,
+            "jobId": job.job_id,
+            "command": None,
+            "exitCode": None,
+            "outputTail": None,
+        }
     else:
         ran = _run(state, job, ctx, "publish", command, None)
         if ran.aborted:
             return JobResult.failure(f"publication stopped: {ctx.abort_reason or 'aborted'}")
         if ran.exit_code == 0:
-            body = {"type": v.INTEGRATION_PROMOTED, "jobId": job.job_id, "command": command,
-                    "exitCode": 0, "outputTail": _tail(ran)}
+            body = {
+                "type": v.INTEGRATION_PROMOTED,
+                "jobId": job.job_id,
+                "command": command,
+                "exitCode": 0,
+                "outputTail": _tail(ran),
+            }
         else:
             why = "timed out" if ran.timed_out else f"exit {ran.exit_code}"
-            body = {"type": v.PUBLISH_FAILED, "jobId": job.job_id, "command": command,
-                    "exitCode": ran.exit_code, "outputTail": _tail(ran),
-                    "reason": f"publish command failed ({why}): {_tail(ran)}"}
+            body = {
+                "type": v.PUBLISH_FAILED,
+                "jobId": job.job_id,
+                "command": command,
+                "exitCode": ran.exit_code,
+                "outputTail": _tail(ran),
+                "reason": f"publish command failed ({why}): {_tail(ran)}",
+            }
     recorded = services.record(state.objective_id, body, when=current, job_id=job.job_id)
     return JobResult.success({"status": body["type"] if recorded else "superseded"})

@@ -38,8 +38,13 @@ def create_from(job: JobState, payload: dict[str, Any]) -> Result:
     raw = payload.get("objective") if isinstance(payload.get("objective"), dict) else payload
     spec = {k: raw[k] for k in CREATE_KEYS if k in raw}
     objective_id = payload.get("objectiveId") or objective_id_for(job.job_id)
-    state, created = services.create(objective_id, spec, auth_context=payload["authContext"],
-                                     by=actor(job), source_job_id=job.job_id)
+    state, created = services.create(
+        objective_id,
+        spec,
+        auth_context=payload["authContext"],
+        by=actor(job),
+        source_job_id=job.job_id,
+    )
     return {"objectiveId": state.objective_id, "created": created, "status": state.status}
 
 
@@ -61,8 +66,9 @@ def _command(kind: str) -> Callable[[JobState, dict[str, Any]], Result]:
         if kind == "abort":
             if not job_ids:
                 raise InvalidAction("job_id_required", "abort-job needs a jobId")
-            services.job_command(oid, job_ids[0], "abort", by=by, organization_id=org,
-                                 reason=payload.get("reason"))
+            services.job_command(
+                oid, job_ids[0], "abort", by=by, organization_id=org, reason=payload.get("reason")
+            )
             return {"objectiveId": oid, "jobIds": job_ids}
         body = payload.get("payload")
         if body is None:
@@ -70,32 +76,54 @@ def _command(kind: str) -> Callable[[JobState, dict[str, Any]], Result]:
         targets = job_ids or services.active_task_jobs(oid)
         if not targets:  # nothing running: the message reaches the objective instead
             message = body.get("message") if isinstance(body, dict) else None
-            state = services.react(oid, by=by, message=message or f"{kind}: {body}",
-                                   organization_id=org)
+            state = services.react(
+                oid, by=by, message=message or f"{kind}: {body}", organization_id=org
+            )
             return _done(state, jobIds=[], reacted=True)
         for target in targets:
             services.job_command(oid, target, kind, body, by=by, organization_id=org)
         return {"objectiveId": oid, "jobIds": targets}
+
     return act
 
 
 ACTIONS: dict[str, Callable[[JobState, dict[str, Any]], Result]] = {
     "create": create_from,
-    "react": lambda job, p: _done(services.react(
-        _objective_id(p), by=actor(job), message=p.get("message"), tasks=p.get("tasks"),
-        organization_id=job.organization_id)),
-    "note": lambda job, p: _done(services.note(
-        _objective_id(p), p.get("text") or p.get("message") or "", by=actor(job),
-        organization_id=job.organization_id)),
-    "promote": lambda job, p: _done(services.promote(
-        _objective_id(p), by=actor(job), organization_id=job.organization_id)),
-    "cancel": lambda job, p: _done(services.cancel(
-        _objective_id(p), by=actor(job), organization_id=job.organization_id,
-        reason=p.get("reason") or services.STOPPED_BY_USER, spare_job_id=job.job_id)),
-    "cleanup": lambda job, p: _done(services.cleanup(
-        _objective_id(p), by=actor(job), organization_id=job.organization_id)),
-    "archive": lambda job, p: _done(services.archive(
-        _objective_id(p), by=actor(job), organization_id=job.organization_id)),
+    "react": lambda job, p: _done(
+        services.react(
+            _objective_id(p),
+            by=actor(job),
+            message=p.get("message"),
+            tasks=p.get("tasks"),
+            organization_id=job.organization_id,
+        )
+    ),
+    "note": lambda job, p: _done(
+        services.note(
+            _objective_id(p),
+            p.get("text") or p.get("message") or "",
+            by=actor(job),
+            organization_id=job.organization_id,
+        )
+    ),
+    "promote": lambda job, p: _done(
+        services.promote(_objective_id(p), by=actor(job), organization_id=job.organization_id)
+    ),
+    "cancel": lambda job, p: _done(
+        services.cancel(
+            _objective_id(p),
+            by=actor(job),
+            organization_id=job.organization_id,
+            reason=p.get("reason") or services.STOPPED_BY_USER,
+            spare_job_id=job.job_id,
+        )
+    ),
+    "cleanup": lambda job, p: _done(
+        services.cleanup(_objective_id(p), by=actor(job), organization_id=job.organization_id)
+    ),
+    "archive": lambda job, p: _done(
+        services.archive(_objective_id(p), by=actor(job), organization_id=job.organization_id)
+    ),
     "abort-job": _command("abort"),
     "steer": _command("steer"),
     "follow-up": _command("follow_up"),
@@ -107,10 +135,13 @@ def handle(job: JobState, ctx: HandlerContext) -> JobResult:
     action = payload.get("action") or "create"
     act = ACTIONS.get(action)
     if act is None:
-        return JobResult.failure(f"unknown factory.dispatch action {action!r}; expected one of "
-                                 f"{', '.join(ACTIONS)}", no_retry=True)
+        return JobResult.failure(
+            f"unknown factory.dispatch action {action!r}; expected one of {', '.join(ACTIONS)}",
+            no_retry=True,
+        )
     try:
         return JobResult.success({"action": action, **act(job, payload)})
     except (ObjectivesError, JobsError) as error:
-        return JobResult.failure(str(error), no_retry=True,
-                                 result={"code": getattr(error, "code", "error")})
+        return JobResult.failure(
+            str(error), no_retry=True, result={"code": getattr(error, "code", "error")}
+        )

@@ -31,18 +31,27 @@ def checkpoint(objective_id: str, task_id: str, task_job: JobState, monitor_job_
     now = wall_clock_ms()
     last = selectors.last_progress(task_job.job_id)
     progress: dict[str, Any] = last[1] if last else {}
-    body = {"type": v.MONITOR_CHECKPOINT, "taskId": task_id, "jobId": task_job.job_id,
-            "monitorJobId": monitor_job_id,
-            "liveness": liveness(selectors.fact_of(task_job), now, selectors.staleness()),
-            "jobStatus": task_job.status, "attempt": task_job.attempt,
-            "lastProgressAt": last[0] if last else None,
-            "stdoutTail": (progress.get("stdoutTail") or "")[-1000:] or None,
-            "stderrTail": (progress.get("stderrTail") or "")[-1000:] or None}
+    body = {
+        "type": v.MONITOR_CHECKPOINT,
+        "taskId": task_id,
+        "jobId": task_job.job_id,
+        "monitorJobId": monitor_job_id,
+        "liveness": liveness(selectors.fact_of(task_job), now, selectors.staleness()),
+        "jobStatus": task_job.status,
+        "attempt": task_job.attempt,
+        "lastProgressAt": last[0] if last else None,
+        "stdoutTail": (progress.get("stdoutTail") or "")[-1000:] or None,
+        "stderrTail": (progress.get("stderrTail") or "")[-1000:] or None,
+    }
 
     def ours(state: ObjectiveState) -> bool:
         task = state.task(task_id)
-        return (not state.is_terminal and task is not None
-                and any(r.job_id == task_job.job_id for r in task.runs))
+        return (
+            not state.is_terminal
+            and task is not None
+            and any(r.job_id == task_job.job_id for r in task.runs)
+        )
+
     return services.record(objective_id, body, when=ours, job_id=monitor_job_id)
 
 
@@ -64,8 +73,13 @@ def handle(job: JobState, ctx: HandlerContext) -> JobResult:
         elif task_job.status != "queued":
             checkpoints += checkpoint(objective_id, task_id, task_job, job.job_id)
             if task_job.is_terminal:
-                return JobResult.success({"status": "settled", "taskJobStatus": task_job.status,
-                                          "checkpoints": checkpoints})
+                return JobResult.success(
+                    {
+                        "status": "settled",
+                        "taskJobStatus": task_job.status,
+                        "checkpoints": checkpoints,
+                    }
+                )
         if ctx.remaining_s() < interval_s + HANDOVER_MARGIN_S:
             return _hand_over(job, payload, checkpoints)
         if ctx.aborted.wait(interval_s):
@@ -77,7 +91,11 @@ def _hand_over(job: JobState, payload: dict[str, Any], checkpoints: int) -> JobR
     generation = int(payload.get("generation") or 1) + 1
     base = job.job_id.rsplit("-c", 1)[0] if payload.get("generation") else job.job_id
     next_id = f"{base}-c{generation}"
-    queue.enqueue(job.agent_id, {**payload, "generation": generation}, job_id=next_id,
-                  lane=job.lane, max_attempts=job.max_attempts)
-    return JobResult.success({"status": "handed_over", "next": next_id,
-                              "checkpoints": checkpoints})
+    queue.enqueue(
+        job.agent_id,
+        {**payload, "generation": generation},
+        job_id=next_id,
+        lane=job.lane,
+        max_attempts=job.max_attempts,
+    )
+    return JobResult.success({"status": "handed_over", "next": next_id, "checkpoints": checkpoints})

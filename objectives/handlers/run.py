@@ -44,23 +44,35 @@ def default(job: JobState, ctx: HandlerContext) -> JobResult:
         return JobResult.failure(f"runId: {error}", no_retry=True)
     stream = run_stream(run_id)
     objective_id = payload.get("objectiveId")
-    store.append(stream, {"type": "run.started", "runId": run_id, "jobId": job.job_id,
-                          "objectiveId": objective_id}, event_id=f"{job.job_id}:started")
+    store.append(
+        stream,
+        {"type": "run.started", "runId": run_id, "jobId": job.job_id, "objectiveId": objective_id},
+        event_id=f"{job.job_id}:started",
+    )
     message = payload.get("message") or payload.get("prompt")
     try:
         if isinstance(objective_id, str):
             if message:
-                services.note(objective_id, str(message), by=actor(job),
-                              organization_id=job.organization_id)
-            state = services.react(objective_id, by=actor(job),
-                                   organization_id=job.organization_id)
+                services.note(
+                    objective_id, str(message), by=actor(job), organization_id=job.organization_id
+                )
+            state = services.react(objective_id, by=actor(job), organization_id=job.organization_id)
             objective_id, created = state.objective_id, False
         else:
             out = create_from(job, {**payload, "prompt": payload.get("prompt") or message})
             objective_id, created = out["objectiveId"], out["created"]
     except (ObjectivesError, JobsError) as error:
         return JobResult.failure(str(error), no_retry=True)
-    store.append(stream, {"type": "run.completed", "runId": run_id, "jobId": job.job_id,
-                          "objectiveId": objective_id}, event_id=f"{job.job_id}:completed")
-    return JobResult.success({"objectiveId": objective_id, "runId": run_id, "stream": stream,
-                              "created": created})
+    store.append(
+        stream,
+        {
+            "type": "run.completed",
+            "runId": run_id,
+            "jobId": job.job_id,
+            "objectiveId": objective_id,
+        },
+        event_id=f"{job.job_id}:completed",
+    )
+    return JobResult.success(
+        {"objectiveId": objective_id, "runId": run_id, "stream": stream, "created": created}
+    )

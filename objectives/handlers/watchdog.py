@@ -38,16 +38,26 @@ def scan_limit(value: Any = None) -> int:
 
 def _int(payload: dict[str, Any], key: str, default: int) -> int:
     value = payload.get(key)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+    return (
+        value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else default
+    )
 
 
-def scan(*, now_ms: int | None = None, limit: int | None = None,
-         staleness: Staleness | None = None, quiet_ms: int | None = None,
-         deadline: float | None = None) -> dict[str, Any]:
+def scan(
+    *,
+    now_ms: int | None = None,
+    limit: int | None = None,
+    staleness: Staleness | None = None,
+    quiet_ms: int | None = None,
+    deadline: float | None = None,
+) -> dict[str, Any]:
     now = wall_clock_ms() if now_ms is None else now_ms
     judge = selectors.staleness() if staleness is None else staleness
-    rows = (ObjectiveSummary.objects.filter(active=True).order_by("updated_at")
-            .values_list("id", "state")[:scan_limit(limit)])
+    rows = (
+        ObjectiveSummary.objects.filter(active=True)
+        .order_by("updated_at")
+        .values_list("id", "state")[: scan_limit(limit)]
+    )
     scanned, reconciled = 0, []
     for objective_id, wire in rows:
         if deadline is not None and time.monotonic() > deadline:
@@ -55,20 +65,35 @@ def scan(*, now_ms: int | None = None, limit: int | None = None,
         scanned += 1
         try:
             state = objective_from_wire(wire)
-            reason = assess(state, selectors.active_job_facts(objective_id), now,
-                            staleness=judge, quiet_ms=quiet_ms)
+            reason = assess(
+                state,
+                selectors.active_job_facts(objective_id),
+                now,
+                staleness=judge,
+                quiet_ms=quiet_ms,
+            )
             if reason is None:
                 continue
             job_id = services.request_control(objective_id, RECONCILE, source=reason)
             services.ensure_control_enqueued(objective_id)
         except Exception as error:  # per objective: log and carry on
-            log_event(logger, "factory.watchdog_error", f"watchdog on {objective_id} failed: "
-                      f"{error}", level=logging.WARNING, objectiveId=objective_id)
+            log_event(
+                logger,
+                "factory.watchdog_error",
+                f"watchdog on {objective_id} failed: {error}",
+                level=logging.WARNING,
+                objectiveId=objective_id,
+            )
             continue
         reconciled.append({"objectiveId": objective_id, "reason": reason, "jobId": job_id})
-        log_event(logger, "factory.watchdog_reconcile",
-                  f"reconciling {objective_id}: {reason}", objectiveId=objective_id,
-                  reason=reason, jobId=job_id)
+        log_event(
+            logger,
+            "factory.watchdog_reconcile",
+            f"reconciling {objective_id}: {reason}",
+            objectiveId=objective_id,
+            reason=reason,
+            jobId=job_id,
+        )
     return {"scanned": scanned, "reconciled": reconciled}
 
 
@@ -77,9 +102,13 @@ def handle(job: JobState, ctx: HandlerContext) -> JobResult:
     timeout_ms = max(MIN_TIMEOUT_MS, settings.RECEIPT.watchdog_timeout_ms)
     deadline = min(ctx.deadline, time.monotonic() + timeout_ms / 1000)
     quiet = payload.get("quietMs")
-    result = scan(limit=payload.get("scanLimit"), deadline=deadline,
-                  staleness=selectors.staleness(
-                      live_ms=_int(payload, "liveStaleMs", LIVE_STALE_MS),
-                      computer_ms=_int(payload, "computerStaleMs", COMPUTER_STALE_MS)),
-                  quiet_ms=quiet if isinstance(quiet, int) and quiet >= 0 else None)
+    result = scan(
+        limit=payload.get("scanLimit"),
+        deadline=deadline,
+        staleness=selectors.staleness(
+            live_ms=_int(payload, "liveStaleMs", LIVE_STALE_MS),
+            computer_ms=_int(payload, "computerStaleMs", COMPUTER_STALE_MS),
+        ),
+        quiet_ms=quiet if isinstance(quiet, int) and quiet >= 0 else None,
+    )
     return JobResult.success(result)

@@ -69,7 +69,11 @@ def canonical_json(value: JSONValue) -> str:
     """The canonical text of `value` (checked first, see module docstring)."""
     check_json(value)
     return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+        value,
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        allow_nan=False,
         check_circular=False,
     )
 
@@ -102,9 +106,15 @@ def same_json(sealed: JSONValue, stored: JSONValue) -> bool:
     if isinstance(sealed, int):
         return isinstance(stored, int) and not isinstance(stored, bool) and stored == sealed
     if isinstance(sealed, list):
-        return (isinstance(stored, list) and len(stored) == len(sealed)
-                and all(same_json(a, b) for a, b in zip(sealed, stored, strict=True)))
+        return (
+            isinstance(stored, list)
+            and len(stored) == len(sealed)
+            and all(same_json(a, b) for a, b in zip(sealed, stored, strict=True))
+        )
     if isinstance(sealed, dict):
-        return (isinstance(stored, dict) and stored.keys() == sealed.keys()
-                and all(same_json(value, stored[key]) for key, value in sealed.items()))
+        return (
+            isinstance(stored, dict)
+            and stored.keys() == sealed.keys()
+            and all(same_json(value, stored[key]) for key, value in sealed.items())
+        )
     return False

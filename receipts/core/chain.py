@@ -45,8 +45,9 @@ def receipt_id(ts_ms: int, random_hex16: str) -> str:
     return f"{base36(ts_ms)}-{random_hex16}"
 
 
-def _material(*, id: str, ts: int, stream: str, prev: str | None, body: JSONValue,
-              context: JSONValue | None) -> dict[str, Any]:
+def _material(
+    *, id: str, ts: int, stream: str, prev: str | None, body: JSONValue, context: JSONValue | None
+) -> dict[str, Any]:
     material: dict[str, Any] = {"id": id, "ts": ts, "stream": stream, "prev": prev, "body": body}
     if context is not None:
         material["context"] = context
@@ -60,12 +61,16 @@ def text_hash(text: str) -> str:
 
 
 def receipt_hash(
-    *, id: str, ts: int, stream: str, prev: str | None, body: JSONValue,
+    *,
+    id: str,
+    ts: int,
+    stream: str,
+    prev: str | None,
+    body: JSONValue,
     context: JSONValue | None = None,
 ) -> str:
     """S-2: sha256 over {id, ts, stream, prev, body, context?}; hints are not hashed."""
-    return sha256_hex(_material(id=id, ts=ts, stream=stream, prev=prev, body=body,
-                                context=context))
+    return sha256_hex(_material(id=id, ts=ts, stream=stream, prev=prev, body=body, context=context))
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,8 +98,14 @@ class Receipt:
         """The hash of the sealed text, or recomputed from the fields when there is none."""
         if self.sealed is not None:
             return text_hash(self.sealed)
-        return receipt_hash(id=self.id, ts=self.ts, stream=self.stream, prev=self.prev,
-                            body=self.body, context=self.context)
+        return receipt_hash(
+            id=self.id,
+            ts=self.ts,
+            stream=self.stream,
+            prev=self.prev,
+            body=self.body,
+            context=self.context,
+        )
 
     def unsealed_field(self) -> str | None:
         """The first field whose value is not the one the sealed text holds, or None."""
@@ -106,8 +117,14 @@ class Receipt:
             return "sealed"
         if not isinstance(material, dict):
             return "sealed"
-        mine = _material(id=self.id, ts=self.ts, stream=self.stream, prev=self.prev,
-                         body=self.body, context=self.context)
+        mine = _material(
+            id=self.id,
+            ts=self.ts,
+            stream=self.stream,
+            prev=self.prev,
+            body=self.body,
+            context=self.context,
+        )
         if material.keys() != mine.keys():
             return "context" if "context" in material.keys() ^ mine.keys() else "sealed"
         for name in ("id", "ts", "stream", "prev", "body", "context"):
@@ -116,8 +133,14 @@ class Receipt:
         return None
 
     def to_wire(self) -> dict[str, Any]:
-        wire: dict[str, Any] = {"id": self.id, "ts": self.ts, "stream": self.stream,
-                                "prev": self.prev, "body": self.body, "hash": self.hash}
+        wire: dict[str, Any] = {
+            "id": self.id,
+            "ts": self.ts,
+            "stream": self.stream,
+            "prev": self.prev,
+            "body": self.body,
+            "hash": self.hash,
+        }
         if self.context is not None:
             wire["context"] = self.context
         if self.hints is not None:
@@ -130,8 +153,14 @@ class Receipt:
 
 
 def seal(
-    *, stream: str, prev: str | None, body: dict[str, Any], ts: int, random_hex16: str,
-    context: dict[str, Any] | None = None, hints: dict[str, Any] | None = None,
+    *,
+    stream: str,
+    prev: str | None,
+    body: dict[str, Any],
+    ts: int,
+    random_hex16: str,
+    context: dict[str, Any] | None = None,
+    hints: dict[str, Any] | None = None,
 ) -> Receipt:
     """Build the next receipt of `stream` after head `prev`."""
     if not isinstance(body, dict) or not isinstance(body.get("type"), str) or not body["type"]:
@@ -147,8 +176,17 @@ def seal(
         found = first_unstorable(material)
         raise CanonicalJSONError(*(found or ("$", "text that is not UTF-8"))) from None
     digest = hashlib.sha256(data).hexdigest()
-    return Receipt(id=rid, ts=ts, stream=stream, prev=prev, body=body, hash=digest,
-                   context=context, hints=hints, sealed=text)
+    return Receipt(
+        id=rid,
+        ts=ts,
+        stream=stream,
+        prev=prev,
+        body=body,
+        hash=digest,
+        context=context,
+        hints=hints,
+        sealed=text,
+    )
 
 
 def unseal(sealed: str) -> tuple[dict[str, Any], dict[str, Any] | None]:
@@ -178,8 +216,12 @@ class Verification:
     details: dict[str, Any] = field(default_factory=dict)
 
     def to_wire(self) -> dict[str, Any]:
-        wire: dict[str, Any] = {"stream": self.stream, "ok": self.ok, "count": self.count,
-                                "head": self.head}
+        wire: dict[str, Any] = {
+            "stream": self.stream,
+            "ok": self.ok,
+            "count": self.count,
+            "head": self.head,
+        }
         if not self.ok:
             wire.update(index=self.index, reason=self.reason)
         return wire
@@ -222,8 +264,9 @@ S = TypeVar("S")
 Reducer = Callable[[S | None, Receipt], S | None]
 
 
-def fold(receipts: Iterable[Receipt], reducer: Callable[[Any, Receipt], Any],
-         initial: Any = None) -> Any:
+def fold(
+    receipts: Iterable[Receipt], reducer: Callable[[Any, Receipt], Any], initial: Any = None
+) -> Any:
     """Fold `receipts` with `reducer`, starting from `initial` (S-7)."""
     state = initial
     for receipt in receipts:

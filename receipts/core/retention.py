@@ -41,11 +41,19 @@ class Tombstone:
     batch: int = 0
 
     def to_wire(self) -> dict[str, Any]:
-        return {"stream": self.stream, "family": self.family,
-                "receiptCount": self.receipt_count, "head": self.head,
-                "finalStatus": self.final_status, "settledAt": self.settled_at_ms,
-                "prunedAt": self.pruned_at_ms, "organizationId": self.organization_id,
-                "agentId": self.agent_id, "kind": self.kind, "batch": self.batch}
+        return {
+            "stream": self.stream,
+            "family": self.family,
+            "receiptCount": self.receipt_count,
+            "head": self.head,
+            "finalStatus": self.final_status,
+            "settledAt": self.settled_at_ms,
+            "prunedAt": self.pruned_at_ms,
+            "organizationId": self.organization_id,
+            "agentId": self.agent_id,
+            "kind": self.kind,
+            "batch": self.batch,
+        }
 
 
 def batch_hash(tombstones: Iterable[Tombstone]) -> str:
@@ -54,21 +62,33 @@ def batch_hash(tombstones: Iterable[Tombstone]) -> str:
     return sha256_hex([t.to_wire() for t in sorted(tombstones, key=lambda t: t.stream)])
 
 
-def batch_body(*, batch: int, tombstones: Sequence[Tombstone], windows_days: Mapping[str, int],
-               pruned_at_ms: int) -> dict[str, Any]:
+def batch_body(
+    *,
+    batch: int,
+    tombstones: Sequence[Tombstone],
+    windows_days: Mapping[str, int],
+    pruned_at_ms: int,
+) -> dict[str, Any]:
     """The body of the retention receipt committing to one batch."""
-    return {"type": PRUNED, "batch": batch, "count": len(tombstones),
-            "receipts": sum(t.receipt_count for t in tombstones),
-            "batchHash": batch_hash(tombstones), "windowsDays": dict(windows_days),
-            "prunedAt": pruned_at_ms}
+    return {
+        "type": PRUNED,
+        "batch": batch,
+        "count": len(tombstones),
+        "receipts": sum(t.receipt_count for t in tombstones),
+        "batchHash": batch_hash(tombstones),
+        "windowsDays": dict(windows_days),
+        "prunedAt": pruned_at_ms,
+    }
 
 
 def batch_fault(body: Mapping[str, Any], tombstones: Sequence[Tombstone]) -> str | None:
     """Why the tombstone rows of a batch do not match its receipt, or None when they do."""
     batch = body.get("batch")
     if len(tombstones) != body.get("count"):
-        return (f"batch {batch} commits to {body.get('count')} tombstone(s) but "
-                f"{len(tombstones)} are stored (removed or added)")
+        return (
+            f"batch {batch} commits to {body.get('count')} tombstone(s) but "
+            f"{len(tombstones)} are stored (removed or added)"
+        )
     if batch_hash(tombstones) != body.get("batchHash"):
         return f"tombstones of batch {batch} do not hash to the committed batchHash (edited)"
     return None
@@ -84,7 +104,7 @@ def fill(receipt_counts: Sequence[int], *, max_streams: int, max_receipts: int) 
     `max_streams`, and no more than `max_receipts` receipts in all, except that the
     first is always taken, so a stream longer than the cap still goes (alone)."""
     taken, receipts = 0, 0
-    for count in receipt_counts[:max(1, max_streams)]:
+    for count in receipt_counts[: max(1, max_streams)]:
         if taken and receipts + count > max_receipts:
             break
         taken += 1

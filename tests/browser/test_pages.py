@@ -156,14 +156,19 @@ def test_a_blocked_objective_gets_its_plan_from_the_page(tab: Page):
     plan = [{"id": "a", "title": "A", "command": "true"}]
     form.locator("textarea").fill(json.dumps(plan))
     form.get_by_role("button").click()
-    expect(tab.locator(".messagelist")).to_contain_text(re.compile(r"plan: 1 task\(s\) given", re.I))
+    expect(tab.locator(".messagelist")).to_contain_text(
+        re.compile(r"plan: 1 task\(s\) given", re.I)
+    )
     expect(tab.locator("#rcpt-plan-form")).to_have_count(0)
     assert objective(oid).input_tasks == plan
 
 
 def test_a_finished_objective_reads_as_tables(tab: Page):
-    oid = create(title="Browser checked", tasks=[{"id": "t1", "title": "One", "command": "true"}],
-                 checks=[{"name": "unit", "command": "echo fine"}])
+    oid = create(
+        title="Browser checked",
+        tasks=[{"id": "t1", "title": "One", "command": "true"}],
+        checks=[{"name": "unit", "command": "echo fine"}],
+    )
     drain()
     tab.goto(f"/admin/objectives/objectivesummary/{oid}/change/")
     expect(tab.locator("#rcpt-checks")).to_contain_text("passed")

@@ -54,20 +54,28 @@ class Stack:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.counter = 0
 
-    def start(self, role: str, *, name: str | None = None, wait: bool = True,
-              **extra_env: str) -> subprocess.Popen[bytes]:
+    def start(
+        self, role: str, *, name: str | None = None, wait: bool = True, **extra_env: str
+    ) -> subprocess.Popen[bytes]:
         self.counter += 1
         name = name or f"{role}-{self.counter}"
         with open(self.tmp / f"{name}.log", "ab") as log:  # the child keeps its own copy
             proc = subprocess.Popen(
-                [sys.executable, "manage.py", "runworker", "--role", role], cwd=ROOT,
-                env={**self.env, **extra_env}, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                [sys.executable, "manage.py", "runworker", "--role", role],
+                cwd=ROOT,
+                env={**self.env, **extra_env},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         self.procs[name] = proc
         if wait:
-            wait_for(lambda: WorkerProcess.objects.filter(pid=proc.pid, stopped_at__isnull=True)
-                     .exists() or proc.poll() is not None, timeout=30,
-                     message=f"runworker {role} to register")
+            wait_for(
+                lambda: WorkerProcess.objects.filter(pid=proc.pid, stopped_at__isnull=True).exists()
+                or proc.poll() is not None,
+                timeout=30,
+                message=f"runworker {role} to register",
+            )
             assert proc.poll() is None, self.log(name)
         return proc
 
@@ -96,15 +104,22 @@ class Stack:
         if not self.marker.exists():
             return []
         lines = [json.loads(line) for line in self.marker.read_text().splitlines() if line]
-        return [m for m in lines if (event is None or m["event"] == event)
-                and (job_id is None or m.get("jobId") == job_id)]
+        return [
+            m
+            for m in lines
+            if (event is None or m["event"] == event)
+            and (job_id is None or m.get("jobId") == job_id)
+        ]
 
 
 @pytest.fixture
 def stack(transactional_db, tmp_path, monkeypatch):
     monkeypatch.setattr(settings, "RECEIPT", dataclasses.replace(settings.RECEIPT, **PATCHED))
-    env = subprocess_env(**RUNTIME_ENV, RECEIPT_TEST_MARKER=str(tmp_path / "marker.jsonl"),
-                         RECEIPT_DATA_DIR=str(settings.DATA_DIR))
+    env = subprocess_env(
+        **RUNTIME_ENV,
+        RECEIPT_TEST_MARKER=str(tmp_path / "marker.jsonl"),
+        RECEIPT_DATA_DIR=str(settings.DATA_DIR),
+    )
     running = Stack(tmp_path, env)
     yield running
     running.stop_all()

@@ -18,8 +18,16 @@ def _mark(job, ctx, event: str) -> None:
     path = os.environ.get("RECEIPT_TEST_MARKER")
     if not path:
         return
-    line = json.dumps({"event": event, "jobId": job.job_id, "attempt": ctx.attempt,
-                       "pid": os.getpid(), "workerId": ctx.worker_id, "t": time.time()})
+    line = json.dumps(
+        {
+            "event": event,
+            "jobId": job.job_id,
+            "attempt": ctx.attempt,
+            "pid": os.getpid(),
+            "workerId": ctx.worker_id,
+            "t": time.time(),
+        }
+    )
     with open(path, "a") as handle:
         handle.write(line + "\n")
 
@@ -27,8 +35,9 @@ def _mark(job, ctx, event: str) -> None:
 def _echo(job, ctx):
     _mark(job, ctx, "start")
     group = ctx.worker_id.split(":", 1)[0]
-    return JobResult.success({"echo": (job.payload or {}).get("message"), "group": group,
-                              "pid": os.getpid()})
+    return JobResult.success(
+        {"echo": (job.payload or {}).get("message"), "group": group, "pid": os.getpid()}
+    )
 
 
 register_handler("test-echo")(_echo)
@@ -41,6 +50,8 @@ register_kind("test.report", worker_group="codex")
 def report(job, ctx):
     _mark(job, ctx, "start")
     return JobResult.success({"kind": job.kind, "group": ctx.worker_id.split(":", 1)[0]})
+
+
 register_handler("factory-control")(_echo)  # routing tests: routes to control
 
 
@@ -88,7 +99,9 @@ def stubborn(job, ctx, sleep_ms=None):
 @register_handler("test-fail")
 def fail(job, ctx):
     _mark(job, ctx, "start")
-    return JobResult.failure("deliberate failure", no_retry=bool((job.payload or {}).get("noRetry")))
+    return JobResult.failure(
+        "deliberate failure", no_retry=bool((job.payload or {}).get("noRetry"))
+    )
 
 
 @register_handler("test-raise")
@@ -121,8 +134,14 @@ def command(job, ctx):
     _mark(job, ctx, "start")
     payload = job.payload or {}
     where = Path(payload["dir"])
-    ran = processes.run(payload["command"], cwd=where, env=processes.scrubbed_env({}),
-                        stdout_path=where / "stdout.log", stderr_path=where / "stderr.log",
-                        timeout_s=ctx.remaining_s(), aborted=ctx.aborted)
+    ran = processes.run(
+        payload["command"],
+        cwd=where,
+        env=processes.scrubbed_env({}),
+        stdout_path=where / "stdout.log",
+        stderr_path=where / "stderr.log",
+        timeout_s=ctx.remaining_s(),
+        aborted=ctx.aborted,
+    )
     _mark(job, ctx, "end")
     return JobResult.success({"exitCode": ran.exit_code, "pid": ran.pid})

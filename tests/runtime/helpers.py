@@ -8,14 +8,20 @@ from tests.integration.jobs.helpers import assert_read_model_matches_receipts, p
 
 
 def enqueue(agent: str, *, job_id: str | None = None, **fields):
-    options = {k: fields.pop(k) for k in ("max_attempts", "session_key", "singleton_mode", "lane")
-               if k in fields}
+    options = {
+        k: fields.pop(k)
+        for k in ("max_attempts", "session_key", "singleton_mode", "lane")
+        if k in fields
+    }
     return queue.enqueue(agent, payload(**fields), job_id=job_id, **options).job
 
 
 def wait_status(job_id: str, *statuses: str, timeout: float = 30.0):
-    return wait_for(lambda: (j := queue.get(job_id)) is not None and j.status in statuses and j,
-                    timeout=timeout, message=f"job {job_id} to be {'/'.join(statuses)}")
+    return wait_for(
+        lambda: (j := queue.get(job_id)) is not None and j.status in statuses and j,
+        timeout=timeout,
+        message=f"job {job_id} to be {'/'.join(statuses)}",
+    )
 
 
 def receipt_types(job_id: str) -> list[str]:

@@ -18,8 +18,11 @@ from receipt_site.config import load
 from tests import conftest
 from tests.runtime.test_factory import ROLES, create, factory, start, until  # noqa: F401
 
-pytestmark = [pytest.mark.runtime, pytest.mark.postgres_only,
-              pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.runtime,
+    pytest.mark.postgres_only,
+    pytest.mark.django_db(transaction=True),
+]
 
 
 def _connections(pid: int, port: int) -> int:
@@ -31,8 +34,11 @@ def _connections(pid: int, port: int) -> int:
     total = 0
     for proc in tree:
         try:
-            total += sum(1 for c in proc.net_connections(kind="tcp")
-                         if c.raddr and c.raddr.port == port and c.status == "ESTABLISHED")
+            total += sum(
+                1
+                for c in proc.net_connections(kind="tcp")
+                if c.raddr and c.raddr.port == port and c.status == "ESTABLISHED"
+            )
         except psutil.NoSuchProcess:
             continue
     return total
@@ -46,8 +52,10 @@ def test_every_runworker_stays_within_concurrency_plus_three(factory, tmp_path):
         start(factory, role)
         factory.start(role, name=f"{role}-2")
         names += [role, f"{role}-2"]
-    budget = {name: concurrency_for(group_of(normalize_role(name.split("-")[0])) or "driver",
-                                    timing) + 3 for name in names}  # type: ignore[arg-type]
+    budget = {
+        name: concurrency_for(group_of(normalize_role(name.split("-")[0])) or "driver", timing) + 3
+        for name in names
+    }  # type: ignore[arg-type]
     peak = dict.fromkeys(names, 0)
     done = threading.Event()
 
@@ -59,8 +67,9 @@ def test_every_runworker_stays_within_concurrency_plus_three(factory, tmp_path):
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
-        tasks = [{"id": f"t{i}", "title": f"T{i}", "command": "echo hello; sleep 0.5"}
-                 for i in range(6)]
+        tasks = [
+            {"id": f"t{i}", "title": f"T{i}", "command": "echo hello; sleep 0.5"} for i in range(6)
+        ]
         oid = create(title="Budget", tasks=tasks, policy={"maxActiveTasks": 3})
         state = until(oid, "completed", "blocked", "failed", timeout=120)
     finally:

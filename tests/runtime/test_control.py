@@ -75,15 +75,21 @@ def test_a_holder_declared_gone_that_is_alive_loses_its_fence(stack):
     wait_for(lambda: stack.marks("start", job.job_id), message="attempt to start", timeout=60)
     os.kill(frozen.pid, signal.SIGSTOP)  # its keeper stops beating; its handler runs on
     try:
-        wait_for(lambda: "job.lease_expired" in [r.type for r in store.read(job.stream)],
-                 timeout=45, message="the frozen holder's lease to be released")
+        wait_for(
+            lambda: "job.lease_expired" in [r.type for r in store.read(job.stream)],
+            timeout=45,
+            message="the frozen holder's lease to be released",
+        )
         stack.start("codex", name="codex-other")
         wait_status(job.job_id, "completed", timeout=60)
     finally:
         os.kill(frozen.pid, signal.SIGCONT)
     # The first handler finishes later: its settlement is refused, the job settled once.
-    wait_for(lambda: [m for m in stack.marks("end", job.job_id) if m["attempt"] == 1],
-             timeout=60, message="the frozen attempt's handler to return")
+    wait_for(
+        lambda: [m for m in stack.marks("end", job.job_id) if m["attempt"] == 1],
+        timeout=60,
+        message="the frozen attempt's handler to return",
+    )
     types = [r.type for r in store.read(job.stream)]
     assert types.count("job.completed") == 1
     assert queue.get(job.job_id).attempt == 2

@@ -20,9 +20,15 @@ def test_happy_path_runs_on_the_routed_role_with_every_receipt(each_broker):
     job = enqueue("test-echo", message="hello")
     done = wait_status(job.job_id, "completed")
     assert done.result["echo"] == "hello" and done.result["group"] == "chat"
-    assert receipt_types(job.job_id) == ["job.enqueued", "job.leased", "job.heartbeat",
-                                         "job.completed"]
-    states = dict(DeliveryPromise.objects.filter(job_id=job.job_id).values_list("function", "state"))
+    assert receipt_types(job.job_id) == [
+        "job.enqueued",
+        "job.leased",
+        "job.heartbeat",
+        "job.completed",
+    ]
+    states = dict(
+        DeliveryPromise.objects.filter(job_id=job.job_id).values_list("function", "state")
+    )
     assert states == {"driver": "resolved", "execute": "resolved"}
     assert len(stack.marks("start", job.job_id)) == 1
     assert_settled_once(job.job_id)
@@ -120,16 +126,20 @@ def test_driver_killed_after_opening_the_execute_promise_still_completes_once(st
 def test_delivery_lost_after_the_take_is_recovered_by_the_queued_redrive(stack):
     stack.start("chat")
     job = enqueue("test-echo")  # dispatched to the driver cluster, which is not running
-    promise = wait_for(lambda: DeliveryPromise.objects.filter(job_id=job.job_id).first(),
-                       message="driver promise")
+    promise = wait_for(
+        lambda: DeliveryPromise.objects.filter(job_id=job.job_id).first(), message="driver promise"
+    )
     # A driver pusher took it and died before running it: invisible until far later...
     DeliveryPromise.objects.filter(pk=promise.pk).update(available_at=2**62)
     # ...and its timeout passed (as time would).
     DeliveryPromise.objects.filter(pk=promise.pk).update(timeout_at=0)
     stack.start("driver")
     done = wait_status(job.job_id, "completed", timeout=30)
-    promise_ids = set(DeliveryPromise.objects.filter(job_id=job.job_id, function="driver")
-                      .values_list("id", flat=True))
+    promise_ids = set(
+        DeliveryPromise.objects.filter(job_id=job.job_id, function="driver").values_list(
+            "id", flat=True
+        )
+    )
     assert any(":redrive:" in p for p in promise_ids), promise_ids
     assert done.status == "completed" and len(stack.marks("start", job.job_id)) == 1
 
@@ -221,18 +231,26 @@ def test_unknown_process_role_runs_only_the_loops_and_says_so(stack):
     from jobs.models import WorkerProcess
     from tests.runtime.conftest import ROOT
 
-    proc = subprocess.Popen([sys.executable, "manage.py", "runworker"], cwd=ROOT,
-                            env={**stack.env, "RECEIPT_PROCESS_ROLE": "wokrer-chat"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "runworker"],
+        cwd=ROOT,
+        env={**stack.env, "RECEIPT_PROCESS_ROLE": "wokrer-chat"},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     stack.procs["all"] = proc
-    row = wait_for(lambda: WorkerProcess.objects.filter(pid=proc.pid).first(),
-                   message="the fallback process to register")
+    row = wait_for(
+        lambda: WorkerProcess.objects.filter(pid=proc.pid).first(),
+        message="the fallback process to register",
+    )
     assert row.role == "all" and "wokrer-chat" in row.info["warning"]
     job = enqueue("test-echo")
     stack.start("driver")
-    wait_for(lambda: DeliveryPromise.objects.filter(job_id=job.job_id, function="execute").exists(),
-             message="the driver to dispatch")
+    wait_for(
+        lambda: DeliveryPromise.objects.filter(job_id=job.job_id, function="execute").exists(),
+        message="the driver to dispatch",
+    )
     assert queue.get(job.job_id).status == "queued"  # nobody serves chat: it stays queued
 
 
@@ -242,6 +260,12 @@ def test_runworker_rejects_an_unknown_role(stack):
 
     from tests.runtime.conftest import ROOT
 
-    result = subprocess.run([sys.executable, "manage.py", "runworker", "--role", "chatt"],
-                            cwd=ROOT, env=stack.env, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "manage.py", "runworker", "--role", "chatt"],
+        cwd=ROOT,
+        env=stack.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode != 0 and "unknown role 'chatt'" in result.stderr

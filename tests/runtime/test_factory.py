@@ -34,8 +34,12 @@ FACTORY_ENV = {
     "RECEIPT_OBJECTIVE_CONTROL_OUTBOX_REDRIVE_INTERVAL_MS": "300",
     "RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_ENABLED": "0",
 }
-PATCHED = {"job_lease_ms": 20000, "codex_job_lease_ms": 8000,
-           "factory_control_job_lease_ms": 4000, "factory_monitor_interval_ms": 500}
+PATCHED = {
+    "job_lease_ms": 20000,
+    "codex_job_lease_ms": 8000,
+    "factory_control_job_lease_ms": 4000,
+    "factory_monitor_interval_ms": 500,
+}
 AUTH = {"userId": "u-1", "organizationId": "org-1"}
 ROLES = ("driver", "chat", "control", "codex")
 
@@ -52,8 +56,11 @@ def start(stack, *roles: str, **extra_env: str) -> None:
     from jobs.models import WorkerProcess
 
     for role, proc in zip(roles, procs, strict=True):
-        wait_for(lambda p=proc: WorkerProcess.objects.filter(pid=p.pid).exists()
-                 or p.poll() is not None, timeout=30, message=f"{role} to register")
+        wait_for(
+            lambda p=proc: WorkerProcess.objects.filter(pid=p.pid).exists() or p.poll() is not None,
+            timeout=30,
+            message=f"{role} to register",
+        )
         assert proc.poll() is None, stack.log(role)
 
 
@@ -63,8 +70,11 @@ def dispatch(action: str, **fields) -> str:
 
 
 def settled(job_id: str, timeout: float = 30):
-    return wait_for(lambda: (j := queue.get(job_id)) is not None and j.is_terminal and j,
-                    timeout=timeout, message=f"job {job_id} to settle")
+    return wait_for(
+        lambda: (j := queue.get(job_id)) is not None and j.is_terminal and j,
+        timeout=timeout,
+        message=f"job {job_id} to settle",
+    )
 
 
 def create(**fields) -> str:
@@ -77,19 +87,29 @@ def until(objective_id: str, *statuses: str, timeout: float = 60):
     def reached():
         state = selectors.get(objective_id)
         return state is not None and state.status in statuses and state
-    return wait_for(reached, timeout=timeout, interval=0.1,
-                    message=f"objective {objective_id} to be {'/'.join(statuses)}")
+
+    return wait_for(
+        reached,
+        timeout=timeout,
+        interval=0.1,
+        message=f"objective {objective_id} to be {'/'.join(statuses)}",
+    )
 
 
 def audited(objective_id: str, timeout: float = 30):
-    return wait_for(lambda: (s := selectors.get(objective_id)) and s.audit.status == "recorded"
-                    and s, timeout=timeout, message=f"audit of {objective_id}")
+    return wait_for(
+        lambda: (s := selectors.get(objective_id)) and s.audit.status == "recorded" and s,
+        timeout=timeout,
+        message=f"audit of {objective_id}",
+    )
 
 
 def marked(task_id: str, log: Path, *, seconds: float = 0.0) -> str:
     """A command that records its start and end (with times) in `log`."""
-    return (f"echo start {task_id} $(date +%s.%N) >> {log}; sleep {seconds}; "
-            f"echo end {task_id} $(date +%s.%N) >> {log}")
+    return (
+        f"echo start {task_id} $(date +%s.%N) >> {log}; sleep {seconds}; "
+        f"echo end {task_id} $(date +%s.%N) >> {log}"
+    )
 
 
 def spans(log: Path) -> dict[str, tuple[float, float]]:
@@ -103,17 +123,21 @@ def spans(log: Path) -> dict[str, tuple[float, float]]:
 def test_diamond_runs_in_dependency_order_within_max_active_tasks(factory, tmp_path):
     start(factory, *ROLES)
     log, checked = tmp_path / "runs.log", tmp_path / "checked"
-    tasks = [{"id": "a", "title": "A", "command": marked("a", log, seconds=0.3)},
-             {"id": "b", "title": "B", "command": marked("b", log, seconds=1.5),
-              "dependsOn": ["a"]},
-             {"id": "c", "title": "C", "command": marked("c", log, seconds=1.5),
-              "dependsOn": ["a"]},
-             {"id": "d", "title": "D", "command": marked("d", log, seconds=0.3),
-              "dependsOn": ["b", "c"]},
-             {"id": "e", "title": "E", "command": marked("e", log, seconds=1.5),
-              "dependsOn": ["a"]}]
-    oid = create(title="Diamond", tasks=tasks, policy={"maxActiveTasks": 2},
-                 checks=[f"touch {checked}"])
+    tasks = [
+        {"id": "a", "title": "A", "command": marked("a", log, seconds=0.3)},
+        {"id": "b", "title": "B", "command": marked("b", log, seconds=1.5), "dependsOn": ["a"]},
+        {"id": "c", "title": "C", "command": marked("c", log, seconds=1.5), "dependsOn": ["a"]},
+        {
+            "id": "d",
+            "title": "D",
+            "command": marked("d", log, seconds=0.3),
+            "dependsOn": ["b", "c"],
+        },
+        {"id": "e", "title": "E", "command": marked("e", log, seconds=1.5), "dependsOn": ["a"]},
+    ]
+    oid = create(
+        title="Diamond", tasks=tasks, policy={"maxActiveTasks": 2}, checks=[f"touch {checked}"]
+    )
     state = until(oid, "completed", "blocked", "failed", timeout=90)
     assert state.status == "completed", state.blocked_reason
     runs = spans(log)
@@ -140,8 +164,11 @@ def test_failing_task_blocks_with_its_stderr_then_note_and_react_unblock(factory
     start(factory, *ROLES)
     flag = tmp_path / "ready.flag"
     command = f"test -f {flag} || {{ echo flag {flag.name} is missing >&2; exit 4; }}"
-    oid = create(title="Needs a flag", tasks=[{"id": "t", "title": "T", "command": command}],
-                 policy={"maxCandidatePassesPerTask": 2})
+    oid = create(
+        title="Needs a flag",
+        tasks=[{"id": "t", "title": "T", "command": command}],
+        policy={"maxCandidatePassesPerTask": 2},
+    )
     state = until(oid, "blocked")
     assert state.blocked_reason.endswith(f"stderr tail: flag {flag.name} is missing")
     assert len(state.task("t").runs) == 2
@@ -169,8 +196,10 @@ def test_a_task_printing_nul_bytes_and_a_lone_surrogate_completes(factory):
     state = until(oid, "completed", "blocked", "failed", timeout=60)
     assert state.status == "completed", state.blocked_reason
     run = state.task("t").runs[-1]
-    assert (run.stdout_tail, run.stderr_tail) == ("out\ufffdput \ufffd\ufffd\ufffd end",
-                                                  "err\ufffd")
+    assert (run.stdout_tail, run.stderr_tail) == (
+        "out\ufffdput \ufffd\ufffd\ufffd end",
+        "err\ufffd",
+    )
     assert store.verify(v.objective_stream(oid)).ok
     assert store.verify(f"jobs/{run.job_id}").ok
 
@@ -178,10 +207,15 @@ def test_a_task_printing_nul_bytes_and_a_lone_surrogate_completes(factory):
 def test_cancel_kills_the_running_task_and_cancels_the_objective(factory, tmp_path):
     start(factory, *ROLES)
     pid_file = tmp_path / "pid"
-    oid = create(title="Long", tasks=[{"id": "t", "title": "T",
-                                       "command": f"echo $$ > {pid_file}; sleep 60"}])
-    wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), timeout=30,
-             message="the task to start")
+    oid = create(
+        title="Long",
+        tasks=[{"id": "t", "title": "T", "command": f"echo $$ > {pid_file}; sleep 60"}],
+    )
+    wait_for(
+        lambda: pid_file.exists() and pid_file.read_text().strip(),
+        timeout=30,
+        message="the task to start",
+    )
     pid = int(pid_file.read_text())
     assert _alive(pid)
     assert settled(dispatch("cancel", objectiveId=oid)).status == "completed"
@@ -193,8 +227,9 @@ def test_cancel_kills_the_running_task_and_cancels_the_objective(factory, tmp_pa
     settled(dispatch("archive", objectiveId=oid))
     board = selectors.board()
     assert oid in [row.id for row in board["archived"]]
-    assert oid not in [row.id for key in ("active", "needs_attention", "queued", "completed")
-                       for row in board[key]]
+    assert oid not in [
+        row.id for key in ("active", "needs_attention", "queued", "completed") for row in board[key]
+    ]
     assert state.status == "canceled"
 
 
@@ -203,13 +238,19 @@ def test_killed_codex_and_control_workers_still_complete_each_command_once(facto
     start(factory, "control", RECEIPT_FAULTS="factory_control_after_commit")
     start(factory, "codex")
     done, began = tmp_path / "done.log", tmp_path / "began.log"
-    tasks = [{"id": t, "title": t.upper(),
-              "command": f"echo {t} >> {began}; sleep 3; echo {t} >> {done}"}
-             for t in ("a", "b")]
+    tasks = [
+        {
+            "id": t,
+            "title": t.upper(),
+            "command": f"echo {t} >> {began}; sleep 3; echo {t} >> {done}",
+        }
+        for t in ("a", "b")
+    ]
     tasks[1]["dependsOn"] = ["a"]
     oid = create(title="Survivor", tasks=tasks)
-    wait_for(lambda: began.exists() and "a" in began.read_text(), timeout=30,
-             message="task a to start")
+    wait_for(
+        lambda: began.exists() and "a" in began.read_text(), timeout=30, message="task a to start"
+    )
     factory.kill("codex")  # mid-task: the command dies with its worker
     wait_for(lambda: factory.marks("fault"), timeout=30, message="a control pass to pause")
     factory.kill("control")  # mid-pass: its receipts committed, its job never settled
@@ -233,35 +274,51 @@ def test_watchdog_job_reconciles_an_objective_whose_control_job_was_lost(factory
     start(factory, "control")
     watchdog = queue.enqueue(v.CONTROL_AGENT, {"kind": v.KIND_WATCHDOG, "quietMs": 0}).job
     result = settled(watchdog.job_id).result
-    assert result["reconciled"] == [{"objectiveId": oid, "reason": "no_active_objective_work",
-                                     "jobId": v.control_job_id(oid, 2)}]
+    assert result["reconciled"] == [
+        {
+            "objectiveId": oid,
+            "reason": "no_active_objective_work",
+            "jobId": v.control_job_id(oid, 2),
+        }
+    ]
     assert until(oid, "completed", timeout=60).status == "completed"
 
 
 def test_control_role_redrives_a_recorded_but_never_enqueued_request(factory):
-    state, _ = services.create("obj-outbox-1", {"title": "Outbox", "tasks": [
-        {"title": "x", "command": "true"}]}, auth_context=AUTH, by="test")
+    state, _ = services.create(
+        "obj-outbox-1",
+        {"title": "Outbox", "tasks": [{"title": "x", "command": "true"}]},
+        auth_context=AUTH,
+        by="test",
+    )
     oid = state.objective_id
     queue.abort(v.control_job_id(oid, 1), reason="lost")
 
     def decide(state):
-        return services.Mutation(services.control_request_events(state, "reconcile",
-                                                                 force=True)[0])
+        return services.Mutation(services.control_request_events(state, "reconcile", force=True)[0])
+
     services.mutate(oid, decide)
     pending = selectors.get(oid).unenqueued_requests[-1].job_id
     assert queue.get(pending) is None
     start(factory, *ROLES)
     assert until(oid, "completed", timeout=60).status == "completed"
     assert Job.objects.filter(pk=pending).count() == 1
-    enqueued = [r for r in store.read(v.objective_stream(oid))
-                if r.type == v.CONTROL_ENQUEUED and r.body["jobId"] == pending]
+    enqueued = [
+        r
+        for r in store.read(v.objective_stream(oid))
+        if r.type == v.CONTROL_ENQUEUED and r.body["jobId"] == pending
+    ]
     assert len(enqueued) == 1
 
 
 def test_investigation_runs_without_slot_checks_or_promotion(factory):
     start(factory, *ROLES)
-    oid = create(title="Look", mode="investigation", checks=["false"],
-                 tasks=[{"title": "look", "command": "echo the cache is cold"}])
+    oid = create(
+        title="Look",
+        mode="investigation",
+        checks=["false"],
+        tasks=[{"title": "look", "command": "echo the cache is cold"}],
+    )
     state = until(oid, "completed", "blocked", timeout=60)
     assert state.status == "completed" and "the cache is cold" in state.result_summary
     types = {r.type for r in store.read(v.objective_stream(oid))}

@@ -33,10 +33,12 @@ DEFAULT_LEASE_MS = 300_000
 AFTER_DEATH_S = 5.0  # the requirement: nothing of the command alive 5 s after its worker died
 # the command's shell, a child shell, its grandchild sleep, a sleep in its own session,
 # then one more sleep every half second for as long as the shell lives
-TREE = ("echo $$ >> {pids}; "
-        "sh -c 'echo $$ >> {pids}; sleep 180 & echo $! >> {pids}; wait' & "
-        "setsid sleep 180 & echo $! >> {pids}; "
-        "while :; do sleep 180 & echo $! >> {spawned}; sleep 0.5; done")
+TREE = (
+    "echo $$ >> {pids}; "
+    "sh -c 'echo $$ >> {pids}; sleep 180 & echo $! >> {pids}; wait' & "
+    "setsid sleep 180 & echo $! >> {pids}; "
+    "while :; do sleep 180 & echo $! >> {spawned}; sleep 0.5; done"
+)
 TREE_SIZE = 4
 
 
@@ -44,8 +46,9 @@ TREE_SIZE = 4
 def orphans(stack, monkeypatch):
     """The stack with default leases, and a last-resort cleanup of whatever a failed test
     left running (so one failure does not leave `sleep 180` behind)."""
-    monkeypatch.setattr(settings, "RECEIPT",
-                        dataclasses.replace(settings.RECEIPT, job_lease_ms=DEFAULT_LEASE_MS))
+    monkeypatch.setattr(
+        settings, "RECEIPT", dataclasses.replace(settings.RECEIPT, job_lease_ms=DEFAULT_LEASE_MS)
+    )
     stack.env["JOB_LEASE_MS"] = str(DEFAULT_LEASE_MS)
     stack.trees = []
     yield stack
@@ -91,19 +94,25 @@ def start_tree(stack, tmp_path, **worker_env: str) -> tuple[subprocess.Popen[byt
     pids, spawned = tmp_path / "pids", tmp_path / "spawned"
     since = time.time() - 1
     # a `factory.integration.*` kind routes the job to the codex group, as Factory's own do
-    job = enqueue("test-command", kind="factory.integration.validate",
-                  command=TREE.format(pids=pids, spawned=spawned), dir=str(tmp_path))
+    job = enqueue(
+        "test-command",
+        kind="factory.integration.validate",
+        command=TREE.format(pids=pids, spawned=spawned),
+        dir=str(tmp_path),
+    )
     wait_status(job.job_id, "running", timeout=60)
-    wait_for(lambda: pids.exists() and len(pids.read_text().split()) >= TREE_SIZE
-             and spawned.exists(), timeout=60, message="the task command to start its tree")
+    wait_for(
+        lambda: pids.exists() and len(pids.read_text().split()) >= TREE_SIZE and spawned.exists(),
+        timeout=60,
+        message="the task command to start its tree",
+    )
     listed = [int(pid) for pid in pids.read_text().split()]
     leader = psutil.Process(listed[0])
     assert codex.pid in [a.pid for a in leader.parents()], "the command runs under codex"
     command = {p.pid: p for p in [leader, *leader.children(recursive=True)]}
     command.update({pid: psutil.Process(pid) for pid in listed if pid not in command})
     # and the rest of the runworker's tree: sentinel, workers, pusher, monitor, reaper
-    rest = [p for p in psutil.Process(codex.pid).children(recursive=True)
-            if p.pid not in command]
+    rest = [p for p in psutil.Process(codex.pid).children(recursive=True) if p.pid not in command]
     tree = Tree([*command.values(), *rest], spawned, since)
     stack.trees.append(tree)
     assert len(command) >= TREE_SIZE and not [p for p in tree.procs if not _alive(p)]
@@ -113,8 +122,9 @@ def start_tree(stack, tmp_path, **worker_env: str) -> tuple[subprocess.Popen[byt
 def assert_all_gone(tree: Tree) -> None:
     """Nothing of `tree` alive within AFTER_DEATH_S of now (the runworker just died)."""
     try:
-        wait_for(lambda: not tree.alive(), timeout=AFTER_DEATH_S,
-                 message="the runworker's tree to die")
+        wait_for(
+            lambda: not tree.alive(), timeout=AFTER_DEATH_S, message="the runworker's tree to die"
+        )
     except AssertionError:
         left = {p.pid: _describe(p) for p in tree.alive()}
         raise AssertionError(f"alive {AFTER_DEATH_S}s after the runworker died: {left}") from None

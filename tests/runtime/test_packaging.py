@@ -26,7 +26,7 @@ pytestmark = [
     pytest.mark.skipif(BACKEND != "sqlite", reason="runs once, in the SQLite leg"),
 ]
 
-USER_MODULE = '''
+USER_MODULE = """
 from jobs.handlers import register_handler, register_kind
 from jobs.runtime.context import JobResult
 
@@ -36,7 +36,7 @@ register_kind("acme.report", worker_group="chat")
 @register_handler("my-agent")
 def run(job, ctx):
     return JobResult.success({"answer": 42, "for": job.payload.get("customer")})
-'''
+"""
 
 
 def _free_port() -> int:
@@ -50,15 +50,47 @@ def installed(tmp_path_factory) -> Path:
     """The wheel built from this tree, installed into a directory of its own."""
     tmp = tmp_path_factory.mktemp("packaging")
     source = tmp / "src"  # a copy: setuptools builds in the source tree (build/, egg-info)
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
-        ".*", "bench", "build", "tests", "docs", "*.egg-info", "__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
-                    "--disable-pip-version-check", "-w", str(tmp / "dist"), str(source)],
-                   check=True, capture_output=True, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".*", "bench", "build", "tests", "docs", "*.egg-info", "__pycache__"
+        ),
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "-q",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "-w",
+            str(tmp / "dist"),
+            str(source),
+        ],
+        check=True,
+        capture_output=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     wheel = next((tmp / "dist").glob("receipt-*.whl"))
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                    "--disable-pip-version-check", "--target", str(tmp / "site"), str(wheel)],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--disable-pip-version-check",
+            "--target",
+            str(tmp / "site"),
+            str(wheel),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return tmp
 
 
@@ -66,11 +98,17 @@ def _env(installed: Path, data: Path) -> dict[str, str]:
     """The base interpreter with the wheel first and the dependencies after it: the
     checkout's editable install (a .pth file of the venv) is never read."""
     dependencies = sysconfig.get_paths()["purelib"]
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("RECEIPT_", "DATABASE_", "DJANGO_", "PYTEST", "JOB_"))}
-    env.update(PYTHONPATH=f"{installed / 'site'}{os.pathsep}{dependencies}",
-               RECEIPT_DATA_DIR=str(data), RECEIPT_HANDLER_MODULES="myapp_jobs",
-               PYTHONUNBUFFERED="1")
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith(("RECEIPT_", "DATABASE_", "DJANGO_", "PYTEST", "JOB_"))
+    }
+    env.update(
+        PYTHONPATH=f"{installed / 'site'}{os.pathsep}{dependencies}",
+        RECEIPT_DATA_DIR=str(data),
+        RECEIPT_HANDLER_MODULES="myapp_jobs",
+        PYTHONUNBUFFERED="1",
+    )
     return env
 
 
@@ -85,14 +123,29 @@ def test_an_installed_receipt_runs_from_any_directory(installed, tmp_path):
     env = _env(installed, tmp_path / "data")
 
     def receipt(*args: str) -> str:
-        done = subprocess.run([*_python(), "-m", "receipt_site.cli", *args], cwd=home, env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [*_python(), "-m", "receipt_site.cli", *args],
+            cwd=home,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout
 
-    where = subprocess.run([*_python(), "-c", "import access, receipt_site; "
-                            "print(receipt_site.__file__); print(access.__file__)"],
-                           cwd=home, env=env, capture_output=True, text=True, check=True)
+    where = subprocess.run(
+        [
+            *_python(),
+            "-c",
+            "import access, receipt_site; print(receipt_site.__file__); print(access.__file__)",
+        ],
+        cwd=home,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert all(line.startswith(str(installed / "site")) for line in where.stdout.split())
     script = (installed / "site" / "bin" / "receipt").read_text()
     assert "from receipt_site.cli import main" in script
@@ -103,9 +156,14 @@ def test_an_installed_receipt_runs_from_any_directory(installed, tmp_path):
     password = (tmp_path / "data" / "admin-password").read_text().strip()
     log_path = tmp_path / "stack.log"
     with log_path.open("w") as log:
-        stack = subprocess.Popen([*_python(), "-m", "receipt_site.cli", "runstack", "--port", str(port)],
-                                 cwd=home, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                 start_new_session=True)
+        stack = subprocess.Popen(
+            [*_python(), "-m", "receipt_site.cli", "runstack", "--port", str(port)],
+            cwd=home,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     base = f"http://127.0.0.1:{port}"
     try:
         with httpx.Client(base_url=base, timeout=10) as http:
@@ -117,18 +175,33 @@ def test_an_installed_receipt_runs_from_any_directory(installed, tmp_path):
             assert http.get("/static/receipt/admin.css").status_code == 200
 
             auth = {"Authorization": f"Bearer {token}"}
-            enqueued = http.post("/agents/my-agent/jobs", headers=auth, json={"payload": {
-                "kind": "acme.report", "customer": "c-7",
-                "authContext": {"userId": "u-1", "organizationId": "org-1"}}})
+            enqueued = http.post(
+                "/agents/my-agent/jobs",
+                headers=auth,
+                json={
+                    "payload": {
+                        "kind": "acme.report",
+                        "customer": "c-7",
+                        "authContext": {"userId": "u-1", "organizationId": "org-1"},
+                    }
+                },
+            )
             assert enqueued.status_code == 202, enqueued.text
             job_id = enqueued.json()["job"]["id"]
-            done = wait_for(lambda: _job_if(http, job_id, auth, "completed"), timeout=60,
-                            message="the job never completed")
+            done = wait_for(
+                lambda: _job_if(http, job_id, auth, "completed"),
+                timeout=60,
+                message="the job never completed",
+            )
             assert done["result"] == {"answer": 42, "for": "c-7"}
 
             _log_in(http, password)
-            for page in ("/admin/", "/admin/jobs/job/", f"/admin/jobs/job/{job_id}/change/",
-                         "/admin/jobs/job/dashboard/"):
+            for page in (
+                "/admin/",
+                "/admin/jobs/job/",
+                f"/admin/jobs/job/{job_id}/change/",
+                "/admin/jobs/job/dashboard/",
+            ):
                 answer = http.get(page)
                 assert answer.status_code == 200, (page, answer.status_code)
             assert job_id in http.get(f"/admin/jobs/job/{job_id}/change/").text
@@ -136,8 +209,14 @@ def test_an_installed_receipt_runs_from_any_directory(installed, tmp_path):
         os.killpg(stack.pid, signal.SIGTERM)
         stack.wait(timeout=60)
     output = log_path.read_text()
-    for noise in ("Traceback", "lifespan", "Not Found: /favicon.ico", "SetuptoolsDeprecation",
-                  "Error", "Warning:"):
+    for noise in (
+        "Traceback",
+        "lifespan",
+        "Not Found: /favicon.ico",
+        "SetuptoolsDeprecation",
+        "Error",
+        "Warning:",
+    ):
         assert noise not in output, (noise, output[-4000:])
 
 
@@ -155,8 +234,14 @@ def _job_if(http: httpx.Client, job_id: str, auth: dict[str, str], status: str) 
 
 def _log_in(http: httpx.Client, password: str) -> None:
     http.get("/admin/login/")
-    answer = http.post("/admin/login/?next=/admin/", data={
-        "username": "admin", "password": password,
-        "csrfmiddlewaretoken": http.cookies["csrftoken"], "next": "/admin/"},
-        headers={"Referer": str(http.base_url) + "/admin/login/"})
+    answer = http.post(
+        "/admin/login/?next=/admin/",
+        data={
+            "username": "admin",
+            "password": password,
+            "csrfmiddlewaretoken": http.cookies["csrftoken"],
+            "next": "/admin/",
+        },
+        headers={"Referer": str(http.base_url) + "/admin/login/"},
+    )
     assert answer.status_code == 302, answer.text[-2000:]

@@ -11,12 +11,18 @@ def test_defaults_match_the_spec_table():
     assert config.job_lease_ms == 300_000
     assert config.codex_job_lease_ms == 900_000
     assert config.factory_control_job_lease_ms == 900_000
-    assert (config.chat_job_concurrency, config.orchestration_job_concurrency,
-            config.codex_job_concurrency) == (4, 1, 1)
+    assert (
+        config.chat_job_concurrency,
+        config.orchestration_job_concurrency,
+        config.codex_job_concurrency,
+    ) == (4, 1, 1)
     assert config.active_stale_ms == 600_000
-    assert (config.queued_redrive_interval_ms, config.queued_redrive_min_age_ms,
-            config.queued_redrive_cooldown_ms, config.queued_redrive_startup_delay_ms) == (
-        15_000, 30_000, 15_000, 5_000)
+    assert (
+        config.queued_redrive_interval_ms,
+        config.queued_redrive_min_age_ms,
+        config.queued_redrive_cooldown_ms,
+        config.queued_redrive_startup_delay_ms,
+    ) == (15_000, 30_000, 15_000, 5_000)
     assert config.watchdog_enabled is True and config.watchdog_cron == "* * * * *"
     assert config.watchdog_scan_limit == 200 and config.repo_slot_concurrency == 20
     assert config.broker == "orm" and config.data_dir == "./.receipt"
@@ -29,8 +35,10 @@ def test_defaults_match_the_spec_table():
         ({"JOB_LEASE_MS": "abc"}, "JOB_LEASE_MS must be an integer, got 'abc'"),
         ({"JOB_LEASE_MS": "10"}, "JOB_LEASE_MS must be >= 1000, got 10"),
         ({"CHAT_JOB_CONCURRENCY": "0"}, "CHAT_JOB_CONCURRENCY must be >= 1"),
-        ({"RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_ENABLED": "maybe"},
-         "RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_ENABLED must be one of"),
+        (
+            {"RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_ENABLED": "maybe"},
+            "RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_ENABLED must be one of",
+        ),
         ({"RECEIPT_BROKER": "amqp://x"}, "RECEIPT_BROKER must be 'orm' or a redis:// URL"),
         ({"DATABASE_URL": "mysql://x"}, "DATABASE_URL must start with"),
         ({"RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_CRON": "* *"}, "5-field cron"),
@@ -43,8 +51,13 @@ def test_invalid_values_name_the_variable(env, fragment):
 
 
 def test_secrets_are_masked_when_shown():
-    config = load({"SECRET_KEY": "s3cret", "RECEIPT_CALLBACK_TOKEN": "tok",
-                   "DATABASE_URL": "postgres://u:pw@db:5432/receipt"})
+    config = load(
+        {
+            "SECRET_KEY": "s3cret",
+            "RECEIPT_CALLBACK_TOKEN": "tok",
+            "DATABASE_URL": "postgres://u:pw@db:5432/receipt",
+        }
+    )
     shown = dict(config.shown())
     assert shown["SECRET_KEY"] == "•••• (set)" and shown["RECEIPT_CALLBACK_TOKEN"] == "•••• (set)"
     assert shown["DATABASE_URL"] == "postgres://u:***@db:5432/receipt"
@@ -58,7 +71,13 @@ def test_redact_url_keeps_urls_without_password():
 def test_database_url_parsing(tmp_path):
     pg = database_from_url("postgres://me:p%40ss@h:5433/db?sslmode=require", data_dir=tmp_path)
     assert (pg["ENGINE"], pg["USER"], pg["PASSWORD"], pg["HOST"], pg["PORT"], pg["NAME"]) == (
-        "django.db.backends.postgresql", "me", "p@ss", "h", "5433", "db")
+        "django.db.backends.postgresql",
+        "me",
+        "p@ss",
+        "h",
+        "5433",
+        "db",
+    )
     assert pg["OPTIONS"] == {"sslmode": "require", "prepare_threshold": 100}
     pooled = database_from_url("postgres://h/db?prepare=off", data_dir=tmp_path)
     assert pooled["OPTIONS"]["prepare_threshold"] is None  # behind a transaction pooler
@@ -71,7 +90,9 @@ def test_database_url_parsing(tmp_path):
 
 
 def test_callback_urls_show_only_their_origin():
-    shown = dict(load({"RECEIPT_EVENT_CALLBACK_URL": "https://hooks.example:8443/x?token=s3"}).shown())
+    shown = dict(
+        load({"RECEIPT_EVENT_CALLBACK_URL": "https://hooks.example:8443/x?token=s3"}).shown()
+    )
     assert shown["RECEIPT_EVENT_CALLBACK_URL"] == "https://hooks.example:8443/…"
 
 

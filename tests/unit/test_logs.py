@@ -14,16 +14,27 @@ def record(message, **extra):
 
 
 def test_line_has_the_contract_fields_and_context():
-    line = json.loads(JsonFormatter().format(record("hello", event="runtime.configured", role="api")))
+    line = json.loads(
+        JsonFormatter().format(record("hello", event="runtime.configured", role="api"))
+    )
     assert line["level"] == "warning" and line["service"] == "receipt"
     assert line["event"] == "runtime.configured" and line["message"] == "hello"
     assert line["role"] == "api" and isinstance(line["ts"], int)
 
 
 def test_sensitive_keys_are_redacted_at_any_depth():
-    line = json.loads(JsonFormatter().format(record(
-        "x", event="e", headers={"Authorization": "Bearer abc", "Accept": "json"},
-        api_key="k", password="p", nested={"sessionId": "s", "ok": 1})))
+    line = json.loads(
+        JsonFormatter().format(
+            record(
+                "x",
+                event="e",
+                headers={"Authorization": "Bearer abc", "Accept": "json"},
+                api_key="k",
+                password="p",
+                nested={"sessionId": "s", "ok": 1},
+            )
+        )
+    )
     assert line["headers"] == {"Authorization": "[redacted]", "Accept": "json"}
     assert line["api_key"] == "[redacted]" and line["password"] == "[redacted]"
     assert line["nested"] == {"sessionId": "[redacted]", "ok": 1}

@@ -11,8 +11,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--name", required=True)
         parser.add_argument("--org", default=None, help="bind the token to one organization id")
-        parser.add_argument("--scopes", nargs="*", default=None,
-                            help="jobs:write jobs:read jobs:control objectives:read (default all)")
+        parser.add_argument(
+            "--scopes",
+            nargs="*",
+            default=None,
+            help="jobs:write jobs:read jobs:control objectives:read (default all)",
+        )
 
     def handle(self, *args, name, org, scopes, **options):
         if not name.strip():

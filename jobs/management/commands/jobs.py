@@ -28,9 +28,16 @@ logger = logging.getLogger("receipt.cli")
 
 # `jobs list` flags -> the GET /jobs filters; validated by the API's own JobFilter, so
 # the CLI and the API accept (and refuse) exactly the same values.
-LIST_FILTERS = {"status": "status", "agent": "agentId", "lane": "lane", "kind": "kind",
-                "session_key": "sessionKey", "objective": "objectiveId",
-                "org": "organizationId", "routed_group": "routedGroup"}
+LIST_FILTERS = {
+    "status": "status",
+    "agent": "agentId",
+    "lane": "lane",
+    "kind": "kind",
+    "session_key": "sessionKey",
+    "objective": "objectiveId",
+    "org": "organizationId",
+    "routed_group": "routedGroup",
+}
 DEFAULT_LIST_LIMIT = 20
 
 
@@ -62,9 +69,11 @@ class Command(BaseCommand):
                 allowed = JobFilter.allowed(api_name)
                 hint = f"one of: {', '.join(allowed)}" if allowed else None
             listing.add_argument("--" + option.replace("_", "-"), help=hint)
-        listing.add_argument("--limit", default=None,
-                             help=f"page size, 1 to {selectors.MAX_LIMIT} "
-                                  f"(default {DEFAULT_LIST_LIMIT})")
+        listing.add_argument(
+            "--limit",
+            default=None,
+            help=f"page size, 1 to {selectors.MAX_LIMIT} (default {DEFAULT_LIST_LIMIT})",
+        )
         listing.add_argument("--cursor", help="the nextCursor of the previous page")
         show = sub.add_parser("show", help="one job with its receipts")
         show.add_argument("job_id")
@@ -94,11 +103,21 @@ class Command(BaseCommand):
 
     def _enqueue(self, o, by):
         result = queue.enqueue(
-            o["agent_id"], _json_arg(o["payload"], "payload"), job_id=o["job_id"], lane=o["lane"],
-            max_attempts=o["max_attempts"], session_key=o["session_key"],
-            singleton_mode=o["singleton_mode"], by=by)
-        return {"ok": True, "created": result.created, "job": job_json(result.job),
-                "warnings": result.warnings}
+            o["agent_id"],
+            _json_arg(o["payload"], "payload"),
+            job_id=o["job_id"],
+            lane=o["lane"],
+            max_attempts=o["max_attempts"],
+            session_key=o["session_key"],
+            singleton_mode=o["singleton_mode"],
+            by=by,
+        )
+        return {
+            "ok": True,
+            "created": result.created,
+            "job": job_json(result.job),
+            "warnings": result.warnings,
+        }
 
     def _list(self, o, by):
         given = {api: o[option] for option, api in LIST_FILTERS.items() if o[option] is not None}
@@ -111,28 +130,47 @@ class Command(BaseCommand):
     def _show(self, o, by):
         job = queue.require(o["job_id"])
         receipts = store.read(job.stream)
-        return {"job": job_json(job), "receipts": [r.to_wire() for r in receipts],
-                "verify": store.verify(job.stream).to_wire()}
+        return {
+            "job": job_json(job),
+            "receipts": [r.to_wire() for r in receipts],
+            "verify": store.verify(job.stream).to_wire(),
+        }
 
     def _abort(self, o, by):
         result = queue.abort(o["job_id"], reason=o["reason"], by=by)
-        return {"ok": True, "canceled": result.canceled, "command": result.command,
-                "job": job_json(result.job)}
+        return {
+            "ok": True,
+            "canceled": result.canceled,
+            "command": result.command,
+            "job": job_json(result.job),
+        }
 
     def _redrive(self, o, by):
         job = queue.require(o["job_id"])
         if job.status != "queued":
-            raise CommandError(f"job {job.job_id} is {job.status}; only a queued job can be "
-                               "redriven")
+            raise CommandError(
+                f"job {job.job_id} is {job.status}; only a queued job can be redriven"
+            )
         now = wall_clock_ms()
         # a fresh dispatch key: a manual redrive is never deduplicated against L-1's keys
-        started = dispatch.start_driver(job, dispatch_key=f"{job.job_id}:redrive:manual:{now}",
-                                        now_ms=now)
+        started = dispatch.start_driver(
+            job, dispatch_key=f"{job.job_id}:redrive:manual:{now}", now_ms=now
+        )
         audit.record_redrive(job.stream, started, by=by, now_ms=now)
-        log_event(logger, "jobs.redriven", f"{job.job_id} redriven by {by}", jobId=job.job_id,
-                  by=by, promiseId=started.promise_id)
-        return {"ok": started.created, "promiseId": started.promise_id, "reason": started.reason,
-                "job": job_json(job)}
+        log_event(
+            logger,
+            "jobs.redriven",
+            f"{job.job_id} redriven by {by}",
+            jobId=job.job_id,
+            by=by,
+            promiseId=started.promise_id,
+        )
+        return {
+            "ok": started.created,
+            "promiseId": started.promise_id,
+            "reason": started.reason,
+            "job": job_json(job),
+        }
 
     def _steer(self, o, by):
         result = queue.steer(o["job_id"], _json_arg(o["payload"], "payload"), by=by)
@@ -145,9 +183,11 @@ class Command(BaseCommand):
     def _print(self, action: str, data: dict[str, Any]) -> None:
         if action == "list":
             for job in data["jobs"]:
-                self.stdout.write(f"{job['id']:<32} {job['status']:<9} {job['agentId']:<16} "
-                                  f"{job['kind'] or '-':<28} attempt {job['attempt']}/"
-                                  f"{job['maxAttempts']}")
+                self.stdout.write(
+                    f"{job['id']:<32} {job['status']:<9} {job['agentId']:<16} "
+                    f"{job['kind'] or '-':<28} attempt {job['attempt']}/"
+                    f"{job['maxAttempts']}"
+                )
             if data["nextCursor"]:
                 self.stdout.write(f"more: --cursor {data['nextCursor']}")
             return
@@ -155,7 +195,9 @@ class Command(BaseCommand):
             job = data["job"]
             self.stdout.write(json.dumps(job, indent=2, ensure_ascii=False))
             for r in data["receipts"]:
-                self.stdout.write(f"  #{r['streamSeq']:<4} {r['body']['type']:<24} {r['hash'][:16]}")
+                self.stdout.write(
+                    f"  #{r['streamSeq']:<4} {r['body']['type']:<24} {r['hash'][:16]}"
+                )
             self.stdout.write(f"chain: {'ok' if data['verify']['ok'] else 'BROKEN'}")
             return
         job = data["job"]

@@ -55,9 +55,11 @@ def resolve_role(cli_role: str | None, env_role: str | None) -> tuple[str, str |
         try:
             return normalize_role(env_role), None
         except UnknownRole:
-            return ALL, (f"RECEIPT_PROCESS_ROLE={env_role!r} is not a role; running only the "
-                         "maintenance loops (no worker function is registered): jobs for its "
-                         "group will stay queued")
+            return ALL, (
+                f"RECEIPT_PROCESS_ROLE={env_role!r} is not a role; running only the "
+                "maintenance loops (no worker function is registered): jobs for its "
+                "group will stay queued"
+            )
     raise CommandError("--role is required (driver, chat, control or codex)")
 
 
@@ -65,25 +67,55 @@ def maintenance_loops(config: Any, role: str = ALL) -> list[loops.Loop]:
     """The recovery loops every role runs, plus those apps provide for `role` (a cluster
     name such as `worker-control`, or `all`)."""
     return [
-        loops.Loop("queued_redrive", config.queued_redrive_interval_ms,
-                   config.queued_redrive_startup_delay_ms,
-                   lambda now: recovery.redrive_queued(now_ms=now)),
-        loops.Loop("lease_expiry", config.queued_redrive_interval_ms,
-                   config.queued_redrive_startup_delay_ms,
-                   lambda now: recovery.expire_leases(now_ms=now)),
-        loops.Loop("promise_sweep", 60_000, config.queued_redrive_startup_delay_ms,
-                   lambda now: recovery.sweep_promises(now_ms=now)),
-        loops.Loop("holder_release", HOLDER_RELEASE_INTERVAL_MS,
-                   config.queued_redrive_startup_delay_ms,
-                   lambda now: recovery.release_gone_holders(now_ms=now)),
-        loops.Loop("startup_resume", 0, config.startup_settle_ms,
-                   lambda now: recovery.redrive_queued(now_ms=now), once=True),
-        loops.Loop("callbacks", callbacks.DELIVER_INTERVAL_MS, config.queued_redrive_startup_delay_ms,
-                   lambda now: callbacks.deliver_due(now_ms=now)),
-        loops.Loop("callback_prune", 60_000, config.queued_redrive_startup_delay_ms,
-                   lambda now: callbacks.prune(now_ms=now)),
-        loops.Loop("retention", retention.INTERVAL_MS, config.queued_redrive_startup_delay_ms,
-                   lambda now: retention.prune_pass(now_ms=now)),
+        loops.Loop(
+            "queued_redrive",
+            config.queued_redrive_interval_ms,
+            config.queued_redrive_startup_delay_ms,
+            lambda now: recovery.redrive_queued(now_ms=now),
+        ),
+        loops.Loop(
+            "lease_expiry",
+            config.queued_redrive_interval_ms,
+            config.queued_redrive_startup_delay_ms,
+            lambda now: recovery.expire_leases(now_ms=now),
+        ),
+        loops.Loop(
+            "promise_sweep",
+            60_000,
+            config.queued_redrive_startup_delay_ms,
+            lambda now: recovery.sweep_promises(now_ms=now),
+        ),
+        loops.Loop(
+            "holder_release",
+            HOLDER_RELEASE_INTERVAL_MS,
+            config.queued_redrive_startup_delay_ms,
+            lambda now: recovery.release_gone_holders(now_ms=now),
+        ),
+        loops.Loop(
+            "startup_resume",
+            0,
+            config.startup_settle_ms,
+            lambda now: recovery.redrive_queued(now_ms=now),
+            once=True,
+        ),
+        loops.Loop(
+            "callbacks",
+            callbacks.DELIVER_INTERVAL_MS,
+            config.queued_redrive_startup_delay_ms,
+            lambda now: callbacks.deliver_due(now_ms=now),
+        ),
+        loops.Loop(
+            "callback_prune",
+            60_000,
+            config.queued_redrive_startup_delay_ms,
+            lambda now: callbacks.prune(now_ms=now),
+        ),
+        loops.Loop(
+            "retention",
+            retention.INTERVAL_MS,
+            config.queued_redrive_startup_delay_ms,
+            lambda now: retention.prune_pass(now_ms=now),
+        ),
         *[loop for provide in loops.providers for loop in provide(config, role)],
     ]
 
@@ -137,14 +169,30 @@ class Command(BaseCommand):
         concurrency = 0 if cluster == ALL else concurrency_for(group or "driver", timing)  # type: ignore[arg-type]
         now = wall_clock_ms()
         role_name = cluster
-        pid = processes.register(role=role_name, group=group, concurrency=concurrency, now_ms=now,
-                                 info={"broker": "orm" if config.broker == "orm" else "redis",
-                                       "warning": warning})
+        pid = processes.register(
+            role=role_name,
+            group=group,
+            concurrency=concurrency,
+            now_ms=now,
+            info={"broker": "orm" if config.broker == "orm" else "redis", "warning": warning},
+        )
         if warning:
-            log_event(logger, "runtime.unknown_role", warning, level=logging.WARNING,
-                      role=config.process_role)
-        log_event(logger, "runtime.configured", f"{role_name} starting", role=role_name,
-                  group=group, concurrency=concurrency, processId=pid)
+            log_event(
+                logger,
+                "runtime.unknown_role",
+                warning,
+                level=logging.WARNING,
+                role=config.process_role,
+            )
+        log_event(
+            logger,
+            "runtime.configured",
+            f"{role_name} starting",
+            role=role_name,
+            group=group,
+            concurrency=concurrency,
+            processId=pid,
+        )
         from django.db import connections
 
         self._prepare_children(config)
@@ -158,14 +206,21 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, on_signal)
         if cluster_obj is not None:
             cluster_obj.start()
-            log_event(logger, "runtime.worker_connected", f"{role_name} cluster started",
-                      role=role_name, sentinelPid=cluster_obj.sentinel.pid)
+            log_event(
+                logger,
+                "runtime.worker_connected",
+                f"{role_name} cluster started",
+                role=role_name,
+                sentinelPid=cluster_obj.sentinel.pid,
+            )
         stop, keeper_stop = threading.Event(), threading.Event()
         threads = loops.start(maintenance_loops(config, cluster), pid, stop)
-        lease_keeper = keeper.Keeper(Path(os.environ[keeper.DIR_ENV]),
-                                     on_pass=self._registry_beat(pid))
-        keeper_thread = threading.Thread(target=lease_keeper.run, args=(keeper_stop,),
-                                         name="lease-keeper", daemon=True)
+        lease_keeper = keeper.Keeper(
+            Path(os.environ[keeper.DIR_ENV]), on_pass=self._registry_beat(pid)
+        )
+        keeper_thread = threading.Thread(
+            target=lease_keeper.run, args=(keeper_stop,), name="lease-keeper", daemon=True
+        )
         keeper_thread.start()
         while received["signal"] is None:
             if cluster_obj is not None:
@@ -174,8 +229,13 @@ class Command(BaseCommand):
                     break
             else:
                 stop.wait(0.5)
-        log_event(logger, "runtime.shutting_down", f"{role_name} stopping", role=role_name,
-                  signal=received["signal"])
+        log_event(
+            logger,
+            "runtime.shutting_down",
+            f"{role_name} stopping",
+            role=role_name,
+            signal=received["signal"],
+        )
         stop.set()
         for thread in threads:
             thread.join(timeout=10)
@@ -207,6 +267,7 @@ class Command(BaseCommand):
                 return
             last[0] = now
             processes.beat(pid, now_ms=wall_clock_ms(), attempts=[h.to_wire() for h in held])
+
         return on_pass
 
     @staticmethod
@@ -221,11 +282,17 @@ class Command(BaseCommand):
         now = wall_clock_ms()
         for job_id, fence in processes.attempts_held_by(row):
             try:
-                recovery.release_holder(job_id, fence, now_ms=now,
-                                        reason=f"{processes.worker_prefix(row)} stopped")
+                recovery.release_holder(
+                    job_id, fence, now_ms=now, reason=f"{processes.worker_prefix(row)} stopped"
+                )
             except Exception as error:
-                log_event(logger, "runtime.release_failed", f"release of {job_id} failed: {error}",
-                          level=logging.WARNING, jobId=job_id)
+                log_event(
+                    logger,
+                    "runtime.release_failed",
+                    f"release of {job_id} failed: {error}",
+                    level=logging.WARNING,
+                    jobId=job_id,
+                )
         processes.mark_released(row, now_ms=now)
 
     def _reexec_for(self, cluster: str) -> None:
@@ -254,9 +321,12 @@ class Command(BaseCommand):
             stopper.start()
             stopper.join(grace)
             if stopper.is_alive():
-                log_event(logger, "runtime.stop_grace_exceeded",
-                          f"graceful stop exceeded {grace}s; killing the cluster",
-                          level=logging.ERROR)
+                log_event(
+                    logger,
+                    "runtime.stop_grace_exceeded",
+                    f"graceful stop exceeded {grace}s; killing the cluster",
+                    level=logging.ERROR,
+                )
                 _kill_tree(cluster_obj.sentinel.pid)
                 return 1
         return 0 if (cluster_obj.sentinel.exitcode or 0) == 0 else 1

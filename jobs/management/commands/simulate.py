@@ -37,20 +37,36 @@ def _at_least(low: int):
 
 
 class Command(BaseCommand):
-    help = ("Deterministic simulation of the delivery runtime: seeded interleavings and "
-            "faults on a virtual clock, invariants checked after every step.")
+    help = (
+        "Deterministic simulation of the delivery runtime: seeded interleavings and "
+        "faults on a virtual clock, invariants checked after every step."
+    )
 
     def add_arguments(self, parser):
         parser.add_argument("--seed", type=int, required=True, help="the run's random seed")
-        parser.add_argument("--steps", type=_at_least(0), required=True,
-                            help="number of seeded actions before the liveness phase")
-        parser.add_argument("--jobs", type=_at_least(1), default=DEFAULT_JOBS,
-                            help=f"at most this many active jobs at once (default {DEFAULT_JOBS})")
+        parser.add_argument(
+            "--steps",
+            type=_at_least(0),
+            required=True,
+            help="number of seeded actions before the liveness phase",
+        )
+        parser.add_argument(
+            "--jobs",
+            type=_at_least(1),
+            default=DEFAULT_JOBS,
+            help=f"at most this many active jobs at once (default {DEFAULT_JOBS})",
+        )
         parser.add_argument("--json", action="store_true", help="print the report as JSON")
-        parser.add_argument("--trace", action="store_true",
-                            help="include every step (JSON) or the last 30 steps (text)")
-        parser.add_argument("--keep", action="store_true",
-                            help="commit what the run wrote instead of rolling it back")
+        parser.add_argument(
+            "--trace",
+            action="store_true",
+            help="include every step (JSON) or the last 30 steps (text)",
+        )
+        parser.add_argument(
+            "--keep",
+            action="store_true",
+            help="commit what the run wrote instead of rolling it back",
+        )
 
     def handle(self, *args, seed: int, steps: int, jobs: int, **options):
         self._ready_database()
@@ -65,8 +81,11 @@ class Command(BaseCommand):
         if not report.ok:
             if options["json"]:
                 self.stdout.write(f"replay: {report.replay}")
-            raise CommandError(f"invariant {report.violation.invariant} violated at step "
-                               f"{report.violation_step}; replay: {report.replay}", returncode=1)
+            raise CommandError(
+                f"invariant {report.violation.invariant} violated at step "
+                f"{report.violation_step}; replay: {report.replay}",
+                returncode=1,
+            )
 
     def _ready_database(self) -> None:
         try:
@@ -77,8 +96,10 @@ class Command(BaseCommand):
         if not pending:
             return
         if executor.loader.applied_migrations:
-            raise CommandError(f"the database has {len(pending)} unapplied migration(s); run "
-                               "`python manage.py migrate`, then simulate again")
+            raise CommandError(
+                f"the database has {len(pending)} unapplied migration(s); run "
+                "`python manage.py migrate`, then simulate again"
+            )
         self.stderr.write("the database is empty: migrating it first (python manage.py migrate)")
         call_command("migrate", verbosity=0, interactive=False)
 
@@ -86,9 +107,11 @@ class Command(BaseCommand):
         write = self.stdout.write
         verdict = "ok" if report.ok else "VIOLATION"
         write(f"simulate seed={report.seed} steps={report.steps} jobs={report.jobs}: {verdict}")
-        write(f"  {report.steps_run} steps, {report.liveness_steps} liveness steps in "
-              f"{report.liveness_rounds} round(s), {report.virtual_ms} virtual ms, "
-              f"{report.elapsed_s:.1f} s")
+        write(
+            f"  {report.steps_run} steps, {report.liveness_steps} liveness steps in "
+            f"{report.liveness_rounds} round(s), {report.virtual_ms} virtual ms, "
+            f"{report.elapsed_s:.1f} s"
+        )
         settled = ", ".join(f"{k} {v}" for k, v in sorted(report.settled.items())) or "none"
         write(f"  jobs: {report.jobs_created} created; {settled}")
         write("  actions: " + ", ".join(f"{k} {v}" for k, v in sorted(report.actions.items())))
@@ -99,6 +122,8 @@ class Command(BaseCommand):
                 write(f"    {line}")
         if report.violation is not None:
             v = report.violation
-            write(f"  violation: {v.invariant} at step {report.violation_step} "
-                  f"({report.violation_action}): {v.message}")
+            write(
+                f"  violation: {v.invariant} at step {report.violation_step} "
+                f"({report.violation_action}): {v.message}"
+            )
             write(f"replay: {report.replay}")

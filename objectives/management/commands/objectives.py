@@ -47,12 +47,19 @@ class Command(BaseCommand):
         create.add_argument("--prompt")
         create.add_argument("--mode", choices=MODES, default="delivery")
         create.add_argument("--severity", type=int, choices=range(1, 6), metavar="1..5")
-        create.add_argument("--task", action="append", default=[], metavar="JSON",
-                            help='one task, e.g. \'{"id": "fix", "command": "make fix"}\' '
-                                 "(repeat for more)")
-        create.add_argument("--tasks-file", metavar="PATH",
-                            help="a JSON list of tasks, or a JSON object with the whole "
-                                 "objective (title, prompt, tasks, checks, policy, ...)")
+        create.add_argument(
+            "--task",
+            action="append",
+            default=[],
+            metavar="JSON",
+            help='one task, e.g. \'{"id": "fix", "command": "make fix"}\' (repeat for more)',
+        )
+        create.add_argument(
+            "--tasks-file",
+            metavar="PATH",
+            help="a JSON list of tasks, or a JSON object with the whole "
+            "objective (title, prompt, tasks, checks, policy, ...)",
+        )
         create.add_argument("--id", help="the objective id (default: a new one)")
         create.add_argument("--org", default="default", help="organization (default: default)")
         create.add_argument("--user", help="user id (default: the operator)")
@@ -64,8 +71,11 @@ class Command(BaseCommand):
         react = sub.add_parser("react", help="wake control; unblocks a blocked objective")
         react.add_argument("objective_id")
         react.add_argument("--message")
-        react.add_argument("--tasks-file", metavar="PATH",
-                           help="a JSON list of tasks for an objective that has no plan yet")
+        react.add_argument(
+            "--tasks-file",
+            metavar="PATH",
+            help="a JSON list of tasks for an objective that has no plan yet",
+        )
         cancel = sub.add_parser("cancel", help="stop its jobs and cancel the objective")
         cancel.add_argument("objective_id")
         cancel.add_argument("--reason")
@@ -139,16 +149,21 @@ class Command(BaseCommand):
                 continue
             self.stdout.write(f"{section['title']}:")
             for item in section["objectives"]:
-                counts = ", ".join(f"{n} {status}" for status, n in
-                                   sorted((item["taskCounts"] or {}).items()) if n)
-                self.stdout.write(f"  {item['id']:<24} {item['status']:<12} {item['phase']:<10} "
-                                  f"{item['title'][:48]}" + (f"  [{counts}]" if counts else ""))
+                counts = ", ".join(
+                    f"{n} {status}" for status, n in sorted((item["taskCounts"] or {}).items()) if n
+                )
+                self.stdout.write(
+                    f"  {item['id']:<24} {item['status']:<12} {item['phase']:<10} "
+                    f"{item['title'][:48]}" + (f"  [{counts}]" if counts else "")
+                )
 
     def _print_objective(self, data: dict[str, Any]) -> None:
         objective = data["objective"]
         self.stdout.write(f"{objective['id']}  {objective['title']}")
-        self.stdout.write(f"  status {objective['status']}, phase {objective['phase']}, "
-                          f"mode {objective['mode']}, severity {objective['severity']}")
+        self.stdout.write(
+            f"  status {objective['status']}, phase {objective['phase']}, "
+            f"mode {objective['mode']}, severity {objective['severity']}"
+        )
         if objective.get("blockedReason"):
             self.stdout.write(f"  blocked: {objective['blockedReason']}")
         tasks = data["tasks"] or planned_tasks(objective.get("inputTasks"))
@@ -165,10 +180,15 @@ def planned_tasks(given: Any) -> list[dict[str, Any]]:
     """The tasks an objective was filed with, shaped like planned ones, before planning."""
     if not isinstance(given, list) or not all(isinstance(t, dict) for t in given):
         return []
-    tasks = [{"id": str(t.get("id") or f"t{i}"), "title": str(t.get("title") or t.get("prompt")
-                                                              or t.get("command") or ""),
-              "dependsOn": [str(d) for d in t.get("dependsOn") or []], "shownStatus": "given"}
-             for i, t in enumerate(given, start=1)]
+    tasks = [
+        {
+            "id": str(t.get("id") or f"t{i}"),
+            "title": str(t.get("title") or t.get("prompt") or t.get("command") or ""),
+            "dependsOn": [str(d) for d in t.get("dependsOn") or []],
+            "shownStatus": "given",
+        }
+        for i, t in enumerate(given, start=1)
+    ]
     try:
         depth = dag.depths({t["id"]: t["dependsOn"] for t in tasks})
     except ValueError:  # a cycle or an unknown id: planning will say so; show them flat

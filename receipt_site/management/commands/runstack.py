@@ -23,11 +23,27 @@ class Command(BaseCommand):
         python = sys.executable
         children = []
         if not no_api:
-            children.append(Child("api", [python, "-m", "uvicorn", "receipt_site.asgi:application",
-                                          "--host", host, "--port", str(port),
-                                          "--no-access-log", "--lifespan", "off"],
-                                  env={"RECEIPT_PROCESS_ROLE": "api"}))
+            children.append(
+                Child(
+                    "api",
+                    [
+                        python,
+                        "-m",
+                        "uvicorn",
+                        "receipt_site.asgi:application",
+                        "--host",
+                        host,
+                        "--port",
+                        str(port),
+                        "--no-access-log",
+                        "--lifespan",
+                        "off",
+                    ],
+                    env={"RECEIPT_PROCESS_ROLE": "api"},
+                )
+            )
         for role in WORKER_ROLES:  # the installed command, so any working directory will do
-            children.append(Child(role, [python, "-m", "receipt_site.cli", "runworker",
-                                         "--role", role]))
+            children.append(
+                Child(role, [python, "-m", "receipt_site.cli", "runworker", "--role", role])
+            )
         raise SystemExit(Supervisor(children).run())

@@ -47,13 +47,15 @@ class Command(BaseCommand):
         password = password_file.read_text().strip() if password_file.exists() else "(unchanged)"
         token = token_file.read_text().strip()
         self.stdout.write(
-            "\n".join([
-                "",
-                "Receipt is ready.",
-                f"  admin:     {url}/admin/   user admin, password {password}",
-                f"  API token: {token}",
-                f"  try:       curl -H 'Authorization: Bearer {token}' {url}/healthz",
-                f"  data:      {data_dir}",
-                "",
-            ])
+            "\n".join(
+                [
+                    "",
+                    "Receipt is ready.",
+                    f"  admin:     {url}/admin/   user admin, password {password}",
+                    f"  API token: {token}",
+                    f"  try:       curl -H 'Authorization: Bearer {token}' {url}/healthz",
+                    f"  data:      {data_dir}",
+                    "",
+                ]
+            )
         )

@@ -24,9 +24,11 @@ class Command(BaseCommand):
         sub = parser.add_subparsers(dest="action", required=True)
         verify = sub.add_parser("verify", help="verify every chain under a prefix (default: all)")
         verify.add_argument("prefix", nargs="?", default="")
-        verify.add_argument("--strict", action="store_true",
-                            help="exit non-zero on a broken chain, or when the prefix matches "
-                                 "no stream")
+        verify.add_argument(
+            "--strict",
+            action="store_true",
+            help="exit non-zero on a broken chain, or when the prefix matches no stream",
+        )
         verify.add_argument("--json", action="store_true")
         replay = sub.add_parser("replay", help="rebuild read models of a stream or a prefix")
         replay.add_argument("target")
@@ -35,21 +37,33 @@ class Command(BaseCommand):
         prune = sub.add_parser("prune", help="remove settled streams past their retention")
         prune.add_argument("--dry-run", action="store_true", help="count, remove nothing")
         prune.add_argument("--json", action="store_true")
-        prune.add_argument("--older-than-days", type=int, default=None,
-                           help="one window for every family instead of the configured ones")
+        prune.add_argument(
+            "--older-than-days",
+            type=int,
+            default=None,
+            help="one window for every family instead of the configured ones",
+        )
         for command in (verify, replay, prune):
-            command.add_argument("--by", default=None, help="who is acting (default: cli:<OS user>)")
+            command.add_argument(
+                "--by", default=None, help="who is acting (default: cli:<OS user>)"
+            )
 
     def handle(self, *args, action, **options):
         by = options["by"] or audit.cli_actor()
         if action == "prune":
-            return self._prune(dry_run=options["dry_run"], as_json=options["json"],
-                               older_than_days=options["older_than_days"], by=by)
+            return self._prune(
+                dry_run=options["dry_run"],
+                as_json=options["json"],
+                older_than_days=options["older_than_days"],
+                by=by,
+            )
         if action == "verify":
-            return self._verify(options["prefix"], strict=options["strict"],
-                                as_json=options["json"], by=by)
-        return self._replay(options["target"], dry_run=options["dry_run"],
-                            as_json=options["json"], by=by)
+            return self._verify(
+                options["prefix"], strict=options["strict"], as_json=options["json"], by=by
+            )
+        return self._replay(
+            options["target"], dry_run=options["dry_run"], as_json=options["json"], by=by
+        )
 
     def _verify(self, prefix: str, *, strict: bool, as_json: bool, by: str) -> None:
         streams = store.matching_streams(prefix)
@@ -59,30 +73,41 @@ class Command(BaseCommand):
         if streams == [prefix]:
             audit.record_verify(prefix, results[0], by=by)
         else:
-            audit.record(audit.target_of(prefix, single=False), audit.VERIFIED, by=by,
-                         ok=not broken, streams=len(results),
-                         broken=[r.stream for r in broken][:50])
+            audit.record(
+                audit.target_of(prefix, single=False),
+                audit.VERIFIED,
+                by=by,
+                ok=not broken,
+                streams=len(results),
+                broken=[r.stream for r in broken][:50],
+            )
         if as_json:
-            self.stdout.write(json.dumps({
-                "ok": not broken and not issues, "checked": len(results),
-                "broken": [r.to_wire() for r in broken],
-                "retention": [i.to_wire() for i in issues],
-            }))
+            self.stdout.write(
+                json.dumps(
+                    {
+                        "ok": not broken and not issues,
+                        "checked": len(results),
+                        "broken": [r.to_wire() for r in broken],
+                        "retention": [i.to_wire() for i in issues],
+                    }
+                )
+            )
         else:
             for result in broken:
                 self.stdout.write(f"BROKEN {result.stream}: {result.describe()}")
             for issue in issues:
                 self.stdout.write(f"RETENTION {issue.stream}: {issue.reason}")
-            self.stdout.write(f"verified {len(results)} stream(s), {len(broken)} broken"
-                              + (f", {len(issues)} retention issue(s)" if issues else ""))
+            self.stdout.write(
+                f"verified {len(results)} stream(s), {len(broken)} broken"
+                + (f", {len(issues)} retention issue(s)" if issues else "")
+            )
         if strict and broken:
             raise CommandError(f"{len(broken)} broken chain(s)", returncode=1)
         if strict and issues:
             raise CommandError(f"{len(issues)} retention issue(s)", returncode=1)
         if strict and prefix and not streams:
             # a typo in the prefix must not pass as "nothing is broken"
-            raise CommandError(f"no stream matches {prefix!r}: nothing was verified",
-                               returncode=1)
+            raise CommandError(f"no stream matches {prefix!r}: nothing was verified", returncode=1)
 
     def _replay(self, target: str, *, dry_run: bool, as_json: bool, by: str) -> None:
         on_record = audit.target_of(target, single=store.stream_info(target) is not None)
@@ -91,33 +116,49 @@ class Command(BaseCommand):
         except ReplayRefused as error:
             audit.record_replay(on_record, by=by, dry_run=dry_run, drift=0, refused=str(error))
             raise CommandError(str(error), returncode=1) from None
-        audit.record_replay(on_record, by=by, dry_run=dry_run, drift=len(report.drift),
-                            refused=", ".join(v.stream for v in report.refused[:20]) or None)
+        audit.record_replay(
+            on_record,
+            by=by,
+            dry_run=dry_run,
+            drift=len(report.drift),
+            refused=", ".join(v.stream for v in report.refused[:20]) or None,
+        )
         if as_json:
-            self.stdout.write(json.dumps({"ok": not report.refused, "dryRun": dry_run,
-                                          **report.to_wire()}))
+            self.stdout.write(
+                json.dumps({"ok": not report.refused, "dryRun": dry_run, **report.to_wire()})
+            )
         else:
             for drift in report.drift:
                 self.stdout.write(f"DRIFT {drift.stream}: {', '.join(drift.fields)}")
             for refused in report.refused:
                 self.stdout.write(f"REFUSED {refused.stream}: {refused.describe()}")
             verb = "would repair" if dry_run else "repaired"
-            self.stdout.write(f"replayed {report.checked} stream(s), {verb} {len(report.drift)}, "
-                              f"refused {len(report.refused)}")
+            self.stdout.write(
+                f"replayed {report.checked} stream(s), {verb} {len(report.drift)}, "
+                f"refused {len(report.refused)}"
+            )
         if report.refused:
             raise CommandError(f"{len(report.refused)} chain(s) refused", returncode=1)
 
-    def _prune(self, *, dry_run: bool, as_json: bool, older_than_days: int | None,
-               by: str) -> None:
+    def _prune(self, *, dry_run: bool, as_json: bool, older_than_days: int | None, by: str) -> None:
         if older_than_days is not None and older_than_days < 0:
             raise CommandError("--older-than-days must be >= 0")
         now = wall_clock_ms()
-        reports = [prune(now_ms=now, dry_run=dry_run, older_than_days=older_than_days, by=by)
-                   for prune in retention.pruners.values()]
+        reports = [
+            prune(now_ms=now, dry_run=dry_run, older_than_days=older_than_days, by=by)
+            for prune in retention.pruners.values()
+        ]
         errors = [error for report in reports for error in report.errors]
         if as_json:
-            self.stdout.write(json.dumps({"ok": not errors, "dryRun": dry_run,
-                                          "families": [r.to_wire() for r in reports]}))
+            self.stdout.write(
+                json.dumps(
+                    {
+                        "ok": not errors,
+                        "dryRun": dry_run,
+                        "families": [r.to_wire() for r in reports],
+                    }
+                )
+            )
         else:
             for error in errors:
                 self.stdout.write(f"ERROR {error}")

@@ -11,8 +11,11 @@ pytestmark = pytest.mark.django_db
 
 
 def request_with(header=None, user=None):
-    request = RequestFactory().get("/jobs", HTTP_AUTHORIZATION=header) if header else (
-        RequestFactory().get("/jobs"))
+    request = (
+        RequestFactory().get("/jobs", HTTP_AUTHORIZATION=header)
+        if header
+        else (RequestFactory().get("/jobs"))
+    )
     request.user = user
     return request
 

@@ -63,7 +63,9 @@ def test_abort_of_a_settled_job_is_refused_and_writes_nothing(admin_client):
     before = len(receipts(job_id))
     response = act(admin_client, job_id, "abort")
     assert response.status_code == 200
-    assert "abort not sent: job " in words(response) and "is already canceled; nothing to abort" in words(response)
+    assert "abort not sent: job " in words(
+        response
+    ) and "is already canceled; nothing to abort" in words(response)
     assert len(receipts(job_id)) == before
 
 

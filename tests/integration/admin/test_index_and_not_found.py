@@ -71,16 +71,27 @@ def test_a_viewer_sees_only_what_they_may_view(client, django_user_model):
     assert 'href="/admin/jobs/job/dashboard/"' in html
 
 
-@pytest.mark.parametrize(("path", "message", "back", "back_text"), [
-    (job_url("nope-123"), "Job nope-123 not found.", "/admin/jobs/job/", "Back to jobs"),
-    (f"/admin/receipts/stream/{quote('jobs/nope-123')}/change/",
-     "Stream 'jobs/nope-123' not found.", "/admin/receipts/stream/", "Back to streams"),
-    (f"/admin/objectives/objectivesummary/{quote('obj-nope')}/change/",
-     "Objective obj-nope not found.", "/admin/objectives/objectivesummary/",
-     "Back to objectives"),
-])
-def test_a_mistyped_id_gets_an_admin_styled_not_found_page(admin_client, path, message, back,
-                                                           back_text):
+@pytest.mark.parametrize(
+    ("path", "message", "back", "back_text"),
+    [
+        (job_url("nope-123"), "Job nope-123 not found.", "/admin/jobs/job/", "Back to jobs"),
+        (
+            f"/admin/receipts/stream/{quote('jobs/nope-123')}/change/",
+            "Stream 'jobs/nope-123' not found.",
+            "/admin/receipts/stream/",
+            "Back to streams",
+        ),
+        (
+            f"/admin/objectives/objectivesummary/{quote('obj-nope')}/change/",
+            "Objective obj-nope not found.",
+            "/admin/objectives/objectivesummary/",
+            "Back to objectives",
+        ),
+    ],
+)
+def test_a_mistyped_id_gets_an_admin_styled_not_found_page(
+    admin_client, path, message, back, back_text
+):
     response = admin_client.get(path)
     assert response.status_code == 404
     assert response["Content-Type"].startswith("text/html")

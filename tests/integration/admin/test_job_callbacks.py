@@ -18,8 +18,12 @@ URL = "http://127.0.0.1:9/hook/s3cr3t"  # port 9: nothing answers
 
 @pytest.fixture
 def hooked(settings):
-    settings.RECEIPT = dataclasses.replace(settings.RECEIPT, resonate_callback_url=None,
-                                           event_callback_url=URL, callback_token="tok-secret")
+    settings.RECEIPT = dataclasses.replace(
+        settings.RECEIPT,
+        resonate_callback_url=None,
+        event_callback_url=URL,
+        callback_token="tok-secret",
+    )
 
 
 def section(page: str) -> str:

@@ -19,7 +19,8 @@ def actions(page: str) -> str:
 
 def repair(page: str) -> str:
     return page.split('<details class="rcpt-repair" id="rcpt-repair">', 1)[1].split(
-        "</details>", 1)[0]
+        "</details>", 1
+    )[0]
 
 
 def test_repair_actions_sit_behind_a_closed_disclosure(admin_client):

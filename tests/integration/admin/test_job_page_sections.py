@@ -106,8 +106,16 @@ def test_running_dispatch_job_links_the_objective_its_attempt_created(admin_clie
     assert "Created objective" not in words(admin_client.get(job_url(job_id)))
     oid = objective_id_for(job_id)
     ObjectiveSummary.objects.create(
-        id=oid, title="t", status="planning", phase="plan", mode="delivery", section="active",
-        created_at=NOW, updated_at=NOW, head="0" * 64, state={},
+        id=oid,
+        title="t",
+        status="planning",
+        phase="plan",
+        mode="delivery",
+        section="active",
+        created_at=NOW,
+        updated_at=NOW,
+        head="0" * 64,
+        state={},
     )
     assert f"Created objective {oid}" in words(admin_client.get(job_url(job_id)))
 

@@ -67,8 +67,9 @@ def test_a_finished_objective_offers_only_note_and_archive(operator):
 
 
 def test_an_investigation_is_never_promoted(operator):
-    oid = create(title="Look around", mode="investigation", tasks=ONE_TASK,
-                 policy={"autoPromote": False})
+    oid = create(
+        title="Look around", mode="investigation", tasks=ONE_TASK, policy={"autoPromote": False}
+    )
     assert "promote" not in offered(operator, oid)
     drain()
     assert "promote" not in offered(operator, oid)
@@ -102,15 +103,20 @@ def test_the_plan_form_is_offered_only_when_blocked_for_a_plan(operator):
     assert 'id="rcpt-plan-form"' not in operator.get(page_url(other)).content.decode()
 
 
-@pytest.mark.parametrize(("tasks", "said"), [
-    ("", "Enter the tasks as a JSON list"),
-    ("[{title: x}", "The tasks are not valid JSON: Expecting property name"),
-    ('{"title": "x"}', "Plan rejected: tasks must be a list, got dict."),
-    ('[{"title": "x"}]', "Plan rejected: task 't1' needs a command or a prompt."),
-    ('[{"id": "a", "title": "A", "command": "true", "dependsOn": ["b"]},'
-     ' {"id": "b", "title": "B", "command": "true", "dependsOn": ["a"]}]',
-     "Plan rejected: dependency cycle a -> b -> a."),
-])
+@pytest.mark.parametrize(
+    ("tasks", "said"),
+    [
+        ("", "Enter the tasks as a JSON list"),
+        ("[{title: x}", "The tasks are not valid JSON: Expecting property name"),
+        ('{"title": "x"}', "Plan rejected: tasks must be a list, got dict."),
+        ('[{"title": "x"}]', "Plan rejected: task 't1' needs a command or a prompt."),
+        (
+            '[{"id": "a", "title": "A", "command": "true", "dependsOn": ["b"]},'
+            ' {"id": "b", "title": "B", "command": "true", "dependsOn": ["a"]}]',
+            "Plan rejected: dependency cycle a -> b -> a.",
+        ),
+    ],
+)
 def test_a_bad_plan_is_shown_inline_and_nothing_is_written(operator, tasks, said):
     oid = blocked_without_plan()
     before = objective(oid).receipt_count
@@ -146,8 +152,7 @@ def test_react_with_tasks_is_validated_as_a_plan_for_every_caller():
 
 
 def test_job_ids_link_to_job_pages_and_results_read_as_tables(operator):
-    oid = create(title="Checked", tasks=ONE_TASK,
-                 checks=[{"name": "unit", "command": "echo fine"}])
+    oid = create(title="Checked", tasks=ONE_TASK, checks=[{"name": "unit", "command": "echo fine"}])
     drain()
     state = objective(oid)
     html = operator.get(page_url(oid)).content.decode()

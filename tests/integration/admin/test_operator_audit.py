@@ -62,9 +62,11 @@ def test_verify_and_replay_are_recorded_with_their_outcome(admin_client):
     assert (real["dryRun"], real["drift"], real["by"]) == (False, 1, "admin")
     page = words(admin_client.get(job_url(job_id)))
     section = page[page.index("Operator actions") :]
-    assert section.index("replayed (read model rebuilt): 1 row(s) drifted · by admin") < (
-        section.index("replay dry run: 1 row(s) drifted · by admin")
-    ) < section.index("chain verified: ok, 1 receipts · by admin")  # newest first
+    assert (
+        section.index("replayed (read model rebuilt): 1 row(s) drifted · by admin")
+        < (section.index("replay dry run: 1 row(s) drifted · by admin"))
+        < section.index("chain verified: ok, 1 receipts · by admin")
+    )  # newest first
 
 
 def test_bulk_redrive_records_each_started_job(admin_client):

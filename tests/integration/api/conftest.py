@@ -38,16 +38,23 @@ class Api:
         response = self.client.get(path, params, **self.headers())
         return response.status_code, _json(response)
 
-    def post(self, path: str, body: Any = None, *, raw: bytes | str | None = None,
-             content_type: str = "application/json", **extra: str) -> tuple[int, Any]:
+    def post(
+        self,
+        path: str,
+        body: Any = None,
+        *,
+        raw: bytes | str | None = None,
+        content_type: str = "application/json",
+        **extra: str,
+    ) -> tuple[int, Any]:
         data = raw if raw is not None else ("" if body is None else json.dumps(body))
-        response = self.client.post(path, data, content_type=content_type,
-                                    **self.headers(extra))
+        response = self.client.post(path, data, content_type=content_type, **self.headers(extra))
         return response.status_code, _json(response)
 
     def enqueue(self, agent: str = "factory", body: Any = None, **options: Any) -> dict[str, Any]:
-        status, out = self.post(f"/agents/{agent}/jobs",
-                                body if body is not None else {"payload": payload(), **options})
+        status, out = self.post(
+            f"/agents/{agent}/jobs", body if body is not None else {"payload": payload(), **options}
+        )
         assert status == 202, out
         return out
 
@@ -76,9 +83,11 @@ def _fresh_health_cache():
 @pytest.fixture
 def issue(db) -> Callable[..., str]:
     """issue(name, org=None, scopes=None) -> bearer secret."""
+
     def make(name: str = "svc", org: str | None = None, scopes: list[str] | None = None) -> str:
         _, secret = ApiToken.issue(name=name, organization_id=org, scopes=scopes)
         return secret
+
     return make
 
 
@@ -92,6 +101,7 @@ def api(issue) -> Api:
 def api_for(issue) -> Callable[..., Api]:
     def make(name: str = "svc", org: str | None = None, scopes: list[str] | None = None) -> Api:
         return Api(Client(), issue(name, org, scopes))
+
     return make
 
 

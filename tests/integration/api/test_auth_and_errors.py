@@ -25,8 +25,11 @@ def test_reads_without_credentials_are_401_with_a_bearer_challenge(anonymous, pa
     response = anonymous.client.get(path)
     assert response.status_code == 401
     assert response["WWW-Authenticate"] == 'Bearer realm="receipt"'
-    assert response.json() == {"ok": False, "error": "not_authenticated",
-                               "detail": response.json()["detail"]}
+    assert response.json() == {
+        "ok": False,
+        "error": "not_authenticated",
+        "detail": response.json()["detail"],
+    }
 
 
 @pytest.mark.parametrize("path", POST_PATHS)
@@ -72,11 +75,16 @@ def test_scopes_gate_each_endpoint(api, api_for, scopes, allowed):
     caller = api_for("limited", scopes=scopes)
     calls = {
         "write": [lambda: caller.post("/agents/factory/jobs", {"payload": payload()})],
-        "read": [lambda: caller.get("/jobs"), lambda: caller.get(f"/jobs/{job_id}"),
-                 lambda: caller.get(f"/jobs/{job_id}/receipts"),
-                 lambda: caller.get(f"/jobs/{job_id}/state")],
-        "control": [lambda: caller.post(f"/jobs/{job_id}/steer", {"payload": {}}),
-                    lambda: caller.post(f"/jobs/{job_id}/follow-up", {"payload": {}})],
+        "read": [
+            lambda: caller.get("/jobs"),
+            lambda: caller.get(f"/jobs/{job_id}"),
+            lambda: caller.get(f"/jobs/{job_id}/receipts"),
+            lambda: caller.get(f"/jobs/{job_id}/state"),
+        ],
+        "control": [
+            lambda: caller.post(f"/jobs/{job_id}/steer", {"payload": {}}),
+            lambda: caller.post(f"/jobs/{job_id}/follow-up", {"payload": {}}),
+        ],
     }
     for group, group_calls in calls.items():
         for call in group_calls:
@@ -108,19 +116,28 @@ def test_staff_session_reads_and_is_recorded_by_username(staff_client):
     response = staff_client.get("/jobs")
     assert response.status_code == 200
     staff_client.cookies["csrftoken"] = "a" * 32
-    response = staff_client.post("/agents/factory/jobs", {"payload": payload()},
-                                 content_type="application/json", HTTP_X_CSRFTOKEN="a" * 32)
+    response = staff_client.post(
+        "/agents/factory/jobs",
+        {"payload": payload()},
+        content_type="application/json",
+        HTTP_X_CSRFTOKEN="a" * 32,
+    )
     assert response.status_code == 202, response.content
     job_id = response.json()["job"]["id"]
-    response = staff_client.post(f"/jobs/{job_id}/steer", {"payload": {}, "by": "pager"},
-                                 content_type="application/json", HTTP_X_CSRFTOKEN="a" * 32)
+    response = staff_client.post(
+        f"/jobs/{job_id}/steer",
+        {"payload": {}, "by": "pager"},
+        content_type="application/json",
+        HTTP_X_CSRFTOKEN="a" * 32,
+    )
     assert response.json()["command"]["by"] == "op (pager)"
 
 
 def test_staff_session_post_without_csrf_is_403_and_writes_nothing(staff_client):
     before = written()
-    response = staff_client.post("/agents/factory/jobs", {"payload": payload()},
-                                 content_type="application/json")
+    response = staff_client.post(
+        "/agents/factory/jobs", {"payload": payload()}, content_type="application/json"
+    )
     assert response.status_code == 403
     assert response.json()["error"] == "csrf_failed"
     assert written() == before
@@ -190,8 +207,13 @@ def test_openapi_schema_describes_every_endpoint_with_bearer_security(api):
     schema = response.json()
     assert schema["openapi"].startswith("3.")
     assert set(schema["paths"]) >= {
-        "/agents/{agent_id}/jobs", "/jobs", "/jobs/{job_id}", "/jobs/{job_id}/receipts",
-        "/jobs/{job_id}/state", "/jobs/{job_id}/steer", "/jobs/{job_id}/follow-up",
+        "/agents/{agent_id}/jobs",
+        "/jobs",
+        "/jobs/{job_id}",
+        "/jobs/{job_id}/receipts",
+        "/jobs/{job_id}/state",
+        "/jobs/{job_id}/steer",
+        "/jobs/{job_id}/follow-up",
         "/jobs/{job_id}/abort",
     }
     assert schema["components"]["securitySchemes"]["bearerAuth"]["scheme"] == "bearer"
@@ -199,8 +221,9 @@ def test_openapi_schema_describes_every_endpoint_with_bearer_security(api):
     assert {"202", "400", "401", "403", "413"} <= set(enqueue["responses"])
     error = enqueue["responses"]["400"]["content"]["application/json"]["schema"]["$ref"]
     assert error.endswith("/Error")
-    status_filter = next(p for p in schema["paths"]["/jobs"]["get"]["parameters"]
-                         if p["name"] == "status")
+    status_filter = next(
+        p for p in schema["paths"]["/jobs"]["get"]["parameters"] if p["name"] == "status"
+    )
     assert "queued" in status_filter["schema"]["enum"]
 
 

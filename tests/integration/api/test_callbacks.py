@@ -19,8 +19,11 @@ URL = "http://127.0.0.1:9/hooks/secret-path?token=s3cr3t"  # port 9: nothing ans
 
 @pytest.fixture
 def hooked(monkeypatch):
-    monkeypatch.setattr(settings, "RECEIPT", dataclasses.replace(
-        settings.RECEIPT, resonate_callback_url=None, event_callback_url=URL))
+    monkeypatch.setattr(
+        settings,
+        "RECEIPT",
+        dataclasses.replace(settings.RECEIPT, resonate_callback_url=None, event_callback_url=URL),
+    )
 
 
 def canceled(job_id: str, org: str = "org-1") -> str:
@@ -38,13 +41,38 @@ def test_the_owner_reads_each_callback_with_its_body_and_its_last_try(hooked, ap
     assert status == 200
     [record] = out["callbacks"]
     assert out["jobId"] == job_id
-    assert record["body"] == {"event": "canceled", "jobId": job_id, "stream": f"jobs/{job_id}",
-                              "status": "canceled", "attempt": 0, "agentId": "factory",
-                              "kind": "factory.run", "at": T + 5}
-    assert {k: record[k] for k in ("event", "state", "attempts", "lastStatus", "createdAt",
-                                   "nextAt", "giveUpAt", "finishedAt")} == {
-        "event": "canceled", "state": "pending", "attempts": 1, "lastStatus": None,
-        "createdAt": T + 5, "nextAt": T + 1010, "giveUpAt": T + 5 + 3_600_000, "finishedAt": None}
+    assert record["body"] == {
+        "event": "canceled",
+        "jobId": job_id,
+        "stream": f"jobs/{job_id}",
+        "status": "canceled",
+        "attempt": 0,
+        "agentId": "factory",
+        "kind": "factory.run",
+        "at": T + 5,
+    }
+    assert {
+        k: record[k]
+        for k in (
+            "event",
+            "state",
+            "attempts",
+            "lastStatus",
+            "createdAt",
+            "nextAt",
+            "giveUpAt",
+            "finishedAt",
+        )
+    } == {
+        "event": "canceled",
+        "state": "pending",
+        "attempts": 1,
+        "lastStatus": None,
+        "createdAt": T + 5,
+        "nextAt": T + 1010,
+        "giveUpAt": T + 5 + 3_600_000,
+        "finishedAt": None,
+    }
     assert record["lastError"] and record["url"] == "http://127.0.0.1:9/••••"
     assert "s3cr3t" not in str(out)
 
@@ -65,8 +93,10 @@ def test_callbacks_need_the_read_scope(hooked, api_for, anonymous):
 
 def test_a_job_without_callbacks_has_an_empty_list(api):
     queue.enqueue("factory", payload(), job_id="api-cb-none", now_ms=T)
-    assert api.get("/jobs/api-cb-none/callbacks") == (200, {"jobId": "api-cb-none",
-                                                            "callbacks": []})
+    assert api.get("/jobs/api-cb-none/callbacks") == (
+        200,
+        {"jobId": "api-cb-none", "callbacks": []},
+    )
     assert api.get("/jobs/no-such-job/callbacks")[0] == 404
 
 

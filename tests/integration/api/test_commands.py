@@ -19,7 +19,9 @@ def last_receipt(job_id: str):
 @pytest.mark.parametrize(("path", "command"), [("steer", "steer"), ("follow-up", "follow_up")])
 def test_wrapped_command_with_a_by_hint(api, path, command):
     job_id = api.enqueue()["job"]["id"]
-    status, out = api.post(f"/jobs/{job_id}/{path}", {"payload": {"text": "go left"}, "by": "alice"})
+    status, out = api.post(
+        f"/jobs/{job_id}/{path}", {"payload": {"text": "go left"}, "by": "alice"}
+    )
     assert status == 202, out
     assert out["ok"] is True
     sent = out["command"]
@@ -73,13 +75,16 @@ def test_commands_on_a_terminal_job_are_409_and_write_nothing(api, path):
     assert written() == before
 
 
-@pytest.mark.parametrize(("path", "raw", "code"), [
-    ("steer", "{oops", "malformed_json"),
-    ("follow-up", "[1]", "body_not_object"),
-    ("abort", '"stop"', "body_not_object"),
-    ("abort", '{"reason": 7}', "invalid_reason"),
-    ("abort", '{"reason": ""}', "invalid_reason"),
-])
+@pytest.mark.parametrize(
+    ("path", "raw", "code"),
+    [
+        ("steer", "{oops", "malformed_json"),
+        ("follow-up", "[1]", "body_not_object"),
+        ("abort", '"stop"', "body_not_object"),
+        ("abort", '{"reason": 7}', "invalid_reason"),
+        ("abort", '{"reason": ""}', "invalid_reason"),
+    ],
+)
 def test_bad_command_bodies_are_400_and_write_nothing(api, path, raw, code):
     job_id = api.enqueue()["job"]["id"]
     before = written()
@@ -130,8 +135,9 @@ def test_a_long_hint_is_clipped_so_the_receipt_by_stays_in_bounds(api):
     user = get_user_model().objects.create_user("o" * 150, password="pw", is_staff=True)
     client = Client()  # the test client marks requests as CSRF-checked
     client.force_login(user)
-    response = client.post(f"/jobs/{job_id}/steer", {"payload": {}, "by": "h" * 80},
-                           content_type="application/json")
+    response = client.post(
+        f"/jobs/{job_id}/steer", {"payload": {}, "by": "h" * 80}, content_type="application/json"
+    )
     assert response.status_code == 202, response.content
     by = response.json()["command"]["by"]
     assert by.startswith("o" * 150 + " (h") and len(by) == MAX_BY

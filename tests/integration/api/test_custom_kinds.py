@@ -20,8 +20,15 @@ def report_kinds():
 
 
 def test_a_registered_kind_is_enqueued_and_routed_by_its_contract(api, report_kinds):
-    out = api.enqueue("my-agent", {"payload": {
-        "kind": "acme.report", "authContext": {"userId": "u-1", "organizationId": "org-1"}}})
+    out = api.enqueue(
+        "my-agent",
+        {
+            "payload": {
+                "kind": "acme.report",
+                "authContext": {"userId": "u-1", "organizationId": "org-1"},
+            }
+        },
+    )
     job = out["job"]
     assert job["payload"]["kind"] == "acme.report" and job["routedGroup"] == "codex"
     status, page = api.get("/jobs", kind="acme.report")
@@ -36,8 +43,15 @@ def test_a_kind_registered_without_auth_context_needs_none(api, report_kinds):
 
 
 def test_unregistered_kinds_are_still_refused_and_named(api, report_kinds):
-    status, error = api.post("/agents/my-agent/jobs", {"payload": {
-        "kind": "acme.unknown", "authContext": {"userId": "u-1", "organizationId": "org-1"}}})
+    status, error = api.post(
+        "/agents/my-agent/jobs",
+        {
+            "payload": {
+                "kind": "acme.unknown",
+                "authContext": {"userId": "u-1", "organizationId": "org-1"},
+            }
+        },
+    )
     assert status == 400 and error["error"] == "unknown_kind"
     assert "acme.report" in error["detail"] and "factory.run" in error["detail"]
 

@@ -42,10 +42,21 @@ def test_metrics_needs_a_token_and_reports_gauges_and_counters(client):
 
 def test_healthz_lists_loops_and_processes_and_flags_a_fallback_role(client):
     now = now_ms()
-    pid = processes.register(role="all", group=None, concurrency=0, now_ms=now,
-                             info={"warning": "RECEIPT_PROCESS_ROLE='chatt' is not a role"})
-    loops.record("queued_redrive", pid, started_ms=now, finished_ms=now + 5,
-                 report=Report("queued_redrive", acted=3), error=None)
+    pid = processes.register(
+        role="all",
+        group=None,
+        concurrency=0,
+        now_ms=now,
+        info={"warning": "RECEIPT_PROCESS_ROLE='chatt' is not a role"},
+    )
+    loops.record(
+        "queued_redrive",
+        pid,
+        started_ms=now,
+        finished_ms=now + 5,
+        report=Report("queued_redrive", acted=3),
+        error=None,
+    )
     body = client.get("/healthz", **bearer()).json()
     assert body["loops"][0]["loop"] == "queued_redrive" and body["loops"][0]["acted"] == 3
     assert body["clusters"][0]["role"] == "all" and body["clusters"][0]["live"] is True
@@ -82,10 +93,17 @@ def test_the_kind_contract_table_is_readable_through_the_api(client):
     rows = {row["kind"]: row for row in response.json()["kinds"]}
     assert list(rows) == list(KINDS)
     assert rows["factory.task.run"] == {
-        "kind": "factory.task.run", "workerGroup": "codex", "durableWorkflow": None,
-        "durableActivity": True, "objectiveScoped": True,
-        "reconcileOnTerminalOrExpiredLease": True, "liveExecution": True,
-        "terminalObjectiveAudit": False, "authContextRequired": True, "builtIn": True}
+        "kind": "factory.task.run",
+        "workerGroup": "codex",
+        "durableWorkflow": None,
+        "durableActivity": True,
+        "objectiveScoped": True,
+        "reconcileOnTerminalOrExpiredLease": True,
+        "liveExecution": True,
+        "terminalObjectiveAudit": False,
+        "authContextRequired": True,
+        "builtIn": True,
+    }
     assert rows["factory.objective.control"]["durableWorkflow"] == "objective-control"
     assert rows["factory.objective.control"]["terminalObjectiveAudit"] is True
     assert rows["factory.dispatch"]["workerGroup"] == "control"
@@ -100,8 +118,12 @@ def test_metrics_has_an_append_latency_histogram(client):
     counters.flush(force=True)
     text = client.get("/metrics", **bearer()).content.decode()
     assert "# TYPE receipt_append_seconds histogram" in text
-    buckets = [(m.group(1), float(m.group(2))) for m in re.finditer(
-        r'^receipt_append_seconds_bucket\{family="jobs",le="([^"]+)"\} (\S+)$', text, re.M)]
+    buckets = [
+        (m.group(1), float(m.group(2)))
+        for m in re.finditer(
+            r'^receipt_append_seconds_bucket\{family="jobs",le="([^"]+)"\} (\S+)$', text, re.M
+        )
+    ]
     bounds = [bound for bound, _ in buckets]
     assert bounds[-1] == "+Inf" and bounds[:-1] == [f"{b:g}" for b in counters.APPEND_BUCKETS]
     counts = [count for _, count in buckets]
@@ -110,5 +132,7 @@ def test_metrics_has_an_append_latency_histogram(client):
     seconds = re.search(r'^receipt_append_seconds_sum\{family="jobs"\} (\S+)$', text, re.M)
     assert total and float(total.group(1)) == counts[-1]
     assert seconds and 0 < float(seconds.group(1)) < 60
-    assert "receipt_append_seconds_bucket" not in client.get(
-        "/metrics", **bearer(organization_id="org-1")).content.decode()
+    assert (
+        "receipt_append_seconds_bucket"
+        not in client.get("/metrics", **bearer(organization_id="org-1")).content.decode()
+    )

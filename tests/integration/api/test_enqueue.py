@@ -16,8 +16,9 @@ pytestmark = pytest.mark.django_db
 
 def test_wrapped_body_enqueues_and_answers_202_with_async_links(api):
     before = written()
-    status, out = api.post("/agents/factory/jobs", {"payload": payload(prompt="hi"),
-                                                    "lane": "chat", "maxAttempts": 3})
+    status, out = api.post(
+        "/agents/factory/jobs", {"payload": payload(prompt="hi"), "lane": "chat", "maxAttempts": 3}
+    )
     assert status == 202, out
     job = out["job"]
     assert out["ok"] is True and out["created"] is True and "warnings" not in out
@@ -25,7 +26,9 @@ def test_wrapped_body_enqueues_and_answers_202_with_async_links(api):
     assert job["payload"] == payload(prompt="hi") and job["status"] == "queued"
     assert job["contractGroup"] == "chat" and job["routedGroup"] == "chat"
     assert out["async"] == {
-        "jobId": job["id"], "stream": f"jobs/{job['id']}", "status": "queued",
+        "jobId": job["id"],
+        "stream": f"jobs/{job['id']}",
+        "status": "queued",
         "events": {"job": f"/jobs/{job['id']}/events", "receipt": "/receipt/stream"},
     }
     jobs, streams, receipts = written()
@@ -35,8 +38,13 @@ def test_wrapped_body_enqueues_and_answers_202_with_async_links(api):
 
 
 def test_flat_body_minus_options_is_the_payload(api):
-    body = {**payload(prompt="flat"), "jobId": "flat-1", "lane": "follow_up",
-            "sessionKey": "s-flat", "maxAttempts": 5}
+    body = {
+        **payload(prompt="flat"),
+        "jobId": "flat-1",
+        "lane": "follow_up",
+        "sessionKey": "s-flat",
+        "maxAttempts": 5,
+    }
     status, out = api.post("/agents/factory/jobs", body)
     assert status == 202, out
     job = out["job"]
@@ -67,24 +75,38 @@ def test_explicit_job_id_returns_the_existing_job_unchanged(api):
 
 
 def test_singleton_object_sets_session_key_and_mode(api):
-    first = api.enqueue(body={"payload": payload(n=1), "singleton": {"key": "s-1", "mode": "cancel"}})
-    second = api.enqueue(body={"payload": payload(n=2), "singleton": {"key": "s-1", "mode": "cancel"}})
+    first = api.enqueue(
+        body={"payload": payload(n=1), "singleton": {"key": "s-1", "mode": "cancel"}}
+    )
+    second = api.enqueue(
+        body={"payload": payload(n=2), "singleton": {"key": "s-1", "mode": "cancel"}}
+    )
     assert second["created"] is True and second["job"]["sessionKey"] == "s-1"
     assert second["job"]["singletonMode"] == "cancel"
     assert Job.objects.get(pk=first["job"]["id"]).status == "canceled"  # J-7
 
 
 def test_singleton_steer_returns_the_active_job_with_a_steer_command(api):
-    first = api.enqueue(body={"payload": payload(n=1), "singleton": {"key": "s-2", "mode": "steer"}})
-    second = api.enqueue(body={"payload": payload(n=2), "singleton": {"key": "s-2", "mode": "steer"}})
+    first = api.enqueue(
+        body={"payload": payload(n=1), "singleton": {"key": "s-2", "mode": "steer"}}
+    )
+    second = api.enqueue(
+        body={"payload": payload(n=2), "singleton": {"key": "s-2", "mode": "steer"}}
+    )
     assert second["created"] is False and second["job"]["id"] == first["job"]["id"]
     [command] = second["job"]["commands"]
     assert command["command"] == "steer" and command["payload"]["fromEnqueue"] is True
 
 
 def test_top_level_options_win_over_singleton(api):
-    out = api.enqueue(body={"payload": payload(), "sessionKey": "top", "singletonMode": "allow",
-                            "singleton": {"key": "inner", "mode": "cancel"}})
+    out = api.enqueue(
+        body={
+            "payload": payload(),
+            "sessionKey": "top",
+            "singletonMode": "allow",
+            "singleton": {"key": "inner", "mode": "cancel"},
+        }
+    )
     assert out["job"]["sessionKey"] == "top" and out["job"]["singletonMode"] == "allow"
 
 
@@ -100,10 +122,14 @@ def test_watchdog_needs_no_auth_context(api):
         ({"payload": payload(), "lane": "fast"}, "invalid_lane"),
         ({"payload": payload(), "maxAttempts": "3"}, "invalid_max_attempts"),
         ({"payload": payload(), "maxAttempts": 1.5}, "invalid_max_attempts"),
-        ({"payload": payload(), "singletonMode": "solo", "sessionKey": "s"},
-         "invalid_singleton_mode"),
-        ({"payload": payload(), "singleton": {"mode": "bogus", "key": "s"}},
-         "invalid_singleton_mode"),
+        (
+            {"payload": payload(), "singletonMode": "solo", "sessionKey": "s"},
+            "invalid_singleton_mode",
+        ),
+        (
+            {"payload": payload(), "singleton": {"mode": "bogus", "key": "s"}},
+            "invalid_singleton_mode",
+        ),
         ({"payload": payload(), "singleton": "s-1"}, "invalid_singleton"),
         ({"payload": payload(), "singletonMode": "cancel"}, "session_key_required"),
         ({"payload": payload(), "jobId": "has space"}, "invalid_job_id"),
@@ -111,8 +137,10 @@ def test_watchdog_needs_no_auth_context(api):
         ({"payload": {"kind": "factory.nope"}}, "unknown_kind"),
         ({"prompt": "no kind at all"}, "unknown_kind"),
         ({"payload": {"kind": "factory.run"}}, "auth_context_required"),
-        ({"payload": {"kind": "factory.run", "authContext": {"userId": "u"}}},
-         "auth_context_required"),
+        (
+            {"payload": {"kind": "factory.run", "authContext": {"userId": "u"}}},
+            "auth_context_required",
+        ),
         ({"payload": "text"}, "payload_not_object"),
         ({"payload": None}, "payload_not_object"),
         ({"payload": payload(bad="nul\u0000here")}, "invalid_payload"),
@@ -175,9 +203,10 @@ def test_payload_over_the_size_limit_is_413(api, settings):
     assert written() == before
 
 
-@pytest.mark.parametrize(("agent", "code"), [("a%00b", "invalid_agent_id"),
-                                             ("a%20b", "invalid_agent_id"),
-                                             ("x" * 129, "invalid_agent_id")])
+@pytest.mark.parametrize(
+    ("agent", "code"),
+    [("a%00b", "invalid_agent_id"), ("a%20b", "invalid_agent_id"), ("x" * 129, "invalid_agent_id")],
+)
 def test_bad_agent_ids_are_refused(api, agent, code):
     before = written()
     status, out = api.post(f"/agents/{agent}/jobs", {"payload": payload()})

@@ -26,8 +26,12 @@ from tests.integration.api.conftest import written
 
 pytestmark = pytest.mark.django_db
 EXAMPLES_PER_OPERATION = 40  # about 30 s for every operation on PostgreSQL
-CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
-          response_schema_conformance]
+CHECKS = [
+    not_a_server_error,
+    status_code_conformance,
+    content_type_conformance,
+    response_schema_conformance,
+]
 # The event streams answer a documented 501 asgi_required under WSGI (the stream itself is
 # tested under ASGI in tests/integration/live): every check but "no 5xx" still applies.
 WSGI_STREAMS = {"/jobs/{job_id}/events", "/receipt/stream"}
@@ -56,15 +60,20 @@ def wsgi_app():
 @pytest.fixture
 def api_schema(wsgi_app, fuzz_token):
     return schemathesis.openapi.from_wsgi(
-        "/api/schema/?format=json", wsgi_app, headers={"Authorization": f"Bearer {fuzz_token}"})
+        "/api/schema/?format=json", wsgi_app, headers={"Authorization": f"Bearer {fuzz_token}"}
+    )
 
 
 schema = schemathesis.pytest.from_fixture("api_schema")
 
 
 @schema.parametrize()
-@settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, derandomize=True,
-          suppress_health_check=list(HealthCheck))
+@settings(
+    max_examples=EXAMPLES_PER_OPERATION,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=list(HealthCheck),
+)
 def test_api_never_answers_5xx_and_refusals_write_nothing(case, fuzz_token):
     before = written()
     response = case.call(headers={"Authorization": f"Bearer {fuzz_token}"})

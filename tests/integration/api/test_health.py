@@ -20,8 +20,16 @@ from tests.integration.api.conftest import payload
 
 pytestmark = pytest.mark.django_db
 
-QUEUE_KEYS = {"total", "queued", "leased", "running", "completed", "failed", "canceled",
-              "updatedAt"}
+QUEUE_KEYS = {
+    "total",
+    "queued",
+    "leased",
+    "running",
+    "completed",
+    "failed",
+    "canceled",
+    "updatedAt",
+}
 
 
 def test_healthz_reports_queue_depth_and_stable_placeholders(anonymous):
@@ -33,8 +41,13 @@ def test_healthz_reports_queue_depth_and_stable_placeholders(anonymous):
     assert set(out["queue"]) == QUEUE_KEYS
     assert out["queue"]["total"] == 2 and out["queue"]["queued"] == 1
     assert out["queue"]["canceled"] == 1 and out["queue"]["running"] == 0
-    assert out["runtime"] == {"processesLive": 0, "processesGone": 0, "loops": 0,
-                              "loopsFailing": 0, "jobsHeldByGone": 0}
+    assert out["runtime"] == {
+        "processesLive": 0,
+        "processesGone": 0,
+        "loops": 0,
+        "loopsFailing": 0,
+        "jobsHeldByGone": 0,
+    }
     assert out["database"]["ok"] is True and out["detail"] is False
 
 
@@ -76,12 +89,24 @@ def runtime_rows():
     live = processes.register(role="worker-chat", group="chat", concurrency=2, now_ms=now)
     gone_since = now - processes.GONE_AFTER_BEATS * processes.BEAT_MS - 1000
     gone = WorkerProcess.objects.create(
-        id="worker-codex:gone-host.internal:4242", role="worker-codex", group="codex",
-        host="gone-host.internal", pid=4242, concurrency=1, started_at=gone_since - 60_000,
-        last_seen=gone_since)
+        id="worker-codex:gone-host.internal:4242",
+        role="worker-codex",
+        group="codex",
+        host="gone-host.internal",
+        pid=4242,
+        concurrency=1,
+        started_at=gone_since - 60_000,
+        last_seen=gone_since,
+    )
     for process in (live, gone.id):
-        loops.record("queued_redrive", process, started_ms=now - 10, finished_ms=now,
-                     report=Report("queued_redrive", acted=1), error=None)
+        loops.record(
+            "queued_redrive",
+            process,
+            started_ms=now - 10,
+            finished_ms=now,
+            report=Report("queued_redrive", acted=1),
+            error=None,
+        )
     job = queue.enqueue("codex", payload("factory.task.run")).job.job_id
     assert queue.lease(job, worker_id="codex:gone-host.internal:4242", now_ms=now - 5000).applied
     return {"live": live, "gone": gone.id, "job": job}
@@ -92,15 +117,27 @@ def test_open_healthz_answers_status_and_counts_only(anonymous, runtime_rows, se
     response = anonymous.client.get("/healthz")
     out = response.json()
     assert out["detail"] is False and out["degraded"] is True
-    assert out["runtime"] == {"processesLive": 1, "processesGone": 1, "loops": 1,
-                              "loopsFailing": 0, "jobsHeldByGone": 1}
-    assert out["warnings"] == ["1 job(s) held by 1 gone process(es); a live worker releases "
-                               "them, else their leases run out"]
+    assert out["runtime"] == {
+        "processesLive": 1,
+        "processesGone": 1,
+        "loops": 1,
+        "loopsFailing": 0,
+        "jobsHeldByGone": 1,
+    }
+    assert out["warnings"] == [
+        "1 job(s) held by 1 gone process(es); a live worker releases "
+        "them, else their leases run out"
+    ]
     assert "loops" not in out and "clusters" not in out and "heldByGone" not in out
     assert set(out["database"]) == {"ok", "vendor"}
     raw = response.content.decode()
-    for secret in (socket.gethostname(), "gone-host.internal", runtime_rows["job"],
-                   str(settings.RECEIPT.data_dir), str(settings.DATABASES["default"]["NAME"])):
+    for secret in (
+        socket.gethostname(),
+        "gone-host.internal",
+        runtime_rows["job"],
+        str(settings.RECEIPT.data_dir),
+        str(settings.DATABASES["default"]["NAME"]),
+    ):
         assert secret not in raw, secret
     assert not {os.getpid(), 4242} & set(numbers(out)), "a PID in the open answer"
 
@@ -116,7 +153,8 @@ def numbers(value):
 
 @pytest.mark.parametrize("who", ["token", "staff"])
 def test_healthz_with_credentials_shows_live_loops_and_jobs_held_by_gone(
-        who, anonymous, issue, admin_user, runtime_rows):
+    who, anonymous, issue, admin_user, runtime_rows
+):
     """A-8, L-6, D-11: a token or a staff session sees where things run; loop rows of gone
     processes are left out, and the jobs a gone process still holds are named."""
     headers = {}
@@ -127,13 +165,17 @@ def test_healthz_with_credentials_shows_live_loops_and_jobs_held_by_gone(
     out = anonymous.client.get("/healthz", **headers).json()
     assert out["detail"] is True and "target" in out["database"]
     assert [(r["loop"], r["process"]) for r in out["loops"]] == [
-        ("queued_redrive", runtime_rows["live"])]
+        ("queued_redrive", runtime_rows["live"])
+    ]
     assert {c["id"]: c["live"] for c in out["clusters"]} == {
-        runtime_rows["live"]: True, runtime_rows["gone"]: False}
+        runtime_rows["live"]: True,
+        runtime_rows["gone"]: False,
+    }
     [held] = out["heldByGone"]
     assert (held["process"], held["jobIds"]) == (runtime_rows["gone"], [runtime_rows["job"]])
-    assert out["warnings"] == [f"{runtime_rows['gone']} is gone and still holds 1 job(s): "
-                               f"{runtime_rows['job']}"]
+    assert out["warnings"] == [
+        f"{runtime_rows['gone']} is gone and still holds 1 job(s): {runtime_rows['job']}"
+    ]
 
 
 def test_a_bad_token_gets_the_open_answer(anonymous):

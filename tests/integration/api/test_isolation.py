@@ -15,12 +15,19 @@ pytestmark = pytest.mark.django_db
 def orgs(api, api_for):
     """Jobs of org-1 and org-2 (plus an org-less watchdog) and one token per organization."""
     mine = api.enqueue(body={"payload": payload(org="org-1"), "sessionKey": "s-1"})["job"]["id"]
-    theirs = api.enqueue(body={"payload": payload(org="org-2"), "sessionKey": "s-2",
-                               "jobId": "theirs-1"})["job"]["id"]
-    watchdog = api.enqueue(agent="factory-control",
-                           body={"kind": "factory.objective.watchdog"})["job"]["id"]
-    return {"mine": mine, "theirs": theirs, "watchdog": watchdog,
-            "one": api_for("one", org="org-1"), "two": api_for("two", org="org-2")}
+    theirs = api.enqueue(
+        body={"payload": payload(org="org-2"), "sessionKey": "s-2", "jobId": "theirs-1"}
+    )["job"]["id"]
+    watchdog = api.enqueue(agent="factory-control", body={"kind": "factory.objective.watchdog"})[
+        "job"
+    ]["id"]
+    return {
+        "mine": mine,
+        "theirs": theirs,
+        "watchdog": watchdog,
+        "one": api_for("one", org="org-1"),
+        "two": api_for("two", org="org-2"),
+    }
 
 
 @pytest.mark.parametrize("suffix", ["", "/receipts", "/state"])
@@ -60,8 +67,9 @@ def test_enqueue_for_another_organization_is_403_and_writes_nothing(orgs):
     before = written()
     status, out = orgs["one"].post("/agents/factory/jobs", {"payload": payload(org="org-2")})
     assert (status, out["error"]) == (403, "organization_forbidden")
-    status, out = orgs["one"].post("/agents/factory-control/jobs",
-                                   {"kind": "factory.objective.watchdog"})
+    status, out = orgs["one"].post(
+        "/agents/factory-control/jobs", {"kind": "factory.objective.watchdog"}
+    )
     assert (status, out["error"]) == (403, "organization_forbidden")
     assert written() == before
     status, out = orgs["one"].post("/agents/factory/jobs", {"payload": payload(org="org-1")})
@@ -70,8 +78,9 @@ def test_enqueue_for_another_organization_is_403_and_writes_nothing(orgs):
 
 def test_explicit_job_id_of_another_organization_is_never_returned(orgs):
     before = written()
-    status, out = orgs["one"].post("/agents/factory/jobs",
-                                   {"jobId": orgs["theirs"], "payload": payload(org="org-1")})
+    status, out = orgs["one"].post(
+        "/agents/factory/jobs", {"jobId": orgs["theirs"], "payload": payload(org="org-1")}
+    )
     assert (status, out["error"]) == (409, "job_id_taken")
     assert "org-2" not in str(out)
     assert written() == before
@@ -81,16 +90,20 @@ def test_explicit_job_id_of_another_organization_is_never_returned(orgs):
 def test_singleton_enqueue_never_touches_another_organizations_session(orgs, mode):
     before = written()
     head = store.stream_info(f"jobs/{orgs['theirs']}").head
-    status, out = orgs["one"].post("/agents/factory/jobs", {
-        "payload": payload(org="org-1"), "singleton": {"key": "s-2", "mode": mode}})
+    status, out = orgs["one"].post(
+        "/agents/factory/jobs",
+        {"payload": payload(org="org-1"), "singleton": {"key": "s-2", "mode": mode}},
+    )
     assert (status, out["error"]) == (409, "session_key_conflict")
     assert written() == before
     assert store.stream_info(f"jobs/{orgs['theirs']}").head == head
 
 
 def test_singleton_enqueue_on_its_own_session_works(orgs):
-    status, out = orgs["one"].post("/agents/factory/jobs", {
-        "payload": payload(org="org-1"), "singleton": {"key": "s-1", "mode": "steer"}})
+    status, out = orgs["one"].post(
+        "/agents/factory/jobs",
+        {"payload": payload(org="org-1"), "singleton": {"key": "s-1", "mode": "steer"}},
+    )
     assert status == 202 and out["created"] is False and out["job"]["id"] == orgs["mine"]
 
 

@@ -24,10 +24,32 @@ def test_detail_is_the_a2_job_json(api):
     job_id = api.enqueue()["job"]["id"]
     status, job = api.get(f"/jobs/{job_id}")
     assert status == 200
-    for key in ("id", "agentId", "lane", "kind", "status", "attempt", "maxAttempts", "sessionKey",
-                "singletonMode", "payload", "workerId", "leaseUntil", "leaseMs", "abortRequested",
-                "commands", "result", "lastError", "createdAt", "updatedAt", "stream",
-                "receiptCount", "head", "contractGroup", "routedGroup"):
+    for key in (
+        "id",
+        "agentId",
+        "lane",
+        "kind",
+        "status",
+        "attempt",
+        "maxAttempts",
+        "sessionKey",
+        "singletonMode",
+        "payload",
+        "workerId",
+        "leaseUntil",
+        "leaseMs",
+        "abortRequested",
+        "commands",
+        "result",
+        "lastError",
+        "createdAt",
+        "updatedAt",
+        "stream",
+        "receiptCount",
+        "head",
+        "contractGroup",
+        "routedGroup",
+    ):
         assert key in job, key
     assert job["id"] == job_id and job["stream"] == f"jobs/{job_id}" and job["receiptCount"] == 1
 
@@ -51,8 +73,12 @@ def test_list_is_newest_first_with_a_keyset_cursor(api):
 
 def test_list_filters(api):
     chat = enqueue_at(T0, lane="chat", session_key="s-a")
-    codex = enqueue_at(T0 + 1, agent="codex", payload=payload("factory.task.run", objectiveId="o-1"))
-    control = enqueue_at(T0 + 2, agent="factory-control", payload={"kind": "factory.objective.watchdog"})
+    codex = enqueue_at(
+        T0 + 1, agent="codex", payload=payload("factory.task.run", objectiveId="o-1")
+    )
+    control = enqueue_at(
+        T0 + 2, agent="factory-control", payload={"kind": "factory.objective.watchdog"}
+    )
     queue.cancel(control, reason="test")
 
     def ids(**params):
@@ -82,8 +108,12 @@ def test_list_limit_takes_1_through_500(api):
 
 
 # Item 11: one limit rule on every list (before: /jobs clamped, /receipts had a 2^53 bound).
-LISTS = [("/jobs", 500), ("/jobs/{job}/receipts", 1000), ("/factory/api/objectives", 500),
-         ("/factory/api/objectives/o-missing/receipts", 1000)]
+LISTS = [
+    ("/jobs", 500),
+    ("/jobs/{job}/receipts", 1000),
+    ("/factory/api/objectives", 500),
+    ("/factory/api/objectives/o-missing/receipts", 1000),
+]
 
 
 @pytest.mark.parametrize(("path", "maximum"), LISTS)
@@ -96,15 +126,18 @@ def test_a_limit_outside_1_through_the_maximum_is_400_naming_the_range(api, path
     assert f"from 1 to {maximum}" in out["detail"]
 
 
-@pytest.mark.parametrize(("path", "name"), [
-    ("/jobs?status=queued&status=failed", "status"),
-    ("/jobs?limit=1&limit=2", "limit"),
-    ("/jobs?cursor=a&cursor=b", "cursor"),
-    ("/jobs/{job}/receipts?after=1&after=2", "after"),
-    ("/jobs/{job}/state?at=1&at=2", "at"),
-    ("/jobs/{job}/wait?timeoutMs=0&timeoutMs=1", "timeoutMs"),
-    ("/factory/api/objectives?limit=1&limit=2", "limit"),
-])
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("/jobs?status=queued&status=failed", "status"),
+        ("/jobs?limit=1&limit=2", "limit"),
+        ("/jobs?cursor=a&cursor=b", "cursor"),
+        ("/jobs/{job}/receipts?after=1&after=2", "after"),
+        ("/jobs/{job}/state?at=1&at=2", "at"),
+        ("/jobs/{job}/wait?timeoutMs=0&timeoutMs=1", "timeoutMs"),
+        ("/factory/api/objectives?limit=1&limit=2", "limit"),
+    ],
+)
 def test_a_repeated_query_parameter_is_400_naming_it(api, path, name):
     """Item 11: not "last one wins"."""
     job_id = api.enqueue()["job"]["id"]
@@ -114,8 +147,10 @@ def test_a_repeated_query_parameter_is_400_naming_it(api, path, name):
     assert out["detail"].startswith(f"{name} is given more than once")
 
 
-@pytest.mark.parametrize(("name", "value"), [("status", "bogus"), ("lane", "fast"),
-                                             ("kind", "factory.nope"), ("routedGroup", "gpu")])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("status", "bogus"), ("lane", "fast"), ("kind", "factory.nope"), ("routedGroup", "gpu")],
+)
 def test_invalid_filter_lists_the_allowed_values(api, name, value):
     from jobs.api.serializers import JobFilter
 
@@ -146,8 +181,9 @@ def test_bad_list_parameters_are_400(api, params, code):
 
 
 def _canonical(value) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False).encode("utf-8")
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
 
 
 def test_receipts_page_and_verify_client_side(api):
@@ -171,10 +207,15 @@ def test_receipts_page_and_verify_client_side(api):
     assert [r["body"]["type"] for r in page["receipts"]] == ["queue.command", "queue.command"]
 
 
-@pytest.mark.parametrize(("params", "code"), [({"after": "x"}, "invalid_after"),
-                                              ({"after": -1}, "invalid_after"),
-                                              ({"limit": "many"}, "invalid_limit"),
-                                              ({"after": 10**30}, "invalid_after")])
+@pytest.mark.parametrize(
+    ("params", "code"),
+    [
+        ({"after": "x"}, "invalid_after"),
+        ({"after": -1}, "invalid_after"),
+        ({"limit": "many"}, "invalid_limit"),
+        ({"after": 10**30}, "invalid_after"),
+    ],
+)
 def test_bad_receipt_parameters_are_400(api, params, code):
     job_id = api.enqueue()["job"]["id"]
     status, out = api.get(f"/jobs/{job_id}/receipts", **params)

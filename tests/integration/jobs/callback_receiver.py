@@ -48,8 +48,9 @@ class Receiver:
             def do_POST(self) -> None:
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with receiver._lock:
-                    receiver.posts.append(Post(self.path, dict(self.headers.items()),
-                                               json.loads(raw)))
+                    receiver.posts.append(
+                        Post(self.path, dict(self.headers.items()), json.loads(raw))
+                    )
                     status = receiver.status
                 self.send_response(status)
                 self.send_header("Content-Length", "2")
@@ -60,8 +61,9 @@ class Receiver:
                 pass
 
         self._server = _Server(("127.0.0.1", self.port), Handler)
-        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,),
-                                        daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, args=(0.05,), daemon=True
+        )
         self._thread.start()
         return self
 

@@ -41,6 +41,10 @@ def terminal_receipts(job_id: str) -> list[str]:
     for receipt in store.read(f"jobs/{job_id}"):
         before = state.status if state else None
         state = reduce(state, receipt)
-        if state is not None and state.is_terminal and before not in ("completed", "failed", "canceled"):
+        if (
+            state is not None
+            and state.is_terminal
+            and before not in ("completed", "failed", "canceled")
+        ):
             settled.append(receipt.type)
     return settled

@@ -25,8 +25,13 @@ T = 1_800_000_000_000
 @pytest.fixture
 def hooked(monkeypatch):
     receiver = Receiver().start()
-    monkeypatch.setattr(settings, "RECEIPT", dataclasses.replace(
-        settings.RECEIPT, resonate_callback_url=None, event_callback_url=receiver.url))
+    monkeypatch.setattr(
+        settings,
+        "RECEIPT",
+        dataclasses.replace(
+            settings.RECEIPT, resonate_callback_url=None, event_callback_url=receiver.url
+        ),
+    )
     yield receiver
     receiver.stop()
 
@@ -39,7 +44,9 @@ def test_concurrent_loop_passes_post_each_callback_once(hooked):
         queue.command(job_id, "abort", now_ms=T + 1)
     reports = run_in_threads(4, lambda i: callbacks.deliver_due(now_ms=T + 2))
     assert sum(r.acted for r in reports) == 40
-    assert sorted(p.body["jobId"] for p in hooked.posts) == sorted(f"cb-race-{i}" for i in range(40))
+    assert sorted(p.body["jobId"] for p in hooked.posts) == sorted(
+        f"cb-race-{i}" for i in range(40)
+    )
     assert set(Callback.objects.values_list("state", "attempts")) == {("delivered", 1)}
 
 
@@ -53,6 +60,7 @@ def test_an_objective_cancel_records_canceled_for_the_jobs_it_stops(factory, hoo
     services.cancel(oid, by="op")
     assert queue.get(job_id).status == "canceled"
     assert list(Callback.objects.filter(job_id=job_id).values_list("event", "state")) == [
-        ("canceled", "pending")]
+        ("canceled", "pending")
+    ]
     callbacks.deliver_due(now_ms=queue.get(job_id).updated_at)
     assert hooked.bodies()[(job_id, "canceled")]["status"] == "canceled"

@@ -33,8 +33,13 @@ def receiver():
 
 
 def configure(settings, url: str | None, **extra) -> None:
-    settings.RECEIPT = dataclasses.replace(settings.RECEIPT, resonate_callback_url=None,
-                                           event_callback_url=url, callback_token=TOKEN, **extra)
+    settings.RECEIPT = dataclasses.replace(
+        settings.RECEIPT,
+        resonate_callback_url=None,
+        event_callback_url=url,
+        callback_token=TOKEN,
+        **extra,
+    )
 
 
 @pytest.fixture
@@ -58,8 +63,16 @@ def recorded(job_id: str) -> list[tuple[str, str]]:
 
 
 def expected(event: str, job_id: str, status: str, attempt: int, at: int) -> dict:
-    return {"event": event, "jobId": job_id, "stream": f"jobs/{job_id}", "status": status,
-            "attempt": attempt, "agentId": "factory", "kind": "factory.run", "at": at}
+    return {
+        "event": event,
+        "jobId": job_id,
+        "stream": f"jobs/{job_id}",
+        "status": status,
+        "attempt": attempt,
+        "agentId": "factory",
+        "kind": "factory.run",
+        "at": at,
+    }
 
 
 # ---- the body and the headers --------------------------------------------------------------
@@ -73,14 +86,19 @@ def test_each_event_posts_its_exact_body_with_the_bearer_token(hooked):
     assert driver.drive(started.promise_id, now_ms=T + 2)["status"] == "dispatched"
     assert len(hooked.posts) == 1  # the driver's quick try, right after its commit
     queue.complete(enqueue("cb-completed"), {"ok": 1}, fence=leased("cb-completed"), now_ms=T + 11)
-    queue.fail(enqueue("cb-failed", max_attempts=1), "boom", fence=leased("cb-failed"),
-               now_ms=T + 12)
+    queue.fail(
+        enqueue("cb-failed", max_attempts=1), "boom", fence=leased("cb-failed"), now_ms=T + 12
+    )
     queue.command(enqueue("cb-canceled"), "abort", reason="stop", now_ms=T + 13)
     report = callbacks.deliver_due(now_ms=T + 100)
     assert (report.examined, report.acted, report.errors) == (3, 3, [])
     assert hooked.bodies() == {
-        ("cb-dispatched", "dispatched"): expected("dispatched", "cb-dispatched", "queued", 0, T + 2),
-        ("cb-completed", "completed"): expected("completed", "cb-completed", "completed", 1, T + 11),
+        ("cb-dispatched", "dispatched"): expected(
+            "dispatched", "cb-dispatched", "queued", 0, T + 2
+        ),
+        ("cb-completed", "completed"): expected(
+            "completed", "cb-completed", "completed", 1, T + 11
+        ),
         ("cb-failed", "failed"): expected("failed", "cb-failed", "failed", 1, T + 12),
         ("cb-canceled", "canceled"): expected("canceled", "cb-canceled", "canceled", 0, T + 13),
     }
@@ -91,19 +109,22 @@ def test_each_event_posts_its_exact_body_with_the_bearer_token(hooked):
         assert post.headers["Authorization"] == f"Bearer {TOKEN}"
         assert post.headers["X-Receipt-Callback-Id"] == str(ids[post.body["jobId"]])
     assert set(Callback.objects.values_list("state", "attempts", "last_status")) == {
-        ("delivered", 1, 200)}
+        ("delivered", 1, 200)
+    }
 
 
 def test_a_batch_driver_pass_records_and_posts_each_dispatch(hooked):
     """D-8, D-4: the driver's batch path records `dispatched` with the execute promises
     it opens in one transaction, and posts them together."""
     ids = [enqueue(f"cb-batch-{n}") for n in range(3)]
-    promise_ids = [dispatch.start_driver(queue.get(job_id), now_ms=T + 1).promise_id
-                   for job_id in ids]
+    promise_ids = [
+        dispatch.start_driver(queue.get(job_id), now_ms=T + 1).promise_id for job_id in ids
+    ]
     results = driver.drive_many(promise_ids, now_ms=T + 2)
     assert [r["status"] for r in results] == ["dispatched"] * 3
-    assert hooked.bodies() == {(job_id, "dispatched"): expected(
-        "dispatched", job_id, "queued", 0, T + 2) for job_id in ids}
+    assert hooked.bodies() == {
+        (job_id, "dispatched"): expected("dispatched", job_id, "queued", 0, T + 2) for job_id in ids
+    }
     assert driver.drive_many(promise_ids, now_ms=T + 3)  # duplicates dispatch nothing new
     assert Callback.objects.count() == 3
 
@@ -126,7 +147,10 @@ def test_a_worker_settlement_is_posted_right_after_its_commit(hooked):
     assert worker.execute(execute_id)["status"] == "failed"
     bodies = hooked.bodies()
     failed = bodies[(job_id, "failed")]
-    assert failed == {**expected("failed", job_id, "failed", 1, failed["at"]), "agentId": "nobody-cb"}
+    assert failed == {
+        **expected("failed", job_id, "failed", 1, failed["at"]),
+        "agentId": "nobody-cb",
+    }
     assert (job_id, "dispatched") in bodies
     assert recorded(job_id) == [("dispatched", "delivered"), ("failed", "delivered")]
 
@@ -203,8 +227,9 @@ def test_a_lease_expiry_that_uses_up_the_attempts_records_failed(hooked):
     assert queue.get(job_id).status == "failed"
     assert recorded(job_id) == [("failed", "pending")]
     callbacks.deliver_due(now_ms=later + 10**8)
-    assert hooked.bodies()[(job_id, "failed")] == expected("failed", job_id, "failed", 2,
-                                                           later + 10**8)
+    assert hooked.bodies()[(job_id, "failed")] == expected(
+        "failed", job_id, "failed", 2, later + 10**8
+    )
 
 
 def test_releasing_a_gone_holder_that_uses_up_the_attempts_records_failed(hooked):

@@ -20,8 +20,18 @@ def jobs(*args):
 
 
 def test_enqueue_show_steer_abort_round_trip_with_json():
-    made = json.loads(jobs("enqueue", "factory", json.dumps(payload()), "--job-id", "cli-1",
-                           "--json", "--by", "alice"))
+    made = json.loads(
+        jobs(
+            "enqueue",
+            "factory",
+            json.dumps(payload()),
+            "--job-id",
+            "cli-1",
+            "--json",
+            "--by",
+            "alice",
+        )
+    )
     assert made["created"] and made["job"]["id"] == "cli-1"
     assert made["job"]["contractGroup"] == "chat" and made["job"]["routedGroup"] == "chat"
     steered = json.loads(jobs("steer", "cli-1", '{"go": 1}', "--json", "--by", "alice"))
@@ -30,7 +40,10 @@ def test_enqueue_show_steer_abort_round_trip_with_json():
     assert aborted["canceled"] and aborted["job"]["status"] == "canceled"
     shown = json.loads(jobs("show", "cli-1", "--json"))
     assert [r["body"]["type"] for r in shown["receipts"]] == [
-        "job.enqueued", "queue.command", "job.canceled"]
+        "job.enqueued",
+        "queue.command",
+        "job.canceled",
+    ]
     assert shown["verify"]["ok"]
     assert store.read("jobs/cli-1")[-1].body["by"] == "bob"
 
@@ -66,12 +79,15 @@ def test_redrive_starts_a_fresh_delivery_of_a_queued_job_only():
         jobs("redrive", "rd-1")
 
 
-@pytest.mark.parametrize(("flag", "value", "allowed"), [
-    ("--status", "bogus", "queued, leased, running, completed, failed, canceled"),
-    ("--lane", "fast", "collect"),
-    ("--routed-group", "gpu", "codex"),
-    ("--kind", "factory.nope", "factory.run"),
-])
+@pytest.mark.parametrize(
+    ("flag", "value", "allowed"),
+    [
+        ("--status", "bogus", "queued, leased, running, completed, failed, canceled"),
+        ("--lane", "fast", "collect"),
+        ("--routed-group", "gpu", "codex"),
+        ("--kind", "factory.nope", "factory.run"),
+    ],
+)
 def test_list_refuses_a_value_outside_a_closed_set_and_names_the_valid_ones(flag, value, allowed):
     """Item 10: the CLI validates with the API's JobFilter (empty output and exit 0 before)."""
     with pytest.raises(CommandError, match="invalid_filter") as caught:
@@ -105,10 +121,18 @@ def test_simulate_migrates_an_empty_data_directory_first(tmp_path):
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[3]
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")}
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "DJANGO_SETTINGS_MODULE")
+    }
     env["RECEIPT_DATA_DIR"] = str(tmp_path)
-    done = subprocess.run([sys.executable, "manage.py", "simulate", "--seed", "1", "--steps", "5"],
-                          cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "manage.py", "simulate", "--seed", "1", "--steps", "5"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "migrating it first" in done.stderr and "Traceback" not in done.stderr
     assert "simulate seed=1 steps=5 jobs=6: ok" in done.stdout
@@ -117,8 +141,12 @@ def test_simulate_migrates_an_empty_data_directory_first(tmp_path):
 def test_simulate_names_the_recipe_on_a_partly_migrated_database(monkeypatch):
     from django.db.migrations.executor import MigrationExecutor
 
-    monkeypatch.setattr(MigrationExecutor, "migration_plan",
-                        lambda self, targets: [("a migration", False)])
-    with pytest.raises(CommandError, match=r"1 unapplied migration\(s\); run `python manage.py "
-                                           r"migrate`"):
+    monkeypatch.setattr(
+        MigrationExecutor, "migration_plan", lambda self, targets: [("a migration", False)]
+    )
+    with pytest.raises(
+        CommandError,
+        match=r"1 unapplied migration\(s\); run `python manage.py "
+        r"migrate`",
+    ):
         call_command("simulate", "--seed", "1", "--steps", "1", stdout=StringIO())

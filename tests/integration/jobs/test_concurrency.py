@@ -34,7 +34,9 @@ def test_concurrent_enqueues_with_one_job_id_create_one_job():
 def test_concurrent_singleton_cancel_enqueues_leave_exactly_one_active_job():
     queue.enqueue("factory", payload(), session_key="k")
     results = run_in_threads(
-        5, lambda i: queue.enqueue("factory", payload(n=i), session_key="k", singleton_mode="cancel"))
+        5,
+        lambda i: queue.enqueue("factory", payload(n=i), session_key="k", singleton_mode="cancel"),
+    )
     assert all(r.created for r in results)
     active = Job.objects.filter(session_key="k", status__in=["queued", "leased", "running"])
     assert active.count() == 1

@@ -64,8 +64,9 @@ def test_a_lapsed_lease_is_failed_under_its_own_fence_with_the_exact_text():
 def _running(job_id: str) -> attempt.Running:
     start_driver(queue.get(job_id), now_ms=T0)
     driver.drive(job_id, now_ms=T0)
-    began = attempt.begin(f"{job_id}:attempt:1", job_id=job_id, attempt=1, worker_id="w-1",
-                          now_ms=T0)
+    began = attempt.begin(
+        f"{job_id}:attempt:1", job_id=job_id, attempt=1, worker_id="w-1", now_ms=T0
+    )
     assert isinstance(began, attempt.Running)
     return began
 
@@ -100,14 +101,16 @@ def test_postgres_transient_sqlstates_on_the_real_settle_path_are_retried(sqlsta
         tries.append(1)
         if len(tries) <= 2:
             with connection.cursor() as cursor:
-                cursor.execute("DO $$ BEGIN RAISE EXCEPTION 'injected' USING ERRCODE = "
-                               f"'{sqlstate}'; END $$")
+                cursor.execute(
+                    f"DO $$ BEGIN RAISE EXCEPTION 'injected' USING ERRCODE = '{sqlstate}'; END $$"
+                )
         real_settle_promise(*args, **kwargs)
 
     monkeypatch.setattr(attempt, "_settle_promise", server_raises)
     naps: list[float] = []
-    ended = attempt.settle(running, "completed", now_ms=lambda: T0 + 10, result={"ok": 1},
-                           sleep=naps.append)
+    ended = attempt.settle(
+        running, "completed", now_ms=lambda: T0 + 10, result={"ok": 1}, sleep=naps.append
+    )
     assert ended.status == "completed" and len(tries) == 3
     assert naps == pytest.approx([0.15, 0.30])
     after = queue.get(job.job_id)
@@ -128,6 +131,7 @@ def test_a_refusal_on_the_settle_path_is_not_retried():
         raise ValueError("a bug")
 
     with pytest.raises(ValueError):
-        attempt.settle(running, "completed", now_ms=lambda: T0 + 10, sleep=lambda s: None,
-                       inject=refuse)
+        attempt.settle(
+            running, "completed", now_ms=lambda: T0 + 10, sleep=lambda s: None, inject=refuse
+        )
     assert len(tries) == 1 and queue.get(job.job_id).status == "running"

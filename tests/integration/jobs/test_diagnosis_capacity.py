@@ -206,7 +206,11 @@ def _rows(table_html: str) -> list[list[str]]:
     """The text of each body cell, row by row (markup and whitespace dropped)."""
     import re
 
-    body = table_html[table_html.index("<tbody"):]
-    return [[" ".join(re.sub(r"<[^>]+>", " ", cell).split())
-             for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)]
-            for row in re.findall(r"<tr[^>]*>(.*?)</tr>", body, re.S)]
+    body = table_html[table_html.index("<tbody") :]
+    return [
+        [
+            " ".join(re.sub(r"<[^>]+>", " ", cell).split())
+            for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, re.S)
+        ]
+        for row in re.findall(r"<tr[^>]*>(.*?)</tr>", body, re.S)
+    ]

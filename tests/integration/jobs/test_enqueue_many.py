@@ -34,13 +34,31 @@ def varied() -> list[queue.EnqueueRequest]:
         plain(0),
         plain(1, lane="chat", max_attempts=5, by="ops@example.com"),
         plain(2, session_key="s-allow"),  # allow mode: no lock decision
-        plain(3, agent_id="codex", payload={"kind": "factory.task.run", "authContext": AUTH,
-                                            "timeoutMs": 1_200_000, "objectiveId": "obj-1",
-                                            "taskId": "t-1", "text": "héllo ✓"}),
-        plain(4, agent_id="factory-control",
-              payload={"kind": "factory.objective.control", "authContext": AUTH}),
-        plain(5, payload={"kind": "factory.run", "authContext": {"userId": "u"} | AUTH,
-                          "nested": {"list": [1, 2.5, None, True, "x"], "empty": {}}}),
+        plain(
+            3,
+            agent_id="codex",
+            payload={
+                "kind": "factory.task.run",
+                "authContext": AUTH,
+                "timeoutMs": 1_200_000,
+                "objectiveId": "obj-1",
+                "taskId": "t-1",
+                "text": "héllo ✓",
+            },
+        ),
+        plain(
+            4,
+            agent_id="factory-control",
+            payload={"kind": "factory.objective.control", "authContext": AUTH},
+        ),
+        plain(
+            5,
+            payload={
+                "kind": "factory.run",
+                "authContext": {"userId": "u"} | AUTH,
+                "nested": {"list": [1, 2.5, None, True, "x"], "empty": {}},
+            },
+        ),
     ]
 
 
@@ -49,12 +67,18 @@ def stored(job_ids: list[str]) -> dict[str, list[tuple]]:
     streams = [f"jobs/{j}" for j in job_ids]
     marks = ", ".join(["%s"] * len(job_ids))
     with connection.cursor() as cursor:
-        cursor.execute("SELECT stream, stream_seq, receipt_id, ts, prev, hash, event_type, body, "
-                       f"context, hints, event_id FROM receipt_receipt WHERE stream IN ({marks}) "
-                       "ORDER BY seq", streams)
+        cursor.execute(
+            "SELECT stream, stream_seq, receipt_id, ts, prev, hash, event_type, body, "
+            f"context, hints, event_id FROM receipt_receipt WHERE stream IN ({marks}) "
+            "ORDER BY seq",
+            streams,
+        )
         receipts = cursor.fetchall()
-        cursor.execute("SELECT name, head, receipt_count, last_ts, updated_at FROM receipt_stream "
-                       f"WHERE name IN ({marks}) ORDER BY name", streams)
+        cursor.execute(
+            "SELECT name, head, receipt_count, last_ts, updated_at FROM receipt_stream "
+            f"WHERE name IN ({marks}) ORDER BY name",
+            streams,
+        )
         stream_rows = cursor.fetchall()
         cursor.execute(f"SELECT * FROM jobs_job WHERE id IN ({marks}) ORDER BY id", job_ids)
         jobs = cursor.fetchall()
@@ -78,7 +102,8 @@ def test_a_batch_writes_byte_for_byte_what_the_per_request_path_writes(monkeypat
     results = queue.enqueue_many(requests, now_ms=T0)
     assert [r.job for r in results] == [r.job for r in singles]
     assert [(r.created, r.steered, r.warnings) for r in results] == [
-        (r.created, r.steered, r.warnings) for r in singles]
+        (r.created, r.steered, r.warnings) for r in singles
+    ]
     assert stored([r.job.job_id for r in results]) == one_by_one
     assert len(one_by_one["receipts"]) == len(one_by_one["jobs"]) == len(requests)
     for result in results:
@@ -112,14 +137,14 @@ def test_chunked_runs_change_nothing(monkeypatch):
 
 def test_mixed_batches_keep_per_request_semantics_in_request_order():
     requests = [
-        plain(0, session_key="k"),                            # 0 plain (allow on k)
-        plain(1),                                             # 1 plain
-        plain(2, job_id="job-x"),                             # 2 explicit id
-        plain(3),                                             # 3 plain
-        plain(4, session_key="k", singleton_mode="cancel"),   # 4 cancels job 0
-        plain(5, job_id="job-x"),                             # 5 the same id: returned as is
-        plain(6),                                             # 6 plain
-        plain(7),                                             # 7 plain
+        plain(0, session_key="k"),  # 0 plain (allow on k)
+        plain(1),  # 1 plain
+        plain(2, job_id="job-x"),  # 2 explicit id
+        plain(3),  # 3 plain
+        plain(4, session_key="k", singleton_mode="cancel"),  # 4 cancels job 0
+        plain(5, job_id="job-x"),  # 5 the same id: returned as is
+        plain(6),  # 6 plain
+        plain(7),  # 7 plain
     ]
     results = queue.enqueue_many(requests, now_ms=T0)
     assert [r.created for r in results] == [True, True, True, True, True, False, True, True]
@@ -136,9 +161,19 @@ def test_mixed_batches_keep_per_request_semantics_in_request_order():
 
 
 def test_a_steer_after_a_run_steers_the_newest_job_of_the_run():
-    results = queue.enqueue_many([plain(0, session_key="s"), plain(1, session_key="s"),
-                                  plain(2, session_key="s", singleton_mode="steer")], now_ms=T0)
-    assert [(r.created, r.steered) for r in results] == [(True, False), (True, False), (False, True)]
+    results = queue.enqueue_many(
+        [
+            plain(0, session_key="s"),
+            plain(1, session_key="s"),
+            plain(2, session_key="s", singleton_mode="steer"),
+        ],
+        now_ms=T0,
+    )
+    assert [(r.created, r.steered) for r in results] == [
+        (True, False),
+        (True, False),
+        (False, True),
+    ]
     steered = results[2].job
     assert steered.job_id in {results[0].job.job_id, results[1].job.job_id}
     assert [c.command for c in steered.commands] == ["steer"]
@@ -177,13 +212,26 @@ def test_warnings_are_given_per_request():
 def test_listeners_hear_every_created_job_after_commit(monkeypatch):
     heard: list[tuple[str, str, str]] = []
     batches: list[list[str]] = []
-    monkeypatch.setattr(queue, "mutation_listeners",
-                        [lambda kind, job, body: heard.append((kind, job.job_id, body["jobId"]))])
-    monkeypatch.setattr(queue, "on_commit_listeners",
-                        [lambda jobs: batches.append([j.job_id for j in jobs])])
+    monkeypatch.setattr(
+        queue,
+        "mutation_listeners",
+        [lambda kind, job, body: heard.append((kind, job.job_id, body["jobId"]))],
+    )
+    monkeypatch.setattr(
+        queue, "on_commit_listeners", [lambda jobs: batches.append([j.job_id for j in jobs])]
+    )
     with transaction.atomic():
-        results = queue.enqueue_many([plain(0), plain(1), plain(2, job_id="job-y"),
-                                      plain(3, job_id="job-y"), plain(4), plain(5)], now_ms=T0)
+        results = queue.enqueue_many(
+            [
+                plain(0),
+                plain(1),
+                plain(2, job_id="job-y"),
+                plain(3, job_id="job-y"),
+                plain(4),
+                plain(5),
+            ],
+            now_ms=T0,
+        )
         assert heard == [] and batches == []
     created = [r.job.job_id for r in results if r.created]
     assert len(created) == 5
@@ -206,8 +254,11 @@ def test_listeners_hear_nothing_when_the_batch_rolls_back(monkeypatch):
 
 
 def promise_inserts(queries: CaptureQueriesContext) -> int:
-    return sum(1 for q in queries.captured_queries
-               if q["sql"].startswith("INSERT INTO jobs_delivery_promise"))
+    return sum(
+        1
+        for q in queries.captured_queries
+        if q["sql"].startswith("INSERT INTO jobs_delivery_promise")
+    )
 
 
 def test_dispatch_opens_one_driver_promise_per_created_job_with_one_insert(monkeypatch):
@@ -223,23 +274,31 @@ def test_dispatch_opens_one_driver_promise_per_created_job_with_one_insert(monke
     for job in jobs:
         p = rows[job.job_id]
         assert (p.function, p.job_id, p.attempt, p.target_group, p.dispatch_key, p.state) == (
-            "driver", job.job_id, None, "driver", job.job_id, "pending")
+            "driver",
+            job.job_id,
+            None,
+            "driver",
+            job.job_id,
+            "pending",
+        )
         assert p.timeout_at - p.created_at == driver_timeout_ms(job.lease_ms)
 
 
 def test_dispatch_of_a_job_whose_key_exists_goes_through_start_driver(monkeypatch):
     sent: list[str] = []
     monkeypatch.setattr(dispatch.transport, "send", lambda cluster, func, pid: sent.append(pid))
-    settled, pending, fresh = (r.job for r in queue.enqueue_many([plain(i) for i in range(3)],
-                                                                  now_ms=T0))
+    settled, pending, fresh = (
+        r.job for r in queue.enqueue_many([plain(i) for i in range(3)], now_ms=T0)
+    )
     for job in (settled, pending):
         assert dispatch.start_driver(job, now_ms=T0).created
     promises.settle(settled.job_id, "resolved", now_ms=T0 + 1)
     sent.clear()
     dispatch.dispatch_batch([settled, pending, fresh, fresh])
     assert sent == [f"{settled.job_id}:recovery:1", fresh.job_id]  # the generation advances
-    assert sorted(DeliveryPromise.objects.filter(job_id=pending.job_id)
-                  .values_list("id", flat=True)) == [pending.job_id]  # active delivery
+    assert sorted(
+        DeliveryPromise.objects.filter(job_id=pending.job_id).values_list("id", flat=True)
+    ) == [pending.job_id]  # active delivery
     assert DeliveryPromise.objects.filter(job_id=fresh.job_id).count() == 1
 
 

@@ -46,9 +46,9 @@ def bodies(job_id: str, kind: str) -> list[dict]:
     return [r.body for r in store.read(f"jobs/{job_id}") if r.type == kind]
 
 
-def test_progress_and_result_with_nul_and_lone_surrogates_complete_the_job(monkeypatch,
-                                                                           tmp_path):
+def test_progress_and_result_with_nul_and_lone_surrogates_complete_the_job(monkeypatch, tmp_path):
     """D-7, S-3: the task completes; its receipts hold U+FFFD where the bad text was."""
+
     def noisy(job, ctx):
         out = command_output()
         assert ctx.progress({"stdoutTail": out, f"key{out[3]}": [out]})
@@ -57,16 +57,18 @@ def test_progress_and_result_with_nul_and_lone_surrogates_complete_the_job(monke
     outcome, job = run_job(noisy, monkeypatch, tmp_path)
     assert outcome["status"] == "completed" and job.status == "completed"
     assert bodies(job.job_id, "job.progress")[-1]["progress"] == {
-        "stdoutTail": CLEAN, "key\ufffd": [CLEAN]}
+        "stdoutTail": CLEAN,
+        "key\ufffd": [CLEAN],
+    }
     assert job.result == {"stdoutTail": CLEAN, CLEAN: "as a key"}
     assert store.verify(job.stream).ok
     assert_read_model_matches_receipts(job.job_id)
 
 
 @pytest.mark.parametrize("how", ["failure", "exception"])
-def test_error_text_with_nul_and_lone_surrogates_fails_the_job_normally(how, monkeypatch,
-                                                                        tmp_path):
+def test_error_text_with_nul_and_lone_surrogates_fails_the_job_normally(how, monkeypatch, tmp_path):
     """D-6, D-7, S-3: a failure reported or raised with the bad text still settles."""
+
     def failing(job, ctx):
         out = command_output()
         if how == "exception":

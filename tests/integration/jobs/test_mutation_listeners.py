@@ -31,10 +31,12 @@ def test_listeners_hear_each_write_with_the_job_after_it(heard):
     fence = Fence("w:1", 1)
     queue.heartbeat(job.job_id, fence=fence)
     queue.complete(job.job_id, {"ok": 1}, fence=fence)
-    assert heard == [("job.enqueued", "queued", "job.enqueued"),
-                     ("job.leased", "leased", "job.leased"),
-                     ("job.heartbeat", "running", "job.heartbeat"),
-                     ("job.completed", "completed", "job.completed")]
+    assert heard == [
+        ("job.enqueued", "queued", "job.enqueued"),
+        ("job.leased", "leased", "job.leased"),
+        ("job.heartbeat", "running", "job.heartbeat"),
+        ("job.completed", "completed", "job.completed"),
+    ]
 
 
 def test_listeners_run_after_commit_and_not_on_rollback(heard):

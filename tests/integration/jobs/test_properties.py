@@ -24,25 +24,46 @@ _run = itertools.count()
 
 operations = st.lists(
     st.tuples(
-        st.sampled_from(["lease", "heartbeat", "progress", "complete", "fail", "fail_final",
-                         "cancel", "abort", "steer", "consume", "expire"]),
+        st.sampled_from(
+            [
+                "lease",
+                "heartbeat",
+                "progress",
+                "complete",
+                "fail",
+                "fail_final",
+                "cancel",
+                "abort",
+                "steer",
+                "consume",
+                "expire",
+            ]
+        ),
         st.integers(0, 2),  # job
         st.integers(0, 2),  # worker
         st.integers(0, 2),  # attempt offset: 0 = current attempt, else a stale/future one
         st.integers(0, 700_000),  # clock advance (ms)
     ),
-    min_size=1, max_size=25,
+    min_size=1,
+    max_size=25,
 )
 
 
-@settings(max_examples=40, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(ops=operations, max_attempts=st.integers(1, 3))
 def test_random_interleavings_keep_every_invariant(ops, max_attempts):
     run = next(_run)
     now = 1_900_000_000_000
-    job_ids = [queue.enqueue("factory", payload(), job_id=f"p{run}-{j}", max_attempts=max_attempts,
-                             now_ms=now).job.job_id for j in range(3)]
+    job_ids = [
+        queue.enqueue(
+            "factory", payload(), job_id=f"p{run}-{j}", max_attempts=max_attempts, now_ms=now
+        ).job.job_id
+        for j in range(3)
+    ]
     for op, j, w, offset, advance in ops:
         now += advance
         job_id = job_ids[j]

@@ -43,7 +43,11 @@ def test_enqueue_writes_job_enqueued_and_the_row_in_one_go():
     assert receipt.context == {"jobId": job.job_id, "organizationId": "org-1"}
     row = Job.objects.get(pk=job.job_id)
     assert (row.status, row.organization_id, row.worker_group, row.kind) == (
-        "queued", "org-1", "chat", "factory.run")
+        "queued",
+        "org-1",
+        "chat",
+        "factory.run",
+    )
     assert_read_model_matches_receipts(job.job_id)
 
 
@@ -60,11 +64,15 @@ def test_max_attempts_is_clamped_to_1_through_8(given, stored):
         ({"max_attempts": True}, "invalid_max_attempts"),
         ({"singleton_mode": "replace"}, "invalid_singleton_mode"),
         ({"singleton_mode": "cancel"}, "session_key_required"),
-        ({"payload": {"kind": "nope", "authContext": {"userId": "u", "organizationId": "o"}}},
-         "unknown_kind"),
+        (
+            {"payload": {"kind": "nope", "authContext": {"userId": "u", "organizationId": "o"}}},
+            "unknown_kind",
+        ),
         ({"payload": {"kind": "factory.run"}}, "auth_context_required"),
-        ({"payload": {"kind": "factory.run", "authContext": {"userId": "u"}}},
-         "auth_context_required"),
+        (
+            {"payload": {"kind": "factory.run", "authContext": {"userId": "u"}}},
+            "auth_context_required",
+        ),
         ({"job_id": "has space"}, "invalid_job_id"),
         ({"agent_id": ""}, "invalid_agent_id"),
         ({"payload": payload(blob="x" * 1_100_000)}, "payload_too_large"),
@@ -85,8 +93,9 @@ def test_unknown_kind_error_lists_the_nine_kinds():
 
 
 def test_watchdog_kind_needs_no_auth_context():
-    assert enqueue(agent_id="factory-control",
-                   payload={"kind": "factory.objective.watchdog"}).created
+    assert enqueue(
+        agent_id="factory-control", payload={"kind": "factory.objective.watchdog"}
+    ).created
 
 
 def test_deep_payloads_are_refused():
@@ -100,8 +109,9 @@ def test_deep_payloads_are_refused():
 
 def test_explicit_job_id_is_idempotent_and_never_disturbs_the_job():
     first = enqueue(job_id="job-1", lane="chat")
-    again = enqueue(job_id="job-1", lane="steer", payload=payload(kind="factory.dispatch"),
-                    max_attempts=5)
+    again = enqueue(
+        job_id="job-1", lane="steer", payload=payload(kind="factory.dispatch"), max_attempts=5
+    )
     assert first.created and not again.created
     assert again.job == first.job
     assert store.stream_info("jobs/job-1").count == 1
@@ -115,7 +125,9 @@ def test_unknown_agent_is_accepted_with_a_warning():
 
 
 def test_lease_policy_is_applied_at_enqueue():
-    job = enqueue(agent_id="codex", payload=payload(kind="factory.task.run", timeoutMs=1_200_000)).job
+    job = enqueue(
+        agent_id="codex", payload=payload(kind="factory.task.run", timeoutMs=1_200_000)
+    ).job
     assert job.lease_ms == 1_500_000  # K-6: max(900000, min(timeout + 300000, 3600000))
 
 
@@ -143,8 +155,12 @@ def test_singleton_cancel_cancels_queued_and_aborts_running_jobs_on_the_key():
 def test_singleton_steer_steers_the_most_recent_active_job_and_returns_it():
     enqueue(session_key="k", now_ms=T0)
     newest = enqueue(session_key="k", now_ms=T0 + 5).job
-    result = enqueue(session_key="k", singleton_mode="steer",
-                     payload=payload(message="turn left"), now_ms=T0 + 10)
+    result = enqueue(
+        session_key="k",
+        singleton_mode="steer",
+        payload=payload(message="turn left"),
+        now_ms=T0 + 10,
+    )
     assert not result.created and result.steered and result.job.job_id == newest.job_id
     command = result.job.commands[-1]
     assert command.command == "steer" and command.lane == "steer"
@@ -212,9 +228,11 @@ def test_abort_on_a_running_job_appends_the_command_for_the_worker():
 
 @pytest.mark.parametrize(
     ("command", "message"),
-    [("steer", "job is completed; continue through its objective"),
-     ("follow_up", "job is completed; continue through its objective"),
-     ("abort", "is already completed; nothing to abort")],
+    [
+        ("steer", "job is completed; continue through its objective"),
+        ("follow_up", "job is completed; continue through its objective"),
+        ("abort", "is already completed; nothing to abort"),
+    ],
 )
 def test_commands_on_a_terminal_job_are_refused(command, message):
     job = enqueue().job
@@ -301,8 +319,13 @@ def test_retryable_failure_requeues_until_attempts_run_out():
 
 def test_non_retryable_failure_fails_at_once_with_its_result():
     job = enqueue(max_attempts=5).job
-    out = queue.fail(job.job_id, "No handler for agent 'x'", no_retry=True,
-                     result={"status": "failed"}, fence=leased(job.job_id))
+    out = queue.fail(
+        job.job_id,
+        "No handler for agent 'x'",
+        no_retry=True,
+        result={"status": "failed"},
+        fence=leased(job.job_id),
+    )
     assert out.job.status == "failed" and out.job.result == {"status": "failed"}
 
 

@@ -9,13 +9,16 @@ from django.db import IntegrityError, OperationalError
 from jobs.runtime.storage_retry import is_transient, with_storage_retry
 
 
-@pytest.mark.parametrize("text", [
-    'connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  '
-    "sorry, too many clients already",
-    "connection failed: Connection refused",
-    "database is locked",
-    "server closed the connection unexpectedly",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        'connection failed: connection to server at "127.0.0.1", port 5432 failed: FATAL:  '
+        "sorry, too many clients already",
+        "connection failed: Connection refused",
+        "database is locked",
+        "server closed the connection unexpectedly",
+    ],
+)
 def test_platform_outages_are_transient(text):
     assert is_transient(OperationalError(text))
 
@@ -38,5 +41,6 @@ def test_retry_recovers_after_transient_errors_and_gives_up_on_others():
 
     assert with_storage_retry("t", flaky, sleep=lambda s: None) == "done" and len(calls) == 3
     with pytest.raises(IntegrityError):
-        with_storage_retry("t", lambda: (_ for _ in ()).throw(IntegrityError("dup")),
-                           sleep=lambda s: None)
+        with_storage_retry(
+            "t", lambda: (_ for _ in ()).throw(IntegrityError("dup")), sleep=lambda s: None
+        )

@@ -41,8 +41,9 @@ class Server:
     def tail(self) -> str:
         return self.log.read_text(errors="replace")[-4000:]
 
-    def stream(self, client: httpx.Client, path: str, token: str | None = None,
-               **headers: str) -> Stream:
+    def stream(
+        self, client: httpx.Client, path: str, token: str | None = None, **headers: str
+    ) -> Stream:
         if token:
             headers["Authorization"] = f"Bearer {token}"
         return Stream(client, self.url + path, {k.replace("_", "-"): v for k, v in headers.items()})
@@ -67,13 +68,30 @@ def serve(tmp: Path, **env: str) -> Iterator[Server]:
     log = tmp / f"uvicorn-{port}.log"
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "uvicorn", "receipt_site.asgi:application", "--host",
-             "127.0.0.1", "--port", str(port), "--no-access-log", "--timeout-graceful-shutdown",
-             "2"],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "receipt_site.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--no-access-log",
+                "--timeout-graceful-shutdown",
+                "2",
+            ],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
             preexec_fn=_die_with_parent,
-            env=subprocess_env(RECEIPT_DATA_DIR=str(settings.DATA_DIR),
-                               RECEIPT_SSE_KEEPALIVE_MS=str(KEEPALIVE_MS), **env))
+            env=subprocess_env(
+                RECEIPT_DATA_DIR=str(settings.DATA_DIR),
+                RECEIPT_SSE_KEEPALIVE_MS=str(KEEPALIVE_MS),
+                **env,
+            ),
+        )
     server = Server(proc, f"http://127.0.0.1:{port}", log)
 
     def up() -> bool:
@@ -99,8 +117,10 @@ def serve(tmp: Path, **env: str) -> Iterator[Server]:
 @pytest.fixture(scope="session")
 def server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Server]:
     """One server for the live suite, with a callback token configured."""
-    with django_db_blocker.unblock(), serve(tmp_path_factory.mktemp("live"),
-                                            RECEIPT_CALLBACK_TOKEN=CALLBACK_TOKEN) as running:
+    with (
+        django_db_blocker.unblock(),
+        serve(tmp_path_factory.mktemp("live"), RECEIPT_CALLBACK_TOKEN=CALLBACK_TOKEN) as running,
+    ):
         yield running
 
 

@@ -41,8 +41,9 @@ class Stream:
     def __init__(self, client: httpx.Client, url: str, headers: dict[str, str]) -> None:
         self._context = client.stream("GET", url, headers=headers)
         self.response = self._context.__enter__()
-        self._frames = parse(self.response.iter_lines()) if self.response.status_code == 200 \
-            else iter(())
+        self._frames = (
+            parse(self.response.iter_lines()) if self.response.status_code == 200 else iter(())
+        )
         self.closed_by_server = False
 
     def next(self) -> Frame | None:
@@ -53,8 +54,9 @@ class Stream:
             self.closed_by_server = True
         return frame
 
-    def until(self, predicate: Callable[[Frame], bool], *, timeout: float = 10.0,
-              message: str = "frame") -> list[Frame]:
+    def until(
+        self, predicate: Callable[[Frame], bool], *, timeout: float = 10.0, message: str = "frame"
+    ) -> list[Frame]:
         """Frames up to and including the first matching one."""
         deadline = time.monotonic() + timeout
         seen: list[Frame] = []
@@ -66,8 +68,9 @@ class Stream:
             if predicate(frame):
                 return seen
             if time.monotonic() > deadline:
-                raise AssertionError(f"timed out after {timeout}s waiting for {message}; "
-                                     f"last frames {seen[-5:]}")
+                raise AssertionError(
+                    f"timed out after {timeout}s waiting for {message}; last frames {seen[-5:]}"
+                )
 
     def rest(self, *, timeout: float = 10.0) -> list[Frame]:
         """Every frame until the server ends the stream."""

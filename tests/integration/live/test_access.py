@@ -36,25 +36,27 @@ def test_no_credentials_is_401_not_authenticated(server, http):
 def test_an_unknown_token_is_401_invalid_token(server, http):
     job = enqueue()
     for path in PATHS:
-        assert_error(get(server, http, path.format(job=job.job_id), "rcpt_not-a-real-token"),
-                     401, "invalid_token")
+        assert_error(
+            get(server, http, path.format(job=job.job_id), "rcpt_not-a-real-token"),
+            401,
+            "invalid_token",
+        )
 
 
 def test_a_token_without_jobs_read_is_403_missing_scope(server, http):
     job, writer = enqueue(), token(scopes=["jobs:write"])
     for path in PATHS:
-        assert_error(get(server, http, path.format(job=job.job_id), writer), 403,
-                     "missing_scope")
+        assert_error(get(server, http, path.format(job=job.job_id), writer), 403, "missing_scope")
 
 
 def test_another_organizations_job_is_404_like_a_missing_one(server, http):
     job = enqueue(org="org-1")
     outsider, anyone = token(org="org-2", scopes=["jobs:read"]), token()
     for path in PATHS[:2]:
-        assert_error(get(server, http, path.format(job=job.job_id), outsider), 404,
-                     "job_not_found")
-        assert_error(get(server, http, path.format(job="no-such-job"), anyone), 404,
-                     "job_not_found")
+        assert_error(get(server, http, path.format(job=job.job_id), outsider), 404, "job_not_found")
+        assert_error(
+            get(server, http, path.format(job="no-such-job"), anyone), 404, "job_not_found"
+        )
 
 
 def test_the_own_organization_may_follow_its_job(server, http):
@@ -67,10 +69,14 @@ def test_the_own_organization_may_follow_its_job(server, http):
 
 
 def test_a_bad_last_event_id_is_400_and_other_methods_405(server, http, reader):
-    assert_error(get(server, http, "/receipt/stream", reader, **{"Last-Event-ID": "abc"}), 400,
-                 "invalid_last_event_id")
-    response = http.post(f"{server.url}/receipt/stream",
-                         headers={"Authorization": f"Bearer {reader}"})
+    assert_error(
+        get(server, http, "/receipt/stream", reader, **{"Last-Event-ID": "abc"}),
+        400,
+        "invalid_last_event_id",
+    )
+    response = http.post(
+        f"{server.url}/receipt/stream", headers={"Authorization": f"Bearer {reader}"}
+    )
     assert_error(response, 405, "method_not_allowed")
 
 
@@ -80,7 +86,8 @@ def test_a_staff_session_may_follow_a_job(server, http):
     browser = Client()
     browser.force_login(staff)
     job = enqueue(org="org-9")
-    with server.stream(http, f"/jobs/{job.job_id}/events",
-                       Cookie=f"sessionid={browser.cookies['sessionid'].value}") as sse:
+    with server.stream(
+        http, f"/jobs/{job.job_id}/events", Cookie=f"sessionid={browser.cookies['sessionid'].value}"
+    ) as sse:
         assert sse.response.status_code == 200
         assert sse.next().data == "init"

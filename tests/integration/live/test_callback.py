@@ -53,8 +53,10 @@ def test_the_body_needs_a_stream_and_an_event_type(server):
 def test_an_accepted_callback_wakes_subscribers_and_writes_nothing(server, http, reader):
     job = enqueue()
     before = ReceiptRow.objects.count()
-    with server.stream(http, "/receipt/stream", reader) as stream, \
-            server.stream(http, f"/jobs/{job.job_id}/events", reader) as events:
+    with (
+        server.stream(http, "/receipt/stream", reader) as stream,
+        server.stream(http, f"/jobs/{job.job_id}/events", reader) as events,
+    ):
         stream.next()
         events.until(lambda f: f.event == "job", message="the first job frame")
         response = post(server, {"stream": job.stream, "type": "resonate.settled"})
@@ -64,7 +66,8 @@ def test_an_accepted_callback_wakes_subscribers_and_writes_nothing(server, http,
     # no id: an invalidation is not a position in the global sequence
     assert [(f.data, f.id) for f in seen if f.event == "receipt-refresh"] == [(job.stream, None)]
     assert [(f.data, f.id) for f in job_frames if f.event == "job-refresh"] == [
-        ("resonate.settled", None)]
+        ("resonate.settled", None)
+    ]
     assert ReceiptRow.objects.count() == before
 
 

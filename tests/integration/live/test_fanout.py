@@ -24,29 +24,42 @@ CLIENTS = 200
 
 def listener_pids(server_pid: int) -> list[int]:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s "
-                       "AND query ILIKE 'LISTEN%%'", [f"receipt-live-listener:{server_pid}"])
+        cursor.execute(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = %s "
+            "AND query ILIKE 'LISTEN%%'",
+            [f"receipt-live-listener:{server_pid}"],
+        )
         return [row[0] for row in cursor.fetchall()]
 
 
 def database_sockets(server_pid: int) -> int:
     port = int(settings.DATABASES["default"].get("PORT") or 5432)
-    return sum(1 for c in psutil.Process(server_pid).net_connections(kind="tcp")
-               if c.raddr and c.raddr.port == port)
+    return sum(
+        1
+        for c in psutil.Process(server_pid).net_connections(kind="tcp")
+        if c.raddr and c.raddr.port == port
+    )
 
 
 def in_thread(fn, *args):
     """Django from inside asyncio.run: on a worker thread that closes its connection."""
+
     def call():
         try:
             return fn(*args)
         finally:
             connections.close_all()
+
     return asyncio.to_thread(call)
 
 
-async def follow(client: httpx.AsyncClient, url: str, headers: dict[str, str],
-                 connected: list[int], everyone: asyncio.Event) -> Frame:
+async def follow(
+    client: httpx.AsyncClient,
+    url: str,
+    headers: dict[str, str],
+    connected: list[int],
+    everyone: asyncio.Event,
+) -> Frame:
     """One client: counts itself once it has the job, returns the first job-refresh with an id."""
     async with client.stream("GET", url, headers=headers) as response:
         assert response.status_code == 200
@@ -74,8 +87,10 @@ async def fan_out(server, reader: str, job_id: str, report: dict[str, object]) -
         report["rss_before"] = server_process.memory_info().rss
         connected: list[int] = []
         everyone = asyncio.Event()
-        tasks = [asyncio.create_task(follow(client, url, headers, connected, everyone))
-                 for _ in range(CLIENTS)]
+        tasks = [
+            asyncio.create_task(follow(client, url, headers, connected, everyone))
+            for _ in range(CLIENTS)
+        ]
         waiter = asyncio.create_task(everyone.wait())
         try:
             async with asyncio.timeout(60):
@@ -107,10 +122,12 @@ def test_two_hundred_clients_share_one_feed_and_all_get_the_broadcast(server, re
     frames = asyncio.run(fan_out(server, reader, job.job_id, report))
     assert [(f.id, f.data) for f in frames] == [(report["seq"], "job.leased")] * CLIENTS
     before, after = report["rss_before"], report["rss_connected"]
-    print(f"\n{CLIENTS} SSE clients ({connection.vendor}): server RSS "
-          f"{before / 2**20:.1f} MiB -> {after / 2**20:.1f} MiB "
-          f"(+{(after - before) / CLIENTS / 1024:.1f} KiB per client), "
-          f"{report['threads']} threads, db sockets {report.get('db_sockets', 'n/a')}")
+    print(
+        f"\n{CLIENTS} SSE clients ({connection.vendor}): server RSS "
+        f"{before / 2**20:.1f} MiB -> {after / 2**20:.1f} MiB "
+        f"(+{(after - before) / CLIENTS / 1024:.1f} KiB per client), "
+        f"{report['threads']} threads, db sockets {report.get('db_sockets', 'n/a')}"
+    )
     # E-3: no thread per client, and idle clients hold no database connection.
     assert report["threads"] < 40
     if connection.vendor == "postgresql":
@@ -127,8 +144,10 @@ def test_the_listener_reconnects_and_nothing_is_lost(server, http, reader):
         with connection.cursor() as cursor:
             cursor.execute("SELECT pg_terminate_backend(%s)", [old])
         appended = store.append(f"{prefix}a", {"type": "t"})[0]  # maybe while it is down
-        new = wait_for(lambda: (pids := listener_pids(server.proc.pid)) and old not in pids
-                       and pids, message="a new listener")
+        new = wait_for(
+            lambda: (pids := listener_pids(server.proc.pid)) and old not in pids and pids,
+            message="a new listener",
+        )
         assert len(new) == 1
         frames = sse.until(lambda f: f.id == appended.seq, message="the receipt")
     assert [f.data for f in frames if f.event == "receipt-refresh"] == [appended.stream]

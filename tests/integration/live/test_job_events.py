@@ -51,8 +51,11 @@ def test_keepalive_pings_carry_the_position_reached(server, http, reader):
     job = enqueue()
     with server.stream(http, f"/jobs/{job.job_id}/events", reader) as sse:
         init = sse.next()
-        pings = [f for f in sse.until(lambda f: f.event == "ping", message="a keepalive")
-                 if f.event == "ping"]
+        pings = [
+            f
+            for f in sse.until(lambda f: f.event == "ping", message="a keepalive")
+            if f.event == "ping"
+        ]
     assert pings[0].data == "keepalive"
     assert pings[0].id is not None and pings[0].id >= init.id >= last_seq(job.stream)
 
@@ -66,13 +69,16 @@ def test_the_stream_ends_at_a_terminal_state_and_a_resume_then_gets_204(server, 
         frames = sse.rest()
         assert sse.closed_by_server
     assert [(f.event, f.data) for f in frames if f.event == "job-refresh"] == [
-        ("job-refresh", "job.completed")]
+        ("job-refresh", "job.completed")
+    ]
     assert json.loads(frames[-1].data)["status"] == "completed"
     last_id = max(f.id for f in frames if f.id is not None)
     assert last_id == last_seq(job.stream)
 
-    resumed = http.get(f"{server.url}/jobs/{job.job_id}/events",
-                       headers={"Authorization": f"Bearer {reader}", "Last-Event-ID": str(last_id)})
+    resumed = http.get(
+        f"{server.url}/jobs/{job.job_id}/events",
+        headers={"Authorization": f"Bearer {reader}", "Last-Event-ID": str(last_id)},
+    )
     assert resumed.status_code == 204  # EventSource stops reconnecting
 
 
@@ -83,8 +89,9 @@ def test_resume_replays_what_was_missed_then_ends_at_the_terminal_state(server, 
     queue.heartbeat(job.job_id, fence=Fence("w-1", leased.attempt))
     queue.complete(job.job_id, None, fence=Fence("w-1", leased.attempt))
     missed = [(r.seq, r.type) for r in store.read(job.stream) if r.seq > enqueued]
-    with server.stream(http, f"/jobs/{job.job_id}/events", reader,
-                       Last_Event_ID=str(enqueued)) as sse:
+    with server.stream(
+        http, f"/jobs/{job.job_id}/events", reader, Last_Event_ID=str(enqueued)
+    ) as sse:
         frames = sse.rest()
     assert (frames[0].event, frames[0].data) == ("job-refresh", "init")
     assert [(f.id, f.data) for f in frames[1:] if f.event == "job-refresh"] == missed

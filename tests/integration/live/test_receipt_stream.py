@@ -65,8 +65,9 @@ def test_last_event_id_query_parameter_resumes_like_the_header(server, http, rea
     prefix = run_prefix()
     first = store.append(f"{prefix}a", {"type": "t"})[0]
     later = [store.append(f"{prefix}{s}", {"type": "t"})[0] for s in "bc"]
-    with server.stream(http, f"/receipt/stream?prefix={prefix}&lastEventId={first.seq}",
-                       reader) as sse:
+    with server.stream(
+        http, f"/receipt/stream?prefix={prefix}&lastEventId={first.seq}", reader
+    ) as sse:
         frames = sse.until(lambda f: f.id == later[-1].seq, message="the last append")
     assert refreshes(frames) == [(r.seq, r.stream) for r in later]
 
@@ -95,19 +96,18 @@ def _writer(prefix: str, index: int, stop: threading.Event, rng: random.Random) 
     return count
 
 
-def test_resume_after_disconnects_loses_nothing_while_writers_keep_appending(
-        server, http, reader):
+def test_resume_after_disconnects_loses_nothing_while_writers_keep_appending(server, http, reader):
     prefix = run_prefix()
     stop = threading.Event()
-    writers = [threading.Thread(target=_writer, args=(prefix, i, stop, random.Random(i)))
-               for i in range(4)]
+    writers = [
+        threading.Thread(target=_writer, args=(prefix, i, stop, random.Random(i))) for i in range(4)
+    ]
     received: list[int] = []
     last_id: int | None = None
     try:
         for attempt in range(8):  # connect, read a little, drop the connection, resume
             headers = {} if last_id is None else {"Last_Event_ID": str(last_id)}
-            with server.stream(http, f"/receipt/stream?prefix={prefix}", reader,
-                               **headers) as sse:
+            with server.stream(http, f"/receipt/stream?prefix={prefix}", reader, **headers) as sse:
                 if attempt == 0:
                     for thread in writers:
                         thread.start()
@@ -125,10 +125,12 @@ def test_resume_after_disconnects_loses_nothing_while_writers_keep_appending(
         for thread in writers:
             if thread.is_alive():
                 thread.join(timeout=30)
-    expected = set(ReceiptRow.objects.filter(stream__startswith=prefix)
-                   .values_list("seq", flat=True))
-    with server.stream(http, f"/receipt/stream?prefix={prefix}", reader,
-                       Last_Event_ID=str(last_id)) as sse:
+    expected = set(
+        ReceiptRow.objects.filter(stream__startswith=prefix).values_list("seq", flat=True)
+    )
+    with server.stream(
+        http, f"/receipt/stream?prefix={prefix}", reader, Last_Event_ID=str(last_id)
+    ) as sse:
         while not expected <= set(received):
             frame = sse.next()
             assert frame is not None

@@ -16,8 +16,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def wait(server, secret: str, job_id: str, timeout_ms: str) -> httpx.Response:
-    return httpx.get(f"{server.url}/jobs/{job_id}/wait", params={"timeoutMs": timeout_ms},
-                     headers={"Authorization": f"Bearer {secret}"}, timeout=130)
+    return httpx.get(
+        f"{server.url}/jobs/{job_id}/wait",
+        params={"timeoutMs": timeout_ms},
+        headers={"Authorization": f"Bearer {secret}"},
+        timeout=130,
+    )
 
 
 def assert_deprecated(response: httpx.Response, job_id: str) -> None:

@@ -30,8 +30,9 @@ SKIP_BY_DEFAULT = frozenset({v.KIND_MONITOR})
 @pytest.fixture
 def factory(transactional_db, tmp_path, monkeypatch):
     monkeypatch.setattr(settings, "DATA_DIR", tmp_path)
-    monkeypatch.setattr(settings, "RECEIPT", dataclasses.replace(
-        settings.RECEIPT, factory_monitor_interval_ms=100))
+    monkeypatch.setattr(
+        settings, "RECEIPT", dataclasses.replace(settings.RECEIPT, factory_monitor_interval_ms=100)
+    )
     return tmp_path
 
 
@@ -47,9 +48,12 @@ def work(job_id: str, *, worker: str = "test:worker", deadline_s: float = 60.0) 
     fence = Fence(worker, job.attempt)
     job = queue.heartbeat(job_id, fence=fence).job
     ctx = HandlerContext(
-        job=job, fence=fence, deadline_monotonic=time.monotonic() + deadline_s,
+        job=job,
+        fence=fence,
+        deadline_monotonic=time.monotonic() + deadline_s,
         pull=lambda types: list(queue.consume_commands(job_id, fence=fence, types=types).commands),
-        report=lambda data: queue.progress(job_id, data, fence=fence).applied)
+        report=lambda data: queue.progress(job_id, data, fence=fence).applied,
+    )
     if job.abort_requested:
         return queue.cancel(job_id, reason=job.abort_reason or "abort", fence=fence).job
     try:
@@ -61,13 +65,22 @@ def work(job_id: str, *, worker: str = "test:worker", deadline_s: float = 60.0) 
         return queue.cancel(job_id, reason=current.abort_reason, fence=fence).job
     if result.ok:
         return queue.complete(job_id, result.result, fence=fence).job
-    return queue.fail(job_id, result.error or "failed", fence=fence, no_retry=result.no_retry,
-                      result=result.result).job
+    return queue.fail(
+        job_id,
+        result.error or "failed",
+        fence=fence,
+        no_retry=result.no_retry,
+        result=result.result,
+    ).job
 
 
 def queued(skip: frozenset[str] = SKIP_BY_DEFAULT) -> list[str]:
-    return list(Job.objects.filter(status="queued").exclude(kind__in=skip)
-                .order_by("created_at", "id").values_list("id", flat=True))
+    return list(
+        Job.objects.filter(status="queued")
+        .exclude(kind__in=skip)
+        .order_by("created_at", "id")
+        .values_list("id", flat=True)
+    )
 
 
 def drain(*, rounds: int = 200, skip: frozenset[str] = SKIP_BY_DEFAULT) -> list[str]:
@@ -84,8 +97,12 @@ def drain(*, rounds: int = 200, skip: frozenset[str] = SKIP_BY_DEFAULT) -> list[
 
 def dispatch(action: str = "create", *, org: str = "org-1", **fields: Any):
     """Enqueue a factory.dispatch job and run it; returns the settled job."""
-    payload = {"kind": v.KIND_DISPATCH, "action": action,
-               "authContext": {"userId": "u-1", "organizationId": org}, **fields}
+    payload = {
+        "kind": v.KIND_DISPATCH,
+        "action": action,
+        "authContext": {"userId": "u-1", "organizationId": org},
+        **fields,
+    }
     job = queue.enqueue(v.FACTORY_AGENT, payload).job
     return work(job.job_id)
 
@@ -103,7 +120,9 @@ def objective(objective_id: str):
 
 
 def diamond(command: str = "true") -> list[dict[str, Any]]:
-    return [{"id": "a", "title": "A", "command": command},
-            {"id": "b", "title": "B", "command": command, "dependsOn": ["a"]},
-            {"id": "c", "title": "C", "command": command, "dependsOn": ["a"]},
-            {"id": "d", "title": "D", "command": command, "dependsOn": ["b", "c"]}]
+    return [
+        {"id": "a", "title": "A", "command": command},
+        {"id": "b", "title": "B", "command": command, "dependsOn": ["a"]},
+        {"id": "c", "title": "C", "command": command, "dependsOn": ["a"]},
+        {"id": "d", "title": "D", "command": command, "dependsOn": ["b", "c"]},
+    ]

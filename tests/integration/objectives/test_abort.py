@@ -25,8 +25,9 @@ def dispatched(title: str) -> tuple[str, str]:
 
 
 def task_jobs(oid: str) -> list[str]:
-    return sorted(Job.objects.filter(objective_id=oid, kind=v.KIND_TASK_RUN)
-                  .values_list("id", flat=True))
+    return sorted(
+        Job.objects.filter(objective_id=oid, kind=v.KIND_TASK_RUN).values_list("id", flat=True)
+    )
 
 
 def test_aborting_a_running_task_job_through_the_api_blocks_the_task(factory, api):

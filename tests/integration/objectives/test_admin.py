@@ -63,13 +63,15 @@ def test_objective_page_draws_the_dag_linked_to_task_jobs(operator, factory):
 
 
 def test_actions_go_through_services_with_the_admin_username(operator, factory):
-    oid = create(title="Act on me", tasks=[{"title": "x", "command": "true"}],
-                 policy={"autoPromote": False})
+    oid = create(
+        title="Act on me", tasks=[{"title": "x", "command": "true"}], policy={"autoPromote": False}
+    )
     drain()
     url = page(oid)
     token = csrf(operator, url)
-    response = operator.post(url, {"action": "note", "text": "looks good",
-                                   "csrfmiddlewaretoken": token})
+    response = operator.post(
+        url, {"action": "note", "text": "looks good", "csrfmiddlewaretoken": token}
+    )
     assert response.status_code == 302
     state = objective(oid)
     assert (state.notes[-1].text, state.notes[-1].by) == ("looks good", "op")
@@ -144,4 +146,6 @@ def test_queued_work_is_drawn_queued_and_a_canceled_objective_runs_nothing(opera
     counts = _task_counts(operator.get(BOARD).content.decode(), oid)
     assert counts == "pending 3 stopped 1"
     html = operator.get(page(oid)).content.decode()
-    assert _shown(html, "a") == "stopped" and "running" not in html.split("<dt>Progress</dt>")[1][:200]
+    assert (
+        _shown(html, "a") == "stopped" and "running" not in html.split("<dt>Progress</dt>")[1][:200]
+    )

@@ -24,8 +24,13 @@ def objectives(factory):
 def test_list_has_every_board_section_and_the_flat_list(api, objectives):
     status, out = api.get("/factory/api/objectives")
     assert status == 200
-    assert [s["title"] for s in out["board"]] == ["Needs Attention", "Active", "Queued",
-                                                  "Completed", "Archived"]
+    assert [s["title"] for s in out["board"]] == [
+        "Needs Attention",
+        "Active",
+        "Queued",
+        "Completed",
+        "Archived",
+    ]
     by_section = {s["key"]: [o["id"] for o in s["objectives"]] for s in out["board"]}
     assert objectives["archived"] in by_section["archived"]
     assert objectives["mine"] in by_section["completed"]
@@ -37,7 +42,12 @@ def test_detail_has_the_objective_its_tasks_and_jobs(api, objectives):
     assert status == 200
     obj = out["objective"]
     assert (obj["id"], obj["status"], obj["phase"], obj["mode"], obj["title"]) == (
-        objectives["mine"], "completed", "done", "delivery", "Mine")
+        objectives["mine"],
+        "completed",
+        "done",
+        "delivery",
+        "Mine",
+    )
     assert out["tasks"][0]["id"] == "t" and out["tasks"][0]["status"] == "integrated"
     kinds = {job["kind"] for job in out["jobs"]}
     assert {v.KIND_CONTROL, v.KIND_TASK_RUN, v.KIND_MONITOR, v.KIND_AUDIT} <= kinds
@@ -62,9 +72,19 @@ def test_live_status(api, objectives):
     status, out = api.get(f"/factory/api/objectives/{objectives['mine']}/live-status")
     progress = out["objectiveProgress"]
     assert status == 200
-    assert set(progress) == {"objectiveId", "status", "phase", "summary", "detail",
-                             "progressAt", "active", "jobId", "taskId", "stdoutTail",
-                             "stderrTail"}
+    assert set(progress) == {
+        "objectiveId",
+        "status",
+        "phase",
+        "summary",
+        "detail",
+        "progressAt",
+        "active",
+        "jobId",
+        "taskId",
+        "stdoutTail",
+        "stderrTail",
+    }
     assert progress["status"] == "completed" and progress["active"] is False
 
 
@@ -104,8 +124,9 @@ def test_queued_work_is_not_counted_running_and_a_canceled_objective_runs_nothin
     def seen() -> tuple[str, dict, str, dict]:
         progress = api.get(f"{base}/live-status")[1]["objectiveProgress"]
         detail = api.get(base)[1]
-        listed = next(o for o in api.get("/factory/api/objectives")[1]["objectives"]
-                      if o["id"] == oid)
+        listed = next(
+            o for o in api.get("/factory/api/objectives")[1]["objectives"] if o["id"] == oid
+        )
         shown = next(t["shownStatus"] for t in detail["tasks"] if t["id"] == "a")
         return progress["summary"], detail["objective"]["taskCounts"], shown, listed["taskCounts"]
 

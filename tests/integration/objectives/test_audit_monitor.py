@@ -26,8 +26,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_the_audit_summarizes_and_verifies_every_chain(factory):
-    oid = create(title="Audited", tasks=[{"id": "t", "title": "T", "command": "exit 1"}],
-                 policy={"maxCandidatePassesPerTask": 2})
+    oid = create(
+        title="Audited",
+        tasks=[{"id": "t", "title": "T", "command": "exit 1"}],
+        policy={"maxCandidatePassesPerTask": 2},
+    )
     drain()
     dispatch("cancel", objectiveId=oid)
     drain()
@@ -70,14 +73,17 @@ def test_a_monitor_records_checkpoints_until_its_task_settles(factory):
     task_job = v.task_job_id(oid, "a", 1)
     queue.lease(task_job, worker_id="w:1")
     from jobs.core.state import Fence
-    queue.progress(task_job, {"stdoutTail": "compiling", "stderrTail": ""},
-                   fence=Fence("w:1", 1))
+
+    queue.progress(task_job, {"stdoutTail": "compiling", "stderrTail": ""}, fence=Fence("w:1", 1))
     queue.complete(task_job, {"outcome": "approved"}, fence=Fence("w:1", 1))
     monitor = work(v.monitor_job_id(oid, "a", 1))
     assert monitor.result["status"] == "settled" and monitor.result["checkpoints"] == 1
     point = objective(oid).task("a").last_checkpoint
     assert (point.liveness, point.job_status, point.stdout_tail) == (
-        "settled", "completed", "compiling")
+        "settled",
+        "completed",
+        "compiling",
+    )
 
 
 def test_objective_streams_replay_without_drift(factory):

@@ -24,8 +24,22 @@ def run(*args: str) -> str:
 def test_create_plan_show_react_and_cancel_from_the_cli(factory, tmp_path):
     plan = tmp_path / "plan.json"
     plan.write_text(json.dumps(diamond()))
-    created = json.loads(run("create", "--title", "Ship it", "--tasks-file", str(plan),
-                             "--org", "org-9", "--id", "obj-cli-1", "--json", "--by", "cli:ann"))
+    created = json.loads(
+        run(
+            "create",
+            "--title",
+            "Ship it",
+            "--tasks-file",
+            str(plan),
+            "--org",
+            "org-9",
+            "--id",
+            "obj-cli-1",
+            "--json",
+            "--by",
+            "cli:ann",
+        )
+    )
     assert created["created"] is True and created["objective"]["id"] == "obj-cli-1"
     state = selectors.get("obj-cli-1")
     assert state.organization_id == "org-9" and state.title == "Ship it"
@@ -53,8 +67,9 @@ def test_create_plan_show_react_and_cancel_from_the_cli(factory, tmp_path):
 
     canceled = json.loads(run("cancel", "obj-cli-1", "--reason", "not needed", "--json"))
     assert canceled["objective"]["status"] == "canceled"
-    assert [r.body.get("by") for r in _receipts("obj-cli-1")
-            if r.type == "objective.canceled"] == [_by()]
+    assert [r.body.get("by") for r in _receipts("obj-cli-1") if r.type == "objective.canceled"] == [
+        _by()
+    ]
 
 
 def _by() -> str:
@@ -70,14 +85,27 @@ def _receipts(objective_id: str):
     return store.read(objective_stream(objective_id))
 
 
-@pytest.mark.parametrize(("args", "said"), [
-    (("show", "obj-missing"), "objective_not_found"),
-    (("create",), "--title or --prompt"),
-    (("create", "--title", "x", "--task", "{nope"), "--task is not valid JSON"),
-    (("create", "--title", "x", "--tasks-file", "/nonexistent/plan.json"), "cannot read"),
-    (("create", "--title", "x", "--task", '{"id": "a", "dependsOn": ["zz"]}', "--id", "bad id!"),
-     "invalid_objective_id"),
-])
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (("show", "obj-missing"), "objective_not_found"),
+        (("create",), "--title or --prompt"),
+        (("create", "--title", "x", "--task", "{nope"), "--task is not valid JSON"),
+        (("create", "--title", "x", "--tasks-file", "/nonexistent/plan.json"), "cannot read"),
+        (
+            (
+                "create",
+                "--title",
+                "x",
+                "--task",
+                '{"id": "a", "dependsOn": ["zz"]}',
+                "--id",
+                "bad id!",
+            ),
+            "invalid_objective_id",
+        ),
+    ],
+)
 def test_cli_errors_name_the_problem_and_write_nothing(factory, args, said):
     with pytest.raises(CommandError, match=said.replace("(", r"\(")):
         run(*args)

@@ -33,7 +33,13 @@ def test_tasks_see_only_a_scrubbed_environment(factory, monkeypatch):
     oid = run_one(f"env > {out}")
     env = dict(line.split("=", 1) for line in out.read_text().splitlines() if "=" in line)
     assert set(env) - {"PWD", "SHLVL", "_", "OLDPWD"} <= {
-        "PATH", "HOME", "LANG", "RECEIPT_OBJECTIVE_ID", "RECEIPT_TASK_ID", "RECEIPT_JOB_ID"}
+        "PATH",
+        "HOME",
+        "LANG",
+        "RECEIPT_OBJECTIVE_ID",
+        "RECEIPT_TASK_ID",
+        "RECEIPT_JOB_ID",
+    }
     assert (env["RECEIPT_OBJECTIVE_ID"], env["RECEIPT_TASK_ID"]) == (oid, "t")
     assert env["RECEIPT_JOB_ID"] == v.task_job_id(oid, "t", 1)
     assert env["PWD"] == str(factory / "workspaces" / oid)
@@ -49,22 +55,25 @@ def test_output_is_kept_as_artifacts_and_tails_reach_the_outcome(factory):
 
 
 def test_result_json_decides_over_the_exit_code(factory):
-    write = ('mkdir -p artifacts/$RECEIPT_TASK_ID/$RECEIPT_JOB_ID && printf \'%s\' '
-             '\'{"outcome": "blocked", "summary": "needs a human", '
-             '"completion": {"changed": [], "proof": "", "remaining": ["all"]}}\' '
-             '> artifacts/$RECEIPT_TASK_ID/$RECEIPT_JOB_ID/result.json')
+    write = (
+        "mkdir -p artifacts/$RECEIPT_TASK_ID/$RECEIPT_JOB_ID && printf '%s' "
+        '\'{"outcome": "blocked", "summary": "needs a human", '
+        '"completion": {"changed": [], "proof": "", "remaining": ["all"]}}\' '
+        "> artifacts/$RECEIPT_TASK_ID/$RECEIPT_JOB_ID/result.json"
+    )
     oid = run_one(write)
     state = objective(oid)
     assert state.status == "blocked"
     assert state.blocked_reason == "task 't' blocked: needs a human"
-    assert state.task("t").runs[-1].completion == {"changed": [], "proof": "",
-                                                   "remaining": ["all"]}
+    assert state.task("t").runs[-1].completion == {"changed": [], "proof": "", "remaining": ["all"]}
 
 
 def test_a_timeout_fails_the_pass(factory):
-    oid = create(title="Slow", tasks=[{"id": "t", "title": "T", "command": "sleep 5",
-                                       "timeoutMs": 300}],
-                 policy={"maxCandidatePassesPerTask": 1})
+    oid = create(
+        title="Slow",
+        tasks=[{"id": "t", "title": "T", "command": "sleep 5", "timeoutMs": 300}],
+        policy={"maxCandidatePassesPerTask": 1},
+    )
     started = time.monotonic()
     drain()
     assert time.monotonic() - started < 4.5
@@ -82,8 +91,12 @@ def test_a_prompt_only_task_without_an_agent_blocks_naming_the_setting(factory):
 
 def test_a_prompt_only_task_runs_the_agent_in_a_task_packet(factory, monkeypatch):
     seen = factory / "seen.txt"
-    configure(monkeypatch, factory_agent_command=(
-        f"cat > {seen}; ls >> {seen}; ls output >> {seen}; cat task.json >> {seen}"))
+    configure(
+        monkeypatch,
+        factory_agent_command=(
+            f"cat > {seen}; ls >> {seen}; ls output >> {seen}; cat task.json >> {seen}"
+        ),
+    )
     oid = create(title="Think", tasks=[{"id": "t", "title": "T", "prompt": "fix the bug"}])
     drain()
     assert objective(oid).status == "completed"
@@ -99,13 +112,17 @@ def fixed_executor(request, ctx):
 
 
 def fixed_planner(state, *, timeout_s):
-    return PlanOutcome(tasks=(TaskSpec(id="p", title="planned", command="true"),),
-                       source="test-planner")
+    return PlanOutcome(
+        tasks=(TaskSpec(id="p", title="planned", command="true"),), source="test-planner"
+    )
 
 
 def test_the_executor_and_planner_are_pluggable(factory, monkeypatch):
-    configure(monkeypatch, factory_executor=f"{__name__}.fixed_executor",
-              factory_planner=f"{__name__}.fixed_planner")
+    configure(
+        monkeypatch,
+        factory_executor=f"{__name__}.fixed_executor",
+        factory_planner=f"{__name__}.fixed_planner",
+    )
     oid = create(title="Plugged", prompt="anything")
     drain()
     state = objective(oid)
@@ -116,9 +133,13 @@ def test_the_executor_and_planner_are_pluggable(factory, monkeypatch):
 def test_process_output_is_reported_at_most_once_a_second(tmp_path):
     reports = []
     result = processes.run(
-        "for i in 1 2 3 4 5 6 7 8 9 10; do echo $i; sleep 0.2; done", cwd=tmp_path,
-        env=processes.scrubbed_env({}), stdout_path=tmp_path / "o", stderr_path=tmp_path / "e",
-        on_output=lambda out, err: reports.append((time.monotonic(), out)))
+        "for i in 1 2 3 4 5 6 7 8 9 10; do echo $i; sleep 0.2; done",
+        cwd=tmp_path,
+        env=processes.scrubbed_env({}),
+        stdout_path=tmp_path / "o",
+        stderr_path=tmp_path / "e",
+        on_output=lambda out, err: reports.append((time.monotonic(), out)),
+    )
     assert result.exit_code == 0 and result.stdout_tail.split()[-1] == "10"
     assert 1 <= len(reports) <= 3
     gaps = [b[0] - a[0] for a, b in itertools.pairwise(reports)]
@@ -129,21 +150,35 @@ def test_abort_kills_the_whole_process_group(tmp_path):
     aborted = threading.Event()
     pids = []
     threading.Timer(0.5, aborted.set).start()
-    result = processes.run(f"sleep 30 & echo $! > {tmp_path}/child; sleep 30", cwd=tmp_path,
-                           env=processes.scrubbed_env({}), stdout_path=tmp_path / "o",
-                           stderr_path=tmp_path / "e", aborted=aborted, on_start=pids.append)
+    result = processes.run(
+        f"sleep 30 & echo $! > {tmp_path}/child; sleep 30",
+        cwd=tmp_path,
+        env=processes.scrubbed_env({}),
+        stdout_path=tmp_path / "o",
+        stderr_path=tmp_path / "e",
+        aborted=aborted,
+        on_start=pids.append,
+    )
     assert result.aborted and result.exit_code is None
     child = int((tmp_path / "child").read_text())
     import os
+
     for pid in (pids[0], child):
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
 
 
 def test_the_planner_command_output_is_validated_like_an_explicit_plan(factory, monkeypatch):
-    configure(monkeypatch, factory_planner_command=(
-        "echo '" + json.dumps({"tasks": [{"id": "a", "title": "A", "command": "true",
-                                          "dependsOn": ["zz"]}]}) + "'"))
+    configure(
+        monkeypatch,
+        factory_planner_command=(
+            "echo '"
+            + json.dumps(
+                {"tasks": [{"id": "a", "title": "A", "command": "true", "dependsOn": ["zz"]}]}
+            )
+            + "'"
+        ),
+    )
     oid = create(prompt="plan it")
     drain()
     state = objective(oid)

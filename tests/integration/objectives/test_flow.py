@@ -41,15 +41,22 @@ def test_a_diamond_completes_in_dependency_order_and_is_audited(factory):
 def test_a_failing_task_retries_then_blocks_and_note_plus_react_unblocks_it(factory):
     flag = factory / "fixed.flag"
     command = f"test -f {flag} || {{ echo missing {flag.name} >&2; exit 3; }}"
-    oid = create(title="Flaky", tasks=[{"id": "t", "title": "T", "command": command}],
-                 policy={"maxCandidatePassesPerTask": 2})
+    oid = create(
+        title="Flaky",
+        tasks=[{"id": "t", "title": "T", "command": command}],
+        policy={"maxCandidatePassesPerTask": 2},
+    )
     drain()
     state = objective(oid)
     assert state.status == "blocked"
-    assert state.blocked_reason == ("task 't' failed 2 of 2 candidate passes (last: failed, "
-                                    "exit 3); stderr tail: missing fixed.flag")
+    assert state.blocked_reason == (
+        "task 't' failed 2 of 2 candidate passes (last: failed, "
+        "exit 3); stderr tail: missing fixed.flag"
+    )
     assert [r.job_id for r in state.task("t").runs] == [
-        v.task_job_id(oid, "t", 1), v.task_job_id(oid, "t", 2)]
+        v.task_job_id(oid, "t", 1),
+        v.task_job_id(oid, "t", 2),
+    ]
     flag.write_text("ok")
     assert dispatch("note", objectiveId=oid, text="created the flag").status == "completed"
     assert objective(oid).status == "blocked"  # a note alone does not unblock
@@ -78,13 +85,20 @@ def test_cancel_stops_queued_work_and_cancels_the_objective(factory):
 
 def test_investigation_takes_no_slot_runs_no_checks_and_never_promotes(factory, monkeypatch):
     configure(monkeypatch, repo_slot_concurrency=1)
-    blocker = create(title="Holds the only slot", tasks=[{"title": "x", "command": "true"}],
-                     policy={"autoPromote": False})
+    blocker = create(
+        title="Holds the only slot",
+        tasks=[{"title": "x", "command": "true"}],
+        policy={"autoPromote": False},
+    )
     drain()
     assert objective(blocker).slot_held and objective(blocker).awaiting_promotion
-    oid = create(title="Look around", mode="investigation", checks=["false"],
-                 tasks=[{"title": "look", "command": "echo found the bug"}],
-                 policy={"autoPromote": True})
+    oid = create(
+        title="Look around",
+        mode="investigation",
+        checks=["false"],
+        tasks=[{"title": "look", "command": "echo found the bug"}],
+        policy={"autoPromote": True},
+    )
     drain()
     state = objective(oid)
     assert state.status == "completed" and not state.slot_held
@@ -97,8 +111,9 @@ def test_investigation_takes_no_slot_runs_no_checks_and_never_promotes(factory, 
 
 def test_a_full_slot_pool_queues_delivery_objectives_until_one_settles(factory, monkeypatch):
     configure(monkeypatch, repo_slot_concurrency=1)
-    first = create(title="First", tasks=[{"title": "x", "command": "true"}],
-                   policy={"autoPromote": False})
+    first = create(
+        title="First", tasks=[{"title": "x", "command": "true"}], policy={"autoPromote": False}
+    )
     drain()
     second = create(title="Second", tasks=[{"title": "y", "command": "true"}])
     drain()
@@ -122,14 +137,19 @@ def test_no_plan_blocks_with_how_to_supply_one_and_react_with_tasks_plans(factor
 
 
 def test_an_invalid_plan_blocks_with_the_validation_message(factory):
-    oid = create(title="Loop", tasks=[{"id": "a", "title": "A", "command": "true",
-                                       "dependsOn": ["b"]},
-                                      {"id": "b", "title": "B", "command": "true",
-                                       "dependsOn": ["a"]}])
+    oid = create(
+        title="Loop",
+        tasks=[
+            {"id": "a", "title": "A", "command": "true", "dependsOn": ["b"]},
+            {"id": "b", "title": "B", "command": "true", "dependsOn": ["a"]},
+        ],
+    )
     drain()
     state = objective(oid)
-    assert (state.status, state.blocked_reason) == ("blocked",
-                                                    "plan rejected: dependency cycle a -> b -> a")
+    assert (state.status, state.blocked_reason) == (
+        "blocked",
+        "plan rejected: dependency cycle a -> b -> a",
+    )
 
 
 def test_the_planner_command_reads_the_objective_and_prints_a_plan(factory, monkeypatch):
@@ -138,7 +158,8 @@ def test_the_planner_command_reads_the_objective_and_prints_a_plan(factory, monk
         "import json, sys\n"
         "objective = json.load(sys.stdin)\n"
         "print(json.dumps({'tasks': [{'id': 'only', 'title': objective['prompt'],"
-        " 'command': 'true'}]}))\n")
+        " 'command': 'true'}]}))\n"
+    )
     configure(monkeypatch, factory_planner_command=f"python3 {script}")
     oid = create(prompt="write the docs")
     drain()
@@ -149,9 +170,13 @@ def test_the_planner_command_reads_the_objective_and_prints_a_plan(factory, monk
 
 def test_a_failing_check_blocks_with_its_output_tail_and_react_revalidates(factory):
     flag = factory / "green"
-    oid = create(title="Checked", tasks=[{"title": "x", "command": "true"}],
-                 checks=[{"name": "suite", "command": f"test -f {flag} || "
-                                                     "{ echo 3 tests failed; exit 1; }"}])
+    oid = create(
+        title="Checked",
+        tasks=[{"title": "x", "command": "true"}],
+        checks=[
+            {"name": "suite", "command": f"test -f {flag} || {{ echo 3 tests failed; exit 1; }}"}
+        ],
+    )
     drain()
     state = objective(oid)
     assert state.status == "blocked" and state.blocked_kind == "validation"
@@ -165,13 +190,17 @@ def test_a_failing_check_blocks_with_its_output_tail_and_react_revalidates(facto
 
 def test_publish_command_runs_and_a_failure_blocks(factory):
     out = factory / "published"
-    oid = create(title="Ship", tasks=[{"title": "x", "command": "true"}],
-                 publish=f"echo shipped > {out}")
+    oid = create(
+        title="Ship", tasks=[{"title": "x", "command": "true"}], publish=f"echo shipped > {out}"
+    )
     drain()
     assert objective(oid).status == "completed" and out.read_text().strip() == "shipped"
     assert objective(oid).integration.publish_output["exitCode"] == 0
-    bad = create(title="Ship badly", tasks=[{"title": "x", "command": "true"}],
-                 publish="echo no credentials >&2; exit 2")
+    bad = create(
+        title="Ship badly",
+        tasks=[{"title": "x", "command": "true"}],
+        publish="echo no credentials >&2; exit 2",
+    )
     drain()
     state = objective(bad)
     assert state.status == "blocked" and state.blocked_kind == "publish"

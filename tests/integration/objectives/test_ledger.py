@@ -18,7 +18,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_keys_follow_w2():
     assert ledger.control_key("obj-1") == "factory/objective/obj-1/control"
     assert ledger.run_key("agents/factory/runs/r-1", "r-1") == (
-        "factory/run/agents%2Ffactory%2Fruns%2Fr-1/r-1")
+        "factory/run/agents%2Ffactory%2Fruns%2Fr-1/r-1"
+    )
     assert ledger.activity_key("task-1") == "factory/codex/task-1"
 
 
@@ -27,23 +28,31 @@ def test_control_workflow_and_task_activities_follow_the_jobs(factory):
     drain()
     workflow = Workflow.objects.get(key=ledger.control_key(oid))
     assert (workflow.name, workflow.status, workflow.objective_id) == (
-        "objective-control", "completed", oid)
+        "objective-control",
+        "completed",
+        oid,
+    )
     assert workflow.revision >= 4  # one revision per control job
     assert workflow.metadata["kind"] == v.KIND_CONTROL and workflow.output["objectiveId"] == oid
     activities = Activity.objects.filter(objective_id=oid).order_by("key")
     assert [a.key for a in activities] == sorted(
-        ledger.activity_key(v.task_job_id(oid, t, 1)) for t in "abcd")
+        ledger.activity_key(v.task_job_id(oid, t, 1)) for t in "abcd"
+    )
     for activity in activities:
-        assert (activity.status, activity.attempts, activity.active_owner) == (
-            "completed", 1, None)
+        assert (activity.status, activity.attempts, activity.active_owner) == ("completed", 1, None)
         assert activity.last_heartbeat is not None
         attempt = ActivityAttempt.objects.get(activity_key=activity.key)
         assert (attempt.attempt, attempt.status, attempt.owner) == (1, "completed", "test:worker")
 
 
 def test_a_run_workflow_and_signals_for_queue_commands(factory):
-    payload = {"kind": v.KIND_RUN, "authContext": dict(AUTH), "runId": "r-7", "prompt": "x",
-               "tasks": [{"title": "t", "command": "true"}]}
+    payload = {
+        "kind": v.KIND_RUN,
+        "authContext": dict(AUTH),
+        "runId": "r-7",
+        "prompt": "x",
+        "tasks": [{"title": "t", "command": "true"}],
+    }
     job = queue.enqueue(v.FACTORY_AGENT, payload).job
     key = ledger.run_key(v.run_stream("r-7"), "r-7")
     assert Workflow.objects.get(key=key).status == "pending"
@@ -54,8 +63,7 @@ def test_a_run_workflow_and_signals_for_queue_commands(factory):
     assert (signal.name, signal.job_id, signal.payload) == ("steer", job.job_id, {"say": "hi"})
 
 
-def test_a_ledger_failure_is_logged_and_never_fails_the_receipt_write(factory, monkeypatch,
-                                                                      caplog):
+def test_a_ledger_failure_is_logged_and_never_fails_the_receipt_write(factory, monkeypatch, caplog):
     def broken(*args, **kwargs):
         raise RuntimeError("ledger database is gone")
 

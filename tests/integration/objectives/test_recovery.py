@@ -24,9 +24,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def record_without_enqueue(objective_id: str) -> str:
     """A control request recorded by a process that died before enqueueing it."""
+
     def decide(state):
         events, _ = services.control_request_events(state, "reconcile", force=True)
         return services.Mutation(events)
+
     services.mutate(objective_id, decide)
     request = objective(objective_id).unenqueued_requests[-1]
     assert queue.get(request.job_id) is None
@@ -41,8 +43,11 @@ def test_redrive_enqueues_a_recorded_but_never_enqueued_request_exactly_once(fac
     assert sum(r.acted for r in results) >= 1
     assert queue.get(job_id).status == "queued"
     assert Job.objects.filter(pk=job_id).count() == 1
-    enqueued = [r for r in store.read(v.objective_stream(oid))
-                if r.type == v.CONTROL_ENQUEUED and r.body["jobId"] == job_id]
+    enqueued = [
+        r
+        for r in store.read(v.objective_stream(oid))
+        if r.type == v.CONTROL_ENQUEUED and r.body["jobId"] == job_id
+    ]
     assert len(enqueued) == 1
     assert not ObjectiveSummary.objects.get(pk=oid).control_outbox_pending
     assert outbox.redrive(now_ms=now_ms()).acted == 0
@@ -65,11 +70,13 @@ def test_the_redrive_is_single_flight_and_logs_a_slow_pass(caplog):
     entered.wait(5)
     assert runner(0).acted == 0  # coalesced: the first pass still owns it
     import time
+
     time.sleep(0.3)
     release.set()
     first.join(5)
-    assert any(getattr(r, "event", None) == "factory.control_outbox_redrive_slow"
-               for r in caplog.records)
+    assert any(
+        getattr(r, "event", None) == "factory.control_outbox_redrive_slow" for r in caplog.records
+    )
 
 
 def _lose_control_job(objective_id: str) -> None:
@@ -87,8 +94,13 @@ def test_watchdog_no_active_objective_work_after_a_lost_control_job(factory, cap
     assert watchdog.scan(now_ms=state.updated_at + 1_000)["reconciled"] == []  # still quiet
     caplog.set_level(logging.INFO, logger="receipt.factory")
     result = watchdog.scan(now_ms=state.updated_at + 91_000)
-    assert result["reconciled"] == [{"objectiveId": oid, "reason": "no_active_objective_work",
-                                     "jobId": v.control_job_id(oid, 2)}]
+    assert result["reconciled"] == [
+        {
+            "objectiveId": oid,
+            "reason": "no_active_objective_work",
+            "jobId": v.control_job_id(oid, 2),
+        }
+    ]
     assert any(getattr(r, "event", None) == "factory.watchdog_reconcile" for r in caplog.records)
     request = objective(oid).pending_requests[-1]
     assert (request.reason, request.source) == ("reconcile", "no_active_objective_work")
@@ -115,14 +127,18 @@ def test_watchdog_active_objective_work_stalled(factory):
     assert watchdog.scan(now_ms=job.updated_at + 400_000)["reconciled"] == []  # between beats
     result = watchdog.scan(now_ms=job.updated_at + 431_000)
     assert [(r["objectiveId"], r["reason"]) for r in result["reconciled"]] == [
-        (oid, "active_objective_work_stalled")]
+        (oid, "active_objective_work_stalled")
+    ]
     work(objective(oid).pending_requests[-1].job_id)  # the reconcile pass (real clock)
     assert not queue.get(job_id).abort_requested  # not stale by the wall clock yet
 
 
 def test_watchdog_phase_supersession_has_active_stale_job(factory):
-    oid = create(title="Superseded", tasks=[{"id": "a", "title": "A", "command": "true"}],
-                 policy={"autoPromote": False})
+    oid = create(
+        title="Superseded",
+        tasks=[{"id": "a", "title": "A", "command": "true"}],
+        policy={"autoPromote": False},
+    )
     work(queue_first_control(oid))
     monitor = v.monitor_job_id(oid, "a", 1)
     assert queue.lease(monitor, worker_id="dead:2").applied  # its monitor hangs on
@@ -132,7 +148,9 @@ def test_watchdog_phase_supersession_has_active_stale_job(factory):
     silent_since = queue.get(monitor).updated_at  # a monitor beats every 100 s (lease 300 s)
     assert watchdog.scan(now_ms=silent_since + 150_000)["reconciled"] == []
     result = watchdog.scan(now_ms=silent_since + 231_000)
-    assert [r["reason"] for r in result["reconciled"]] == ["phase_supersession_has_active_stale_job"]
+    assert [r["reason"] for r in result["reconciled"]] == [
+        "phase_supersession_has_active_stale_job"
+    ]
 
 
 def test_the_watchdog_scan_limit_is_clamped(settings):
@@ -157,9 +175,19 @@ def test_watchdog_schedule_is_seeded_idempotently_and_can_be_disabled(db):
     assert rows.count() == 1
     row = rows.get()
     assert (row.func, row.cluster, row.cron, row.repeats) == (
-        schedules.FUNC, "worker-control", "* * * * *", -1)
-    schedules.seed(site_config.load({"RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_ENABLED": "0",
-                                     "RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_CRON": "*/5 * * * *"}))
+        schedules.FUNC,
+        "worker-control",
+        "* * * * *",
+        -1,
+    )
+    schedules.seed(
+        site_config.load(
+            {
+                "RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_ENABLED": "0",
+                "RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_CRON": "*/5 * * * *",
+            }
+        )
+    )
     row.refresh_from_db()
     assert (row.repeats, row.cron) == (0, "*/5 * * * *")
 

@@ -15,9 +15,14 @@ def receipt_listener() -> Iterator[Any]:
     from django.conf import settings as django_settings
 
     db = django_settings.DATABASES["default"]
-    listener = psycopg.connect(host=db["HOST"], port=db["PORT"] or 5432, user=db["USER"],
-                               password=db["PASSWORD"] or None, dbname=db["NAME"],
-                               autocommit=True)
+    listener = psycopg.connect(
+        host=db["HOST"],
+        port=db["PORT"] or 5432,
+        user=db["USER"],
+        password=db["PASSWORD"] or None,
+        dbname=db["NAME"],
+        autocommit=True,
+    )
     try:
         listener.execute("LISTEN receipt")
         yield listener

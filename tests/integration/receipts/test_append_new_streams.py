@@ -33,20 +33,33 @@ class Randomness:
 
 
 def new_streams(prefix: str, n: int) -> list[NewStream]:
-    return [NewStream(f"{prefix}{i}", {"type": "opened", "i": i, "text": "é ü"},
-                      {"who": "t"} if i % 2 else None) for i in range(n)]
+    return [
+        NewStream(
+            f"{prefix}{i}",
+            {"type": "opened", "i": i, "text": "é ü"},
+            {"who": "t"} if i % 2 else None,
+        )
+        for i in range(n)
+    ]
 
 
 def stored(names: list[str]) -> dict[str, object]:
     """Everything the store and the read model hold for `names`, raw JSON text included."""
-    columns = ("stream, stream_seq, receipt_id, ts, prev, hash, event_type, body, context, "
-               "hints, event_id")
+    columns = (
+        "stream, stream_seq, receipt_id, ts, prev, hash, event_type, body, context, hints, event_id"
+    )
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {columns} FROM receipt_receipt WHERE stream IN "
-                       f"({', '.join(['%s'] * len(names))}) ORDER BY seq", names)
+        cursor.execute(
+            f"SELECT {columns} FROM receipt_receipt WHERE stream IN "
+            f"({', '.join(['%s'] * len(names))}) ORDER BY seq",
+            names,
+        )
         receipts = cursor.fetchall()
-    streams = list(StreamRow.objects.filter(name__in=names).order_by("name")
-                   .values_list("name", "head", "receipt_count", "last_ts", "updated_at"))
+    streams = list(
+        StreamRow.objects.filter(name__in=names)
+        .order_by("name")
+        .values_list("name", "head", "receipt_count", "last_ts", "updated_at")
+    )
     return {"receipts": receipts, "streams": streams}
 
 
@@ -153,7 +166,8 @@ def test_a_projector_with_apply_many_gets_the_whole_batch_once(bulk_family, memo
 
 @pytest.mark.parametrize(("chunk", "taken"), [(250, 2), (2, 0), (2, 2), (3, 6)])
 def test_a_stream_that_has_receipts_is_refused_and_nothing_of_the_batch_stays(
-        monkeypatch, chunk, taken):
+    monkeypatch, chunk, taken
+):
     monkeypatch.setattr(store, "_CHUNK", chunk)  # taken: in the first, a middle, the last chunk
     [existing] = store.append(f"taken/{taken}", {"type": "first"})
     with pytest.raises(ExpectedPrevMismatch) as caught:
@@ -176,8 +190,11 @@ def test_a_refusal_inside_the_callers_transaction_leaves_it_usable():
 
 
 def test_a_name_twice_in_one_batch_is_refused_like_a_second_append():
-    new = [NewStream("twice/a", {"type": "x"}), NewStream("twice/b", {"type": "x"}),
-           NewStream("twice/a", {"type": "y"})]
+    new = [
+        NewStream("twice/a", {"type": "x"}),
+        NewStream("twice/b", {"type": "x"}),
+        NewStream("twice/a", {"type": "y"}),
+    ]
     with pytest.raises(ExpectedPrevMismatch):
         store.append_new_streams(new)
     assert not StreamRow.objects.filter(name__startswith="twice/").exists()
@@ -200,7 +217,10 @@ def test_an_empty_stream_row_held_in_this_transaction_is_appended_to_as_a_single
         ([NewStream("bad/1", {"type": "ok"}), NewStream("bad/2", {"no_type": 1})], "string 'type'"),
         ([NewStream("bad/1", {"type": "x", "n": float("nan")})], r"non-finite number nan"),
         ([NewStream("bad/1", {"type": "x" * 101})], "longer than 100"),
-        ([NewStream("bad/1", {"type": "ok"}), NewStream("has space", {"type": "ok"})], "whitespace"),
+        (
+            [NewStream("bad/1", {"type": "ok"}), NewStream("has space", {"type": "ok"})],
+            "whitespace",
+        ),
         ([NewStream("", {"type": "ok"})], "1..255 characters"),
     ],
 )
@@ -213,8 +233,12 @@ def test_bad_events_and_names_are_refused_and_nothing_is_written(new, message):
 
 def test_a_projector_failure_rolls_the_batch_back(memory_family):
     with pytest.raises(RuntimeError, match="projector failed"):
-        store.append_new_streams([NewStream("test/ok", {"type": "a"}),
-                                  NewStream("test/boom", {"type": "a", "explode": True})])
+        store.append_new_streams(
+            [
+                NewStream("test/ok", {"type": "a"}),
+                NewStream("test/boom", {"type": "a", "explode": True}),
+            ]
+        )
     assert not StreamRow.objects.filter(name__startswith="test/").exists()
 
 
@@ -226,8 +250,12 @@ def test_an_empty_batch_writes_nothing():
 def test_concurrent_batches_over_one_name_let_exactly_one_win():
     def work(i):
         try:
-            store.append_new_streams([NewStream(f"race/own-{i}", {"type": "a"}),
-                                      NewStream("race/shared", {"type": "a", "by": i})])
+            store.append_new_streams(
+                [
+                    NewStream(f"race/own-{i}", {"type": "a"}),
+                    NewStream("race/shared", {"type": "a", "by": i}),
+                ]
+            )
             return "won"
         except ExpectedPrevMismatch:
             return "refused"
@@ -241,7 +269,8 @@ def test_concurrent_batches_over_one_name_let_exactly_one_win():
 @pytest.mark.django_db(transaction=True)
 def test_each_new_receipt_is_notified_on_postgres(receipt_listener):
     listener = receipt_listener
-    handles = store.append_new_streams([NewStream(f"notify/{i}", {"type": "ping"})
-                                        for i in range(3)])
+    handles = store.append_new_streams(
+        [NewStream(f"notify/{i}", {"type": "ping"}) for i in range(3)]
+    )
     payloads = [n.payload for n in listener.notifies(timeout=5, stop_after=3)]
     assert sorted(payloads) == sorted(f"{h.appended[0].seq} {h.name} ping" for h in handles)

@@ -39,8 +39,9 @@ def payload(kind: str = "factory.run", org: str = "org-1", **extra: Any) -> dict
     return {"kind": kind, "authContext": {"userId": "u-1", "organizationId": org}, **extra}
 
 
-def settled(*, days_ago: float, kind: str = "factory.run", org: str = "org-1",
-            now: int = NOW, **extra: Any) -> str:
+def settled(
+    *, days_ago: float, kind: str = "factory.run", org: str = "org-1", now: int = NOW, **extra: Any
+) -> str:
     """A job enqueued, run and completed `days_ago` days before `now`."""
     at = now - int(days_ago * DAY_MS)
     job_id = queue.enqueue("factory", payload(kind, org=org, **extra), now_ms=at).job.job_id
@@ -58,8 +59,18 @@ def canceled(*, days_ago: float, now: int = NOW, **extra: Any) -> str:
 
 def objective(objective_id: str, status: str, *, active: bool) -> None:
     ObjectiveSummary.objects.create(
-        id=objective_id, title="t", status=status, phase="plan", mode="delivery",
-        section="active", active=active, created_at=NOW, updated_at=NOW, head="0" * 64, state={})
+        id=objective_id,
+        title="t",
+        status=status,
+        phase="plan",
+        mode="delivery",
+        section="active",
+        active=active,
+        created_at=NOW,
+        updated_at=NOW,
+        head="0" * 64,
+        state={},
+    )
 
 
 def prune(**options: Any) -> retention.PruneReport:
@@ -83,11 +94,25 @@ def test_prune_removes_settled_streams_past_their_window_and_keeps_the_rest():
     held = settled(days_ago=40, objectiveId="obj-running")
     unaudited = settled(days_ago=40, objectiveId="obj-unaudited")
     of_done = settled(days_ago=40, objectiveId="obj-done")
-    DeliveryPromise.objects.create(id=f"{old}:driver", function="driver", job_id=old,
-                                   target_group="control", dispatch_key="k", state="resolved",
-                                   timeout_at=NOW, created_at=NOW)
-    Callback.objects.create(job_id=old, event="completed", url="http://x", body={},
-                            state="delivered", created_at=NOW, give_up_at=NOW)
+    DeliveryPromise.objects.create(
+        id=f"{old}:driver",
+        function="driver",
+        job_id=old,
+        target_group="control",
+        dispatch_key="k",
+        state="resolved",
+        timeout_at=NOW,
+        created_at=NOW,
+    )
+    Callback.objects.create(
+        job_id=old,
+        event="completed",
+        url="http://x",
+        body={},
+        state="delivered",
+        created_at=NOW,
+        give_up_at=NOW,
+    )
     counts = store.stream_info(f"jobs/{old}").count
 
     report = prune()
@@ -103,9 +128,14 @@ def test_prune_removes_settled_streams_past_their_window_and_keeps_the_rest():
     assert not Callback.objects.filter(job_id=old).exists()
     tombstone = receipt_retention.tombstone_of(f"jobs/{old}")
     assert tombstone is not None
-    assert (tombstone.receipt_count, tombstone.final_status, tombstone.organization_id,
-            tombstone.agent_id, tombstone.kind, tombstone.pruned_at_ms) == (
-        counts, "completed", "org-1", "factory", "factory.run", NOW)
+    assert (
+        tombstone.receipt_count,
+        tombstone.final_status,
+        tombstone.organization_id,
+        tombstone.agent_id,
+        tombstone.kind,
+        tombstone.pruned_at_ms,
+    ) == (counts, "completed", "org-1", "factory", "factory.run", NOW)
     assert tombstone.settled_at_ms == NOW - 40 * DAY_MS
     assert receipt_retention.tombstone_of(f"jobs/{old_canceled}").final_status == "canceled"
 
@@ -142,9 +172,17 @@ def test_a_removed_or_an_added_tombstone_is_reported_by_verify():
     prune()
     Tombstone.objects.filter(stream=f"jobs/{first}").delete()
     assert "removed or added" in receipt_retention.verify()[0].reason
-    Tombstone.objects.create(stream=f"jobs/{first}", family="default", receipt_count=1,
-                             head="0" * 64, final_status="completed", settled_at=0, pruned_at=0,
-                             retention_stream=retention.RETENTION_STREAM, batch=7)
+    Tombstone.objects.create(
+        stream=f"jobs/{first}",
+        family="default",
+        receipt_count=1,
+        head="0" * 64,
+        final_status="completed",
+        settled_at=0,
+        pruned_at=0,
+        retention_stream=retention.RETENTION_STREAM,
+        batch=7,
+    )
     reasons = [i.reason for i in receipt_retention.verify()]
     assert any("no receipt commits to" in r for r in reasons)
     assert second  # its tombstone is untouched; the batch as a whole no longer matches
@@ -164,13 +202,22 @@ def test_a_stream_deleted_without_a_tombstone_is_reported_by_verify():
 
 def test_a_stream_deleted_with_its_row_is_still_reported_through_its_delivery_rows():
     job_id = settled(days_ago=1)
-    DeliveryPromise.objects.create(id=f"{job_id}:driver", function="driver", job_id=job_id,
-                                   target_group="control", dispatch_key="k", state="resolved",
-                                   timeout_at=NOW, created_at=NOW)
+    DeliveryPromise.objects.create(
+        id=f"{job_id}:driver",
+        function="driver",
+        job_id=job_id,
+        target_group="control",
+        dispatch_key="k",
+        state="resolved",
+        timeout_at=NOW,
+        created_at=NOW,
+    )
     Stream.objects.filter(name=f"jobs/{job_id}").delete()
     reasons = sorted(i.reason for i in receipt_retention.verify())
-    assert reasons == ["receipts without their stream row",
-                       "stream missing with no tombstone (its read-model row remains)"]
+    assert reasons == [
+        "receipts without their stream row",
+        "stream missing with no tombstone (its read-model row remains)",
+    ]
     Receipt.objects.filter(stream=f"jobs/{job_id}").delete()
     Job.objects.filter(pk=job_id).delete()
     issues = receipt_retention.verify()
@@ -181,12 +228,20 @@ def test_a_stream_deleted_with_its_row_is_still_reported_through_its_delivery_ro
 def test_a_dry_run_writes_nothing():
     for _ in range(3):
         settled(days_ago=40)
-    before = (Job.objects.count(), Stream.objects.count(), Receipt.objects.count(),
-              Tombstone.objects.count())
+    before = (
+        Job.objects.count(),
+        Stream.objects.count(),
+        Receipt.objects.count(),
+        Tombstone.objects.count(),
+    )
     report = prune(dry_run=True)
     assert report.acted == 3 and report.dry_run and report.receipts > 0
-    assert (Job.objects.count(), Stream.objects.count(), Receipt.objects.count(),
-            Tombstone.objects.count()) == before
+    assert (
+        Job.objects.count(),
+        Stream.objects.count(),
+        Receipt.objects.count(),
+        Tombstone.objects.count(),
+    ) == before
 
 
 def test_batches_are_bounded_and_a_pass_stops_after_its_batch_set():

@@ -28,8 +28,14 @@ from tests.integration.receipts.test_admin import stream_url
 
 pytestmark = pytest.mark.django_db
 
-NUMBERS = {"type": "n", "big": 1e16, "negzero": -0.0, "huge": 12345678901234567890,
-           "max": 1.7976931348623157e308, "tiny": 5e-324}
+NUMBERS = {
+    "type": "n",
+    "big": 1e16,
+    "negzero": -0.0,
+    "huge": 12345678901234567890,
+    "max": 1.7976931348623157e308,
+    "tiny": 5e-324,
+}
 AUTH = {"userId": "u-1", "organizationId": "org-1"}
 
 
@@ -46,8 +52,9 @@ def client_verify(receipts: list[dict]) -> str | None:
         material = {k: receipt[k] for k in ("id", "ts", "stream", "prev", "body")}
         if "context" in receipt:
             material["context"] = receipt["context"]
-        text = json.dumps(material, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False)
+        text = json.dumps(
+            material, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+        )
         assert receipt["prev"] == prev
         assert hashlib.sha256(text.encode("utf-8")).hexdigest() == receipt["hash"]
         prev = receipt["hash"]
@@ -58,9 +65,16 @@ def test_numbers_jsonb_respells_verify_strictly():
     """S-6, S-8: the issue's payload verifies (it failed at index 0 on PostgreSQL)."""
     store.append("num/one", [NUMBERS, {"type": "after"}], context={"n": 1e16})
     store.append_new_streams([NewStream("num/new", NUMBERS, {"n": -0.0})])
-    job = queue.enqueue("factory", {"kind": "factory.run", "authContext": dict(AUTH),
-                                    "big": 1e16, "negzero": -0.0,
-                                    "huge": 12345678901234567890}).job
+    job = queue.enqueue(
+        "factory",
+        {
+            "kind": "factory.run",
+            "authContext": dict(AUTH),
+            "big": 1e16,
+            "negzero": -0.0,
+            "huge": 12345678901234567890,
+        },
+    ).job
     report = verify_strict("num/")
     assert (report["ok"], report["checked"], report["broken"]) == (True, 2, [])
     assert store.verify(job.stream).ok
@@ -78,9 +92,11 @@ def test_reads_give_back_exactly_what_was_sealed():
 
 def test_api_receipts_recompute_to_their_hashes(api):  # noqa: F811
     """S-2, A-4: a client recomputes every hash from the wire, numbers included."""
-    raw = ('{"payload": {"kind": "factory.run", "authContext": {"userId": "u-1", '
-           '"organizationId": "org-1"}, "big": 1e16, "negzero": -0.0, '
-           '"huge": 12345678901234567890, "tiny": 5e-324}}')
+    raw = (
+        '{"payload": {"kind": "factory.run", "authContext": {"userId": "u-1", '
+        '"organizationId": "org-1"}, "big": 1e16, "negzero": -0.0, '
+        '"huge": 12345678901234567890, "tiny": 5e-324}}'
+    )
     status, out = api.post("/agents/factory/jobs", raw=raw)
     assert status == 202, out
     job_id = out["job"]["id"]
@@ -110,22 +126,26 @@ def test_badges_on_the_stream_page_trust_the_sealed_text(admin_client):
     store.append("num/page", [NUMBERS, {"type": "b"}])
     shown = admin_client.get(stream_url("num/page"))
     assert {line.receipt.stream_seq: line.verified for line in shown.context["lines"]} == {
-        1: True, 2: True}
+        1: True,
+        2: True,
+    }
     ReceiptRow.objects.filter(stream="num/page", stream_seq=1).update(body={"type": "forged"})
     shown = admin_client.get(stream_url("num/page"))
     assert {line.receipt.stream_seq: line.verified for line in shown.context["lines"]} == {
-        1: False, 2: False}
+        1: False,
+        2: False,
+    }
 
 
 def test_rows_without_sealed_text_verify_and_read_from_their_columns():
     """S-6: rows written before the sealed text was kept (NULL) verify as they always did."""
-    store.append("num/legacy", [{"type": "a", "n": 1}, {"type": "b", "n": 2.5}],
-                 context={"who": "x"})
+    store.append(
+        "num/legacy", [{"type": "a", "n": 1}, {"type": "b", "n": 2.5}], context={"who": "x"}
+    )
     store.append("num/legacy", {"type": "c"})
     ReceiptRow.objects.filter(stream="num/legacy", stream_seq__lte=2).update(sealed=None)
     read = store.read("num/legacy")
-    assert [r.body for r in read] == [{"type": "a", "n": 1}, {"type": "b", "n": 2.5},
-                                      {"type": "c"}]
+    assert [r.body for r in read] == [{"type": "a", "n": 1}, {"type": "b", "n": 2.5}, {"type": "c"}]
     assert [r.sealed is None for r in read] == [True, True, False]
     assert read[0].context == {"who": "x"}
     assert store.verify("num/legacy").ok
@@ -162,23 +182,49 @@ def test_a_backslash_followed_by_u0000_is_ordinary_text():
 
 # ---- property: any JSON value (S-2, S-6, C-1) ---------------------------------------------------
 
-FLOAT_EDGES = [0.0, -0.0, 1e16, -1e16, 1e21, 1e22, 1e-7, 0.1, 1 / 3, 5e-324, -5e-324,
-               2.2250738585072014e-308, 1.7976931348623157e308, -1.7976931348623157e308,
-               9007199254740993.0, 123456789.12345679]
+FLOAT_EDGES = [
+    0.0,
+    -0.0,
+    1e16,
+    -1e16,
+    1e21,
+    1e22,
+    1e-7,
+    0.1,
+    1 / 3,
+    5e-324,
+    -5e-324,
+    2.2250738585072014e-308,
+    1.7976931348623157e308,
+    -1.7976931348623157e308,
+    9007199254740993.0,
+    123456789.12345679,
+]
 INT_EDGES = [2**53 + 1, -(2**63), 2**63, 2**64, 12345678901234567890, 10**40, -(10**40), 0]
 TEXT = st.text(st.characters(codec="utf-8", exclude_characters="\x00"), max_size=10)
-SCALARS = (st.none() | st.booleans() | st.integers() | st.sampled_from(INT_EDGES)
-           | st.integers(min_value=-(10**60), max_value=10**60)
-           | st.floats(allow_nan=False, allow_infinity=False) | st.sampled_from(FLOAT_EDGES)
-           | TEXT)
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.sampled_from(INT_EDGES)
+    | st.integers(min_value=-(10**60), max_value=10**60)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.sampled_from(FLOAT_EDGES)
+    | TEXT
+)
 JSON_VALUES = st.recursive(
-    SCALARS, lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(TEXT, children, max_size=4), max_leaves=12)
+    SCALARS,
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(TEXT, children, max_size=4),
+    max_leaves=12,
+)
 _names = itertools.count()
 
 
-@settings(max_examples=100, deadline=None,
-          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
 @given(value=JSON_VALUES, context_value=JSON_VALUES)
 def test_any_json_value_reads_back_as_sealed_and_verifies(value, context_value):
     """S-2, S-6: floats at the edges, big integers and any UTF-8 text append, read back

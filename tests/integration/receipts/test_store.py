@@ -112,7 +112,10 @@ def test_idempotent_retry_wins_over_a_moved_head():
         ({"no_type": 1}, "string 'type'"),
         ({"type": "x", "n": float("nan")}, r"non-finite number nan is not JSON at \$\.body\.n"),
         ([], "at least one event"),
-        ([{"type": "ok"}, {"type": "x", "when": {1, 2}}], r"type set is not JSON at \$\.body\.when"),
+        (
+            [{"type": "ok"}, {"type": "x", "when": {1, 2}}],
+            r"type set is not JSON at \$\.body\.when",
+        ),
     ],
 )
 def test_bad_events_are_refused_and_nothing_is_written(events, message):
@@ -221,10 +224,15 @@ def test_no_application_path_updates_stream_rows_without_receipts():
     assert StreamRow.objects.filter(name="s/never").count() == 0
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(batches=st.lists(st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3),
-                        min_size=1, max_size=6),
-       n=st.integers(0, 20))
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    batches=st.lists(
+        st.lists(st.sampled_from(["a", "b", "c"]), min_size=1, max_size=3), min_size=1, max_size=6
+    ),
+    n=st.integers(0, 20),
+)
 def test_any_sequence_of_appends_verifies_and_state_at_matches_fold(memory_family, batches, n):
     stream = f"test/prop/{id(batches)}-{n}"
     for batch in batches:
@@ -253,8 +261,9 @@ def test_concurrent_appends_to_one_stream_never_fork_or_lose_a_receipt():
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_appends_with_one_event_id_write_once():
-    results = run_in_threads(4, lambda i: store.append("race/2", {"type": "cmd", "i": i},
-                                                        event_id="same"))
+    results = run_in_threads(
+        4, lambda i: store.append("race/2", {"type": "cmd", "i": i}, event_id="same")
+    )
     assert store.stream_info("race/2").count == 1
     assert len({r[0].hash for r in results}) == 1
 

@@ -89,9 +89,16 @@ def test_redelivered_work_under_the_same_worker_id_is_stale_and_under_another_le
     assert sibling.worker_id(job_id, job_id) == attempt.fence.worker_id
     for process, status in ((sibling, "stale_attempt"), (other, "lease_lost")):
         promise_id = f"{job_id}:attempt:{number}:dispatch:{process.name}"
-        assert promises.create(promise_id=promise_id, function="execute", job_id=job_id,
-                               attempt=number, target_group="chat", dispatch_key=job_id,
-                               timeout_ms=6_000, now_ms=world.clock.now_ms)
+        assert promises.create(
+            promise_id=promise_id,
+            function="execute",
+            job_id=job_id,
+            attempt=number,
+            target_group="chat",
+            dispatch_key=job_id,
+            timeout_ms=6_000,
+            now_ms=world.clock.now_ms,
+        )
         step = worker.start(world, process, promise_id)
         assert step.status == status and not process.running
         assert _promise(world, promise_id).state == "rejected"
@@ -101,8 +108,9 @@ def test_redelivered_work_under_the_same_worker_id_is_stale_and_under_another_le
 
 def test_an_abort_seen_by_the_heartbeat_cancels_and_resolves_the_promise(world):
     attempt = _running(world)
-    queue.command(attempt.job.job_id, "abort", None, by="test", reason="enough",
-                  now_ms=world.clock.now_ms)
+    queue.command(
+        attempt.job.job_id, "abort", None, by="test", reason="enough", now_ms=world.clock.now_ms
+    )
     step = worker.beat(world, attempt)
     assert (step.status, attempt.stopped) == ("canceled", "enough")
     assert _promise(world, attempt.promise_id).state == "resolved"
@@ -113,8 +121,9 @@ def test_an_abort_seen_by_the_heartbeat_cancels_and_resolves_the_promise(world):
 def test_a_lost_lease_abandons_the_attempt_and_rejects_its_promise(world):
     attempt = _running(world)
     # the lease is given back (its holder thought gone) while the handler still runs
-    assert recovery.release_holder(attempt.job.job_id, attempt.fence, now_ms=world.clock.now_ms,
-                                   reason="holder gone").applied
+    assert recovery.release_holder(
+        attempt.job.job_id, attempt.fence, now_ms=world.clock.now_ms, reason="holder gone"
+    ).applied
     step = worker.beat(world, attempt)
     assert (step.status, attempt.stopped) == ("lease_lost", "lease lost")
     promise = _promise(world, attempt.promise_id)

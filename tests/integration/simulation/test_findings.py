@@ -47,8 +47,10 @@ def test_a_queued_job_is_redriven_however_long_its_worker_group_was_down():
         # the group is back: the newest delivery runs the job
         while world.broker.queues["driver"]:
             driver.drive(world.broker.take("driver", 0).promise_id, now_ms=clock.now_ms)
-        started = [worker.start(world, world.processes["chat"][0], t.promise_id)
-                   for t in list(world.broker.queues["worker-chat"])]
+        started = [
+            worker.start(world, world.processes["chat"][0], t.promise_id)
+            for t in list(world.broker.queues["worker-chat"])
+        ]
         running = [s.attempt for s in started if s.attempt is not None]
         assert len(running) == 1
         assert worker.finish(world, running[0], "ok").status == "completed"

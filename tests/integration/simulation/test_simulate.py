@@ -46,8 +46,15 @@ def test_runs_exercise_every_action_and_fault():
         actions_seen |= set(report.actions)
         outcomes.update(report.outcomes)
     assert actions_seen == {a.name for a in actions.ACTIONS}
-    for seen in ("deliver_driver:dispatched", "deliver_execute:running", "handler_ok:completed",
-                 "redrive:acted", "expire:acted", "enqueue:steered", "heartbeat:beat"):
+    for seen in (
+        "deliver_driver:dispatched",
+        "deliver_execute:running",
+        "handler_ok:completed",
+        "redrive:acted",
+        "expire:acted",
+        "enqueue:steered",
+        "heartbeat:beat",
+    ):
         assert outcomes[seen] > 0, seen
 
 
@@ -83,8 +90,11 @@ def _complete_twice(monkeypatch):
     def complete(job_id, result=None, *, fence, now_ms=None):
         written = original(job_id, result, fence=fence, now_ms=now_ms)
         if written.applied:
-            store.append(f"jobs/{job_id}", {"type": "job.completed", "jobId": job_id,
-                                            **fence.body(), "result": result}, now_ms=now_ms)
+            store.append(
+                f"jobs/{job_id}",
+                {"type": "job.completed", "jobId": job_id, **fence.body(), "result": result},
+                now_ms=now_ms,
+            )
         return written
 
     monkeypatch.setattr(queue, "complete", complete)
@@ -112,8 +122,11 @@ def test_two_attempts_under_one_live_fence_are_caught(monkeypatch):
 
     def start_attempt(job_id, *, worker_id, attempt, now_ms=None):
         start, job = original(job_id, worker_id=worker_id, attempt=attempt, now_ms=now_ms)
-        if (start is queue.Start.STALE and job is not None
-                and Fence(worker_id, attempt).check(job) is FenceOutcome.OK):
+        if (
+            start is queue.Start.STALE
+            and job is not None
+            and Fence(worker_id, attempt).check(job) is FenceOutcome.OK
+        ):
             beat = queue.heartbeat(job_id, fence=Fence(worker_id, attempt), now_ms=now_ms)
             return queue.Start.LEASED, beat.job
         return start, job
@@ -126,8 +139,11 @@ def test_two_attempts_under_one_live_fence_are_caught(monkeypatch):
 
 def test_a_runtime_call_that_reads_the_wall_clock_is_caught(monkeypatch):
     original = queue.enqueue
-    monkeypatch.setattr(queue, "enqueue", lambda agent_id, body, *, now_ms=None, **options:
-                        original(agent_id, body, **options))
+    monkeypatch.setattr(
+        queue,
+        "enqueue",
+        lambda agent_id, body, *, now_ms=None, **options: original(agent_id, body, **options),
+    )
     report = simulate(1, 50)
     assert report.violation is not None and report.violation.invariant == "virtual_time"
     assert report.violation_action in ("enqueue", "enqueue_undispatched")
@@ -147,8 +163,9 @@ def test_a_read_model_that_drifts_from_its_receipts_is_caught(monkeypatch):
 
 
 def test_a_job_nothing_redrives_fails_liveness(monkeypatch):
-    monkeypatch.setattr(recovery, "redrive_queued",
-                        lambda **kwargs: recovery.Report("queued_redrive"))
+    monkeypatch.setattr(
+        recovery, "redrive_queued", lambda **kwargs: recovery.Report("queued_redrive")
+    )
     report = simulate(1, 300)
     assert report.violation is not None and report.violation.invariant == "liveness"
     assert "never settled" in report.violation.message
@@ -193,8 +210,9 @@ def test_command_json_on_a_violation_still_prints_the_replay_line(monkeypatch):
     _complete_twice(monkeypatch)
     out = StringIO()
     with pytest.raises(CommandError):
-        call_command("simulate", "--seed", "3", "--steps", "300", "--json", stdout=out,
-                     stderr=StringIO())
+        call_command(
+            "simulate", "--seed", "3", "--steps", "300", "--json", stdout=out, stderr=StringIO()
+        )
     body, replay = out.getvalue().rstrip().rsplit("\n", 1)
     assert json.loads(body)["violation"]["invariant"] == "settles_once"
     assert replay == "replay: python manage.py simulate --seed 3 --steps 300 --jobs 6"

@@ -270,15 +270,18 @@ def test_dispatch_on_agent_factory_is_a_visible_group_mismatch() -> None:
 # ---- a deployment's own kinds (P-6) ---------------------------------------------------------
 
 
-@pytest.mark.parametrize(("kind", "options", "said"), [
-    ("factory.mine", {}, "reserved"),
-    ("factory.run", {}, "reserved"),
-    ("Acme.Report", {}, "lowercase"),
-    ("acme report", {}, "lowercase"),
-    ("acme..report", {}, "lowercase"),
-    ("a" * 101, {}, "at most 100"),
-    ("acme.report", {"worker_group": "gpu"}, "worker_group"),
-])
+@pytest.mark.parametrize(
+    ("kind", "options", "said"),
+    [
+        ("factory.mine", {}, "reserved"),
+        ("factory.run", {}, "reserved"),
+        ("Acme.Report", {}, "lowercase"),
+        ("acme report", {}, "lowercase"),
+        ("acme..report", {}, "lowercase"),
+        ("a" * 101, {}, "at most 100"),
+        ("acme.report", {"worker_group": "gpu"}, "worker_group"),
+    ],
+)
 def test_register_kind_refuses_bad_names_and_groups(kind, options, said):
     with pytest.raises(ValueError, match=said):
         contracts.register_kind(kind, **options)
@@ -293,7 +296,8 @@ def test_register_kind_is_idempotent_but_never_redefines():
             contracts.register_kind("acme.unit", worker_group="chat")
         assert contracts.routed_group("someone", "acme.unit") == "control"
         assert contracts.validate_payload(
-            {"kind": "acme.unit", "authContext": {"userId": "u", "organizationId": "o"}})
+            {"kind": "acme.unit", "authContext": {"userId": "u", "organizationId": "o"}}
+        )
         with pytest.raises(contracts.ContractError) as refused:
             contracts.validate_payload({"kind": "acme.unit"})
         assert refused.value.code == "auth_context_required"
@@ -304,12 +308,15 @@ def test_register_kind_is_idempotent_but_never_redefines():
     assert gone.value.code == "unknown_kind"
 
 
-@pytest.mark.parametrize(("agent", "kind", "by_design"), [
-    ("factory", "factory.dispatch", True),  # chat, contract control: the built-in routing
-    ("factory-control", "factory.objective.control", True),
-    ("acme", "factory.dispatch", False),  # a deployment's agent carrying a built-in kind
-    ("factory", "acme.unknown", False),
-    ("factory", None, False),
-])
+@pytest.mark.parametrize(
+    ("agent", "kind", "by_design"),
+    [
+        ("factory", "factory.dispatch", True),  # chat, contract control: the built-in routing
+        ("factory-control", "factory.objective.control", True),
+        ("acme", "factory.dispatch", False),  # a deployment's agent carrying a built-in kind
+        ("factory", "acme.unknown", False),
+        ("factory", None, False),
+    ],
+)
 def test_routing_by_design_is_a_builtin_agent_with_a_builtin_kind(agent, kind, by_design):
     assert contracts.routing_by_design(agent, kind) is by_design

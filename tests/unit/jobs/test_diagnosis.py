@@ -11,11 +11,20 @@ LIVE = {"driver": 1, "worker-chat": 1, "worker-codex": 1, "worker-control": 1}
 
 
 def job(**changes):
-    body = {"type": "job.enqueued", "jobId": "j1", "agentId": "factory", "lane": "collect",
-            "payload": {"kind": "factory.run"}, "maxAttempts": 2, "sessionKey": None,
-            "singletonMode": "allow", "leaseMs": 300_000}
-    state = fold_job([seal(stream="jobs/j1", prev=None, body=body, ts=NOW - 60_000,
-                           random_hex16="0" * 16)])
+    body = {
+        "type": "job.enqueued",
+        "jobId": "j1",
+        "agentId": "factory",
+        "lane": "collect",
+        "payload": {"kind": "factory.run"},
+        "maxAttempts": 2,
+        "sessionKey": None,
+        "singletonMode": "allow",
+        "leaseMs": 300_000,
+    }
+    state = fold_job(
+        [seal(stream="jobs/j1", prev=None, body=body, ts=NOW - 60_000, random_hex16="0" * 16)]
+    )
     return replace(state, **changes)
 
 
@@ -42,8 +51,9 @@ def test_redrive_cooldown_and_min_age_are_named():
 
 def test_pending_delivery_is_shown_with_its_age():
     pending = (PendingDelivery("j1", "driver", NOW - 2_000, NOW + 118_000),)
-    blockers = diagnose(Facts(job=job(), now_ms=NOW, has_handler=True, live_processes=LIVE,
-                              pending=pending))
+    blockers = diagnose(
+        Facts(job=job(), now_ms=NOW, has_handler=True, live_processes=LIVE, pending=pending)
+    )
     assert [b.code for b in blockers] == ["delivery_pending"]
     assert "pending for 2.0 s" in blockers[0].detail
 
@@ -70,6 +80,6 @@ def test_abort_exhaustion_and_session_peers():
 def test_long_waits_read_in_human_units():
     from jobs.core.diagnosis import human_ms
 
-    assert [human_ms(ms) for ms in (850, 1500, 250_000, 3 * 3_600_000 + 120_000,
-                                    5 * 86_400_000, None)] == [
-        "850 ms", "1.5 s", "4m 10s", "3h 02m", "5d 0h", "—"]
+    assert [
+        human_ms(ms) for ms in (850, 1500, 250_000, 3 * 3_600_000 + 120_000, 5 * 86_400_000, None)
+    ] == ["850 ms", "1.5 s", "4m 10s", "3h 02m", "5d 0h", "—"]

@@ -18,18 +18,24 @@ from jobs.runtime import lifeline
 from objectives import processes
 from tests.conftest import wait_for
 
-pytestmark = [pytest.mark.runtime,
-              pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                 reason="parent-death signals and subreapers are Linux's")]
+pytestmark = [
+    pytest.mark.runtime,
+    pytest.mark.skipif(
+        not sys.platform.startswith("linux"),
+        reason="parent-death signals and subreapers are Linux's",
+    ),
+]
 
 ROOT = Path(__file__).resolve().parents[3]
 GONE_WITHIN_S = 5.0
 # a child shell with a grandchild sleep, a sleep in a session of its own, a double-forked one
-TREE = ("echo $$ >> {pids}; "
-        "sh -c 'echo $$ >> {pids}; sleep 180 & echo $! >> {pids}; wait' & "
-        "setsid sleep 180 & echo $! >> {pids}; "
-        "sh -c 'sleep 180 & echo $! >> {pids}'; "
-        "wait")
+TREE = (
+    "echo $$ >> {pids}; "
+    "sh -c 'echo $$ >> {pids}; sleep 180 & echo $! >> {pids}; wait' & "
+    "setsid sleep 180 & echo $! >> {pids}; "
+    "sh -c 'sleep 180 & echo $! >> {pids}'; "
+    "wait"
+)
 TREE_SIZE = 5
 # a stand-in for a django-q2 worker: runs the command from a handler thread, then idles
 WORKER = """
@@ -91,8 +97,11 @@ def alive_pid(pid: int) -> bool:
 
 
 def pids_in(path: Path, count: int) -> list[psutil.Process]:
-    wait_for(lambda: path.exists() and len(path.read_text().split()) >= count, timeout=30,
-             message=f"{count} pids in {path.name}")
+    wait_for(
+        lambda: path.exists() and len(path.read_text().split()) >= count,
+        timeout=30,
+        message=f"{count} pids in {path.name}",
+    )
     return [psutil.Process(int(pid)) for pid in path.read_text().split()]
 
 
@@ -121,11 +130,13 @@ def test_the_command_tree_dies_with_the_worker_that_ran_it(tmp_path, started):
 
 
 def test_a_stopped_reaper_terms_then_kills_everything_then_dies_of_the_commands_signal(
-        tmp_path, started):
+    tmp_path, started
+):
     pids = tmp_path / "pids"
     command = "trap '' TERM; " + TREE.format(pids=pids)  # TERM is ignored all the way down
-    reaper = subprocess.Popen(lifeline.reaper_argv(["/bin/sh", "-c", command]),
-                              start_new_session=True)
+    reaper = subprocess.Popen(
+        lifeline.reaper_argv(["/bin/sh", "-c", command]), start_new_session=True
+    )
     started.append(psutil.Process(reaper.pid))
     tree = pids_in(pids, TREE_SIZE)
     started.extend(tree)
@@ -138,10 +149,17 @@ def test_a_stopped_reaper_terms_then_kills_everything_then_dies_of_the_commands_
 
 def test_what_a_command_leaves_behind_dies_when_it_exits(tmp_path):
     pids = tmp_path / "pids"
-    leave = (f"setsid sleep 180 & echo $! >> {pids}; "
-             f"sh -c 'sleep 180 & echo $! >> {pids}'; exit 3")  # an escapee and an orphan
-    result = processes.run(leave, cwd=tmp_path, env=processes.scrubbed_env({}),
-                           stdout_path=tmp_path / "out", stderr_path=tmp_path / "err")
+    leave = (
+        f"setsid sleep 180 & echo $! >> {pids}; "
+        f"sh -c 'sleep 180 & echo $! >> {pids}'; exit 3"
+    )  # an escapee and an orphan
+    result = processes.run(
+        leave,
+        cwd=tmp_path,
+        env=processes.scrubbed_env({}),
+        stdout_path=tmp_path / "out",
+        stderr_path=tmp_path / "err",
+    )
     assert result.exit_code == 3
     left = [int(pid) for pid in pids.read_text().split()]
     assert len(left) == 2
@@ -149,8 +167,12 @@ def test_what_a_command_leaves_behind_dies_when_it_exits(tmp_path):
 
 
 def test_the_exit_status_is_the_commands():
-    for command, status in (("exit 0", 0), ("exit 7", 7), ("kill -TERM $$", -signal.SIGTERM),
-                            ("kill -KILL $$", -signal.SIGKILL)):
+    for command, status in (
+        ("exit 0", 0),
+        ("exit 7", 7),
+        ("kill -TERM $$", -signal.SIGTERM),
+        ("kill -KILL $$", -signal.SIGKILL),
+    ):
         ran = subprocess.run(lifeline.reaper_argv(["/bin/sh", "-c", command]), timeout=30)
         assert ran.returncode == status, command
 
@@ -164,8 +186,10 @@ def test_a_reaper_whose_parent_is_already_gone_starts_nothing(tmp_path):
 
 
 def test_die_with_parent_takes_the_signal_at_once_when_orphaned_already():
-    code = (f"import sys; sys.path.insert(0, {str(ROOT)!r}); from jobs.runtime import lifeline; "
-            "lifeline.die_with_parent(9, parent=1); print('survived')")
+    code = (
+        f"import sys; sys.path.insert(0, {str(ROOT)!r}); from jobs.runtime import lifeline; "
+        "lifeline.die_with_parent(9, parent=1); print('survived')"
+    )
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, timeout=30)
     assert ran.returncode == -signal.SIGKILL and b"survived" not in ran.stdout
 
@@ -174,8 +198,11 @@ def test_forked_processes_die_with_the_process_that_forked_them(tmp_path, starte
     pids = tmp_path / "pids"
     main = spawn("-c", FORKS, str(ROOT), str(pids))
     started.append(psutil.Process(main.pid))
-    wait_for(lambda: pids.exists() and len(pids.read_text().split()) == 2, timeout=30,
-             message="the fork chain")
+    wait_for(
+        lambda: pids.exists() and len(pids.read_text().split()) == 2,
+        timeout=30,
+        message="the fork chain",
+    )
     chain = [psutil.Process(int(pid)) for pid in pids.read_text().split()]
     started.extend(chain)
     os.kill(main.pid, signal.SIGKILL)

@@ -30,8 +30,9 @@ class Chain:
     def append(self, *bodies: dict[str, Any], ts: int = 1_000) -> ObjectiveState:
         for body in bodies:
             prev = self.receipts[-1].hash if self.receipts else None
-            receipt = seal(stream=self.stream, prev=prev, body=body, ts=ts,
-                           random_hex16=secrets.token_hex(8))
+            receipt = seal(
+                stream=self.stream, prev=prev, body=body, ts=ts, random_hex16=secrets.token_hex(8)
+            )
             self.receipts.append(receipt)
             self.state = reduce(self.state, receipt)
         assert self.state is not None
@@ -40,33 +41,53 @@ class Chain:
 
 def created(objective_id: str = OID, **fields: Any) -> dict[str, Any]:
     spec = read_input({"title": "Ship it", **fields})
-    return {"type": v.OBJECTIVE_CREATED, "objectiveId": objective_id, "title": spec.title,
-            "prompt": spec.prompt, "mode": spec.mode, "severity": spec.severity,
-            "checks": [to_wire(c) for c in spec.checks], "tasks": spec.tasks,
-            "policy": to_wire(spec.policy), "publishCommand": spec.publish_command,
-            "authContext": dict(AUTH), "createdBy": "tester"}
+    return {
+        "type": v.OBJECTIVE_CREATED,
+        "objectiveId": objective_id,
+        "title": spec.title,
+        "prompt": spec.prompt,
+        "mode": spec.mode,
+        "severity": spec.severity,
+        "checks": [to_wire(c) for c in spec.checks],
+        "tasks": spec.tasks,
+        "policy": to_wire(spec.policy),
+        "publishCommand": spec.publish_command,
+        "authContext": dict(AUTH),
+        "createdBy": "tester",
+    }
 
 
 def diamond() -> list[dict[str, Any]]:
-    return [{"id": "a", "title": "A", "command": "true"},
-            {"id": "b", "title": "B", "command": "true", "dependsOn": ["a"]},
-            {"id": "c", "title": "C", "command": "true", "dependsOn": ["a"]},
-            {"id": "d", "title": "D", "command": "true", "dependsOn": ["b", "c"]}]
+    return [
+        {"id": "a", "title": "A", "command": "true"},
+        {"id": "b", "title": "B", "command": "true", "dependsOn": ["a"]},
+        {"id": "c", "title": "C", "command": "true", "dependsOn": ["a"]},
+        {"id": "d", "title": "D", "command": "true", "dependsOn": ["b", "c"]},
+    ]
 
 
 def plan_of(state: ObjectiveState) -> PlanOutcome:
     return PlanOutcome(tasks=tuple(validate_plan(state.input_tasks)))
 
 
-def run_pass(chain: Chain, facts: dict[str, JobFact] | None = None, *, now: int = 2_000,
-             slot_free: bool = True, **extra: Any) -> PassPlan:
+def run_pass(
+    chain: Chain,
+    facts: dict[str, JobFact] | None = None,
+    *,
+    now: int = 2_000,
+    slot_free: bool = True,
+    **extra: Any,
+) -> PassPlan:
     state = chain.state
     assert state is not None
     plan = extra.pop("plan", None)
     if plan is None and state.status == "planning" and state.input_tasks is not None:
         plan = plan_of(state)
-    result = decide(PassInput(state=state, facts=facts or {}, now_ms=now, plan=plan,
-                              slot_free=slot_free, **extra))
+    result = decide(
+        PassInput(
+            state=state, facts=facts or {}, now_ms=now, plan=plan, slot_free=slot_free, **extra
+        )
+    )
     if result.events:
         chain.append(*result.events, ts=now)
     return result

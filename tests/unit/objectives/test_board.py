@@ -16,8 +16,13 @@ def test_sections_follow_status_flags_and_the_promotion_gate():
     run_pass(chain)
     assert section_for(chain.state) == "active"
     job = v.task_job_id("obj-1", "a", 1)
-    run_pass(chain, {job: fact(job, result={"outcome": "approved"}),
-                     job.replace("task-", "mon-", 1): fact("m")})
+    run_pass(
+        chain,
+        {
+            job: fact(job, result={"outcome": "approved"}),
+            job.replace("task-", "mon-", 1): fact("m"),
+        },
+    )
     assert chain.state.awaiting_promotion and section_for(chain.state) == "needs_attention"
     chain.append({"type": v.CANCELED, "reason": "x"})
     assert section_for(chain.state) == "completed"
@@ -65,13 +70,16 @@ def test_a_canceled_objective_shows_no_running_task():
     assert task_counts(chain.state, {job: "canceled"}) == {"stopped": 1, "pending": 3}
 
 
-@pytest.mark.parametrize(("counts", "queued", "shown"), [
-    ({"running": 2, "pending": 1}, 1, {"running": 1, "queued": 1, "pending": 1}),
-    ({"running": 1}, 1, {"queued": 1}),
-    ({"running": 1}, 3, {"queued": 1}),  # never more than were running
-    ({"stopped": 1}, 1, {"stopped": 1}),
-    ({"pending": 2}, 0, {"pending": 2}),
-])
+@pytest.mark.parametrize(
+    ("counts", "queued", "shown"),
+    [
+        ({"running": 2, "pending": 1}, 1, {"running": 1, "queued": 1, "pending": 1}),
+        ({"running": 1}, 1, {"queued": 1}),
+        ({"running": 1}, 3, {"queued": 1}),  # never more than were running
+        ({"stopped": 1}, 1, {"stopped": 1}),
+        ({"pending": 2}, 0, {"pending": 2}),
+    ],
+)
 def test_summary_counts_move_queued_jobs_out_of_running(counts, queued, shown):
     """U-5, A-9: the board's summary counts with the queued task jobs counted apart."""
     assert with_queued(counts, queued) == shown

@@ -20,17 +20,23 @@ def enqueued(plan) -> list[str]:
 def done(job_id: str, outcome: str = "approved", **result) -> dict:
     """The task job settled; its monitor exists too."""
     monitor = job_id.replace("task-", "mon-", 1)
-    return {job_id: fact(job_id, result={"outcome": outcome, **result}),
-            monitor: fact(monitor)}
+    return {job_id: fact(job_id, result={"outcome": outcome, **result}), monitor: fact(monitor)}
 
 
 def test_first_pass_plans_takes_a_slot_and_dispatches_the_roots():
     chain = Chain()
-    chain.append(created(tasks=diamond()), {"type": v.CONTROL_REQUESTED, "requestId": 1,
-                                            "jobId": "ctl-1", "reason": "created"})
+    chain.append(
+        created(tasks=diamond()),
+        {"type": v.CONTROL_REQUESTED, "requestId": 1, "jobId": "ctl-1", "reason": "created"},
+    )
     plan = run_pass(chain, pass_job_id="ctl-1")
-    assert types(plan) == [v.CONTROL_PASS, v.OBJECTIVE_PLANNED, v.SLOT_ACQUIRED,
-                           v.TASKS_READY, v.TASK_DISPATCHED]
+    assert types(plan) == [
+        v.CONTROL_PASS,
+        v.OBJECTIVE_PLANNED,
+        v.SLOT_ACQUIRED,
+        v.TASKS_READY,
+        v.TASK_DISPATCHED,
+    ]
     assert enqueued(plan) == [T("obj-1", "a", 1), v.monitor_job_id("obj-1", "a", 1)]
     task_run = plan.effects[0]
     assert task_run.agent_id == "codex" and task_run.payload["kind"] == "factory.task.run"
@@ -89,8 +95,13 @@ def test_checks_run_before_promotion_and_a_failure_blocks():
     assert types(plan)[-1] == v.INTEGRATION_REQUESTED and enqueued(plan) == [validate]
     assert chain.state.phase == v.PHASE_VALIDATE
     # the validate job died without a verdict: recorded as a failure, the objective blocks
-    plan = run_pass(chain, {validate: fact(validate, "failed", last_error="lease expired"),
-                            **done(T("obj-1", "a", 1))})
+    plan = run_pass(
+        chain,
+        {
+            validate: fact(validate, "failed", last_error="lease expired"),
+            **done(T("obj-1", "a", 1)),
+        },
+    )
     assert types(plan) == [v.INTEGRATION_VALIDATION_FAILED]
     assert chain.state.status == "blocked" and "lease expired" in chain.state.blocked_reason
 
@@ -108,13 +119,24 @@ def test_without_auto_promote_the_objective_waits_for_promote():
 
 def test_investigation_takes_no_slot_runs_no_checks_and_never_promotes():
     chain = Chain()
-    chain.append(created(mode="investigation", tasks=diamond()[:1], checks=["make test"],
-                         policy={"autoPromote": True}))
+    chain.append(
+        created(
+            mode="investigation",
+            tasks=diamond()[:1],
+            checks=["make test"],
+            policy={"autoPromote": True},
+        )
+    )
     plan = run_pass(chain, slot_free=False)
     assert v.SLOT_ACQUIRED not in types(plan) and chain.state.status == "collecting_evidence"
     plan = run_pass(chain, done(T("obj-1", "a", 1), summary="found it"), slot_free=False)
-    assert types(plan) == [v.TASK_OUTCOME, v.EVIDENCE_READY, v.SYNTHESIZED, v.COMPLETED,
-                           v.AUDIT_REQUESTED]
+    assert types(plan) == [
+        v.TASK_OUTCOME,
+        v.EVIDENCE_READY,
+        v.SYNTHESIZED,
+        v.COMPLETED,
+        v.AUDIT_REQUESTED,
+    ]
     assert "found it" in chain.state.result_summary
     assert chain.state.integration.status == "none"
 
@@ -163,8 +185,10 @@ def test_reconcile_aborts_a_stalled_task_job():
     chain.append(created(tasks=diamond()))
     run_pass(chain)
     job = T("obj-1", "a", 1)
-    facts = {job: fact(job, "running", updated_at=0, lease_ms=900_000),
-             v.monitor_job_id("obj-1", "a", 1): fact("m", "running", updated_at=499_000)}
+    facts = {
+        job: fact(job, "running", updated_at=0, lease_ms=900_000),
+        v.monitor_job_id("obj-1", "a", 1): fact("m", "running", updated_at=499_000),
+    }
     plan = run_pass(chain, facts, now=500_000, reconcile=True)
     aborts = [e for e in plan.effects if isinstance(e, Abort)]
     assert [a.job_id for a in aborts] == [job]
@@ -181,16 +205,20 @@ def test_reconcile_never_aborts_healthy_jobs_between_beats_at_default_cadences()
     run_pass(chain)
     task, monitor = T("obj-1", "a", 1), v.monitor_job_id("obj-1", "a", 1)
     now = 1_000_000
-    facts = {task: fact(task, "running", updated_at=now - 399_000, lease_ms=900_000),
-             monitor: fact(monitor, "running", updated_at=now - 150_000)}
-    assert not [e for e in run_pass(chain, facts, now=now, reconcile=True).effects
-                if isinstance(e, Abort)]
+    facts = {
+        task: fact(task, "running", updated_at=now - 399_000, lease_ms=900_000),
+        monitor: fact(monitor, "running", updated_at=now - 150_000),
+    }
+    assert not [
+        e for e in run_pass(chain, facts, now=now, reconcile=True).effects if isinstance(e, Abort)
+    ]
     # the task settled and validation began: the monitor is of an earlier phase now
     plan = run_pass(chain, {**done(task), monitor: facts[monitor]}, now=now, reconcile=True)
     assert chain.state.phase == v.PHASE_VALIDATE
     assert not [e for e in plan.effects if isinstance(e, Abort)]
-    plan = run_pass(chain, {**done(task), monitor: facts[monitor]}, now=now + 81_000,
-                    reconcile=True)
+    plan = run_pass(
+        chain, {**done(task), monitor: facts[monitor]}, now=now + 81_000, reconcile=True
+    )
     assert [e.job_id for e in plan.effects if isinstance(e, Abort)] == [monitor]
 
 
@@ -239,9 +267,16 @@ def test_an_operator_abort_blocks_the_task_and_nothing_is_redispatched():
     chain.append(created(tasks=diamond()[:1]))
     run_pass(chain)
     job = T("obj-1", "a", 1)
-    aborted = {job: fact(job, "canceled", aborted_by="op", cancel_reason="wrong branch",
-                         last_error="wrong branch"),
-               v.monitor_job_id("obj-1", "a", 1): fact("m")}
+    aborted = {
+        job: fact(
+            job,
+            "canceled",
+            aborted_by="op",
+            cancel_reason="wrong branch",
+            last_error="wrong branch",
+        ),
+        v.monitor_job_id("obj-1", "a", 1): fact("m"),
+    }
     plan = run_pass(chain, aborted)
     assert types(plan) == [v.TASK_OUTCOME, v.OBJECTIVE_BLOCKED]
     assert plan.events[0]["outcome"] == v.ABORTED_OUTCOME
@@ -269,8 +304,12 @@ def test_a_task_aborted_by_control_itself_is_tried_again():
     chain.append(created(tasks=diamond()[:1]))
     run_pass(chain)
     job = T("obj-1", "a", 1)
-    stalled = fact(job, "canceled", aborted_by=v.CONTROL_AGENT,
-                   cancel_reason="stalled: no heartbeat or progress for 500 s")
+    stalled = fact(
+        job,
+        "canceled",
+        aborted_by=v.CONTROL_AGENT,
+        cancel_reason="stalled: no heartbeat or progress for 500 s",
+    )
     plan = run_pass(chain, {job: stalled, v.monitor_job_id("obj-1", "a", 1): fact("m")})
     assert plan.events[0]["outcome"] == v.CANCELED_OUTCOME
     assert enqueued(plan)[0] == T("obj-1", "a", 2)

@@ -19,7 +19,11 @@ def test_only_creation_may_start_a_stream():
 def test_created_objective_is_planning_with_its_policy_and_org():
     state = Chain().append(created(tasks=diamond(), policy={"maxActiveTasks": 2}))
     assert (state.status, state.phase, state.organization_id, state.mode) == (
-        "planning", "plan", "org-1", "delivery")
+        "planning",
+        "plan",
+        "org-1",
+        "delivery",
+    )
     assert state.policy.max_active_tasks == 2
     assert state.receipt_count == 1 and state.head
 
@@ -27,30 +31,46 @@ def test_created_objective_is_planning_with_its_policy_and_org():
 def test_delivery_plan_waits_for_a_slot_and_investigation_does_not():
     chain = Chain()
     chain.append(created(tasks=diamond()))
-    planned = chain.append({"type": v.OBJECTIVE_PLANNED, "tasks": [
-        {"id": "a", "title": "A", "command": "true"}]})
+    planned = chain.append(
+        {"type": v.OBJECTIVE_PLANNED, "tasks": [{"id": "a", "title": "A", "command": "true"}]}
+    )
     assert (planned.status, planned.phase) == ("waiting_for_slot", "slot")
     assert chain.append({"type": v.SLOT_ACQUIRED}).status == "executing"
     other = Chain("obj-2")
     other.append(created("obj-2", mode="investigation", tasks=diamond()))
-    planned = other.append({"type": v.OBJECTIVE_PLANNED, "tasks": [
-        {"id": "a", "title": "A", "command": "true"}]})
+    planned = other.append(
+        {"type": v.OBJECTIVE_PLANNED, "tasks": [{"id": "a", "title": "A", "command": "true"}]}
+    )
     assert planned.status == "collecting_evidence" and not planned.slot_held
 
 
 def _running_task(chain: Chain, passes: int = 4):
-    chain.append(created(tasks=[{"id": "a", "title": "A", "command": "false"}],
-                         policy={"maxCandidatePassesPerTask": passes}))
-    chain.append({"type": v.OBJECTIVE_PLANNED, "tasks": [
-        {"id": "a", "title": "A", "command": "false"}]}, {"type": v.SLOT_ACQUIRED},
-        {"type": v.TASKS_READY, "taskIds": ["a"]})
+    chain.append(
+        created(
+            tasks=[{"id": "a", "title": "A", "command": "false"}],
+            policy={"maxCandidatePassesPerTask": passes},
+        )
+    )
+    chain.append(
+        {"type": v.OBJECTIVE_PLANNED, "tasks": [{"id": "a", "title": "A", "command": "false"}]},
+        {"type": v.SLOT_ACQUIRED},
+        {"type": v.TASKS_READY, "taskIds": ["a"]},
+    )
 
 
 def _attempt(chain: Chain, pass_no: int, outcome: str, **extra):
     job = v.task_job_id("obj-1", "a", pass_no)
     chain.append({"type": v.TASK_DISPATCHED, "taskId": "a", "pass": pass_no, "jobId": job})
-    return chain.append({"type": v.TASK_OUTCOME, "taskId": "a", "jobId": job, "pass": pass_no,
-                         "outcome": outcome, **extra})
+    return chain.append(
+        {
+            "type": v.TASK_OUTCOME,
+            "taskId": "a",
+            "jobId": job,
+            "pass": pass_no,
+            "outcome": outcome,
+            **extra,
+        }
+    )
 
 
 def test_failed_passes_retry_until_the_budget_then_block_with_the_stderr_tail():
@@ -61,8 +81,9 @@ def test_failed_passes_retry_until_the_budget_then_block_with_the_stderr_tail():
     state = _attempt(chain, 2, "failed", exitCode=1, stderrTail="boom 2\n")
     task = state.task("a")
     assert task.status == "blocked"
-    assert task.blocked_reason == ("task 'a' failed 2 of 2 candidate passes (last: failed, "
-                                   "exit 1); stderr tail: boom 2")
+    assert task.blocked_reason == (
+        "task 'a' failed 2 of 2 candidate passes (last: failed, exit 1); stderr tail: boom 2"
+    )
 
 
 def test_react_unblocks_with_a_fresh_pass_budget():
@@ -73,7 +94,10 @@ def test_react_unblocks_with_a_fresh_pass_budget():
     assert state.status == "blocked"
     state = chain.append({"type": v.REACT_REQUESTED, "by": "op", "message": "fixed"}, ts=5_000)
     assert (state.status, state.task("a").status, state.task("a").pass_base) == (
-        "executing", "ready", 1)
+        "executing",
+        "ready",
+        1,
+    )
     assert state.active_since == 5_000 and state.notes[-1].text == "fixed"
     assert _attempt(chain, 2, "approved").task("a").status == "approved"
 
@@ -104,10 +128,19 @@ def test_validation_failure_blocks_and_react_retries_it():
     chain = Chain()
     chain.append(created(tasks=diamond(), checks=["make test"]))
     chain.append({"type": v.INTEGRATION_REQUESTED, "jobId": "validate-1", "round": 1})
-    state = chain.append({"type": v.INTEGRATION_VALIDATION_FAILED, "jobId": "validate-1",
-                          "check": "check-1", "reason": "check check-1 failed"})
+    state = chain.append(
+        {
+            "type": v.INTEGRATION_VALIDATION_FAILED,
+            "jobId": "validate-1",
+            "check": "check-1",
+            "reason": "check check-1 failed",
+        }
+    )
     assert (state.status, state.blocked_kind, state.integration.status) == (
-        "blocked", "validation", "failed")
+        "blocked",
+        "validation",
+        "failed",
+    )
     state = chain.append({"type": v.REACT_REQUESTED})
     assert (state.status, state.integration.status) == ("planning", "none")
 
@@ -116,17 +149,19 @@ def test_terminal_objectives_ignore_status_changes_but_keep_the_outbox():
     chain = Chain()
     chain.append(created(tasks=diamond()))
     chain.append({"type": v.CANCELED, "reason": "stopped by the user"})
-    state = chain.append({"type": v.OBJECTIVE_BLOCKED, "reason": "late"},
-                         {"type": v.CONTROL_REQUESTED, "requestId": 1, "jobId": "c1",
-                          "reason": "x"})
+    state = chain.append(
+        {"type": v.OBJECTIVE_BLOCKED, "reason": "late"},
+        {"type": v.CONTROL_REQUESTED, "requestId": 1, "jobId": "c1", "reason": "x"},
+    )
     assert state.status == "canceled" and state.blocked_reason is None
     assert [r.id for r in state.pending_requests] == [1]
 
 
 def test_control_outbox_requested_enqueued_consumed():
     chain = Chain()
-    chain.append(created(), {"type": v.CONTROL_REQUESTED, "requestId": 1, "jobId": "c1",
-                             "reason": "created"})
+    chain.append(
+        created(), {"type": v.CONTROL_REQUESTED, "requestId": 1, "jobId": "c1", "reason": "created"}
+    )
     state = chain.state
     assert [r.id for r in state.unenqueued_requests] == [1]
     state = chain.append({"type": v.CONTROL_ENQUEUED, "requestId": 1, "jobId": "c1"})

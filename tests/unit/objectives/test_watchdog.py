@@ -30,13 +30,20 @@ def test_a_live_job_is_stale_after_two_missed_beats_computer_after_15_minutes():
     now = 1_000_000
     fresh = fact(job, "running", updated_at=now - 400_000, lease_ms=TASK_LEASE)
     stale = fact(job, "running", updated_at=now - 431_000, lease_ms=TASK_LEASE)
-    computer = fact(job, "running", updated_at=now - 431_000, lease_ms=TASK_LEASE,
-                    execution_path="computer")
+    computer = fact(
+        job, "running", updated_at=now - 431_000, lease_ms=TASK_LEASE, execution_path="computer"
+    )
     assert assess(chain.state, [fresh], now) is None
     assert assess(chain.state, [stale], now) == WORK_STALLED
     assert assess(chain.state, [computer], now) is None
-    assert assess(chain.state, [fact(job, "running", updated_at=now - 901_000,
-                                     execution_path="computer")], now) == WORK_STALLED
+    assert (
+        assess(
+            chain.state,
+            [fact(job, "running", updated_at=now - 901_000, execution_path="computer")],
+            now,
+        )
+        == WORK_STALLED
+    )
     assert assess(chain.state, [fact(job, "queued", updated_at=0)], now) is None
 
 
@@ -57,8 +64,11 @@ def test_healthy_jobs_between_beats_are_not_reconciled_at_default_cadences():
 def test_a_long_audit_is_not_superseded_stale_between_beats():
     """L-4, O-10: an audit running past 90 s, heartbeating every 100 s, is left alone."""
     chain = Chain()
-    chain.append(created(), {"type": v.CANCELED, "reason": "x"},
-                 {"type": v.AUDIT_REQUESTED, "jobId": "audit-obj-1", "round": 1})
+    chain.append(
+        created(),
+        {"type": v.CANCELED, "reason": "x"},
+        {"type": v.AUDIT_REQUESTED, "jobId": "audit-obj-1", "round": 1},
+    )
     audit = fact("audit-obj-1", "running", updated_at=0, lease_ms=DEFAULT_LEASE)
     assert assess(chain.state, [audit], 120_000) is None
     assert assess(chain.state, [audit], 231_000) == PHASE_SUPERSEDED_STALE

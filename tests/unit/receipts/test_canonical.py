@@ -19,16 +19,21 @@ from receipts.core.canonical import (
 )
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(), children, max_size=4),
+    lambda children: st.lists(children, max_size=4)
+    | st.dictionaries(st.text(), children, max_size=4),
     max_leaves=20,
 )
 
 
 def reference(value):
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                      allow_nan=False)
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
 
 
 @given(json_values)
@@ -49,7 +54,9 @@ def test_non_ascii_text_is_kept_as_utf8_not_escaped():
 
 
 def test_key_order_does_not_change_the_hash():
-    assert sha256_hex({"a": 1, "b": {"x": 1, "y": 2}}) == sha256_hex({"b": {"y": 2, "x": 1}, "a": 1})
+    assert sha256_hex({"a": 1, "b": {"x": 1, "y": 2}}) == sha256_hex(
+        {"b": {"y": 2, "x": 1}, "a": 1}
+    )
 
 
 @pytest.mark.parametrize(

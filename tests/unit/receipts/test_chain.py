@@ -39,10 +39,23 @@ def test_receipt_id_is_base36_ts_dash_16_hex():
 
 
 def test_hash_covers_exactly_id_ts_stream_prev_body_and_optional_context():
-    r = seal(stream="s/1", prev=None, body={"type": "x", "n": 1}, ts=5, random_hex16="a" * 16,
-             context={"actor": "me"}, hints={"eventId": "e"})
-    material = {"id": r.id, "ts": 5, "stream": "s/1", "prev": None,
-                "body": {"type": "x", "n": 1}, "context": {"actor": "me"}}
+    r = seal(
+        stream="s/1",
+        prev=None,
+        body={"type": "x", "n": 1},
+        ts=5,
+        random_hex16="a" * 16,
+        context={"actor": "me"},
+        hints={"eventId": "e"},
+    )
+    material = {
+        "id": r.id,
+        "ts": 5,
+        "stream": "s/1",
+        "prev": None,
+        "body": {"type": "x", "n": 1},
+        "context": {"actor": "me"},
+    }
     assert r.hash == sha256_hex(material)
     # hints are not hashed
     assert replace(r, hints={"eventId": "other"}).expected_hash() == r.hash
@@ -101,15 +114,28 @@ def test_state_at_n_equals_folding_the_first_n(types, n):
 
 NUMBERS = {"type": "n", "big": 1e16, "negzero": -0.0, "huge": 12345678901234567890}
 # What PostgreSQL's jsonb gives back for NUMBERS: the same values, spelled differently.
-RESPELLED = {"type": "n", "big": 10_000_000_000_000_000, "negzero": 0.0,
-             "huge": 12345678901234567890}
+RESPELLED = {
+    "type": "n",
+    "big": 10_000_000_000_000_000,
+    "negzero": 0.0,
+    "huge": 12345678901234567890,
+}
 
 
 def test_seal_keeps_the_exact_text_its_hash_covers():
-    r = seal(stream="s", prev=None, body=NUMBERS, ts=7, random_hex16="b" * 16,
-             context={"actor": "me"})
-    assert r.sealed == canonical_json({"id": r.id, "ts": 7, "stream": "s", "prev": None,
-                                       "body": NUMBERS, "context": {"actor": "me"}})
+    r = seal(
+        stream="s", prev=None, body=NUMBERS, ts=7, random_hex16="b" * 16, context={"actor": "me"}
+    )
+    assert r.sealed == canonical_json(
+        {
+            "id": r.id,
+            "ts": 7,
+            "stream": "s",
+            "prev": None,
+            "body": NUMBERS,
+            "context": {"actor": "me"},
+        }
+    )
     assert '"big":1e+16' in r.sealed and '"negzero":-0.0' in r.sealed
     assert hashlib.sha256(r.sealed.encode("utf-8")).hexdigest() == r.hash
     assert as_sealed(replace(r, body=RESPELLED)).body == NUMBERS
@@ -137,8 +163,9 @@ def test_respelled_stored_numbers_still_verify_against_the_sealed_text():
     ],
 )
 def test_a_stored_column_that_is_not_what_was_sealed_is_a_hash_mismatch(edit, field):
-    r = seal(stream="s", prev=None, body=NUMBERS, ts=7, random_hex16="c" * 16,
-             context={"actor": "me"})
+    r = seal(
+        stream="s", prev=None, body=NUMBERS, ts=7, random_hex16="c" * 16, context={"actor": "me"}
+    )
     result = verify("s", [replace(r, **edit)])
     assert (result.ok, result.index, result.reason) == (False, 0, "hash mismatch")
     assert result.details["field"] == field
@@ -148,8 +175,11 @@ def test_an_edited_sealed_text_is_a_hash_mismatch():
     [r] = chain("s", [{"type": "a", "n": 1}])
     forged = r.sealed.replace('"n":1', '"n":2')
     result = verify("s", [replace(r, sealed=forged, body={"type": "a", "n": 2})])
-    assert (result.ok, result.reason, result.details) == (False, "hash mismatch",
-                                                          {"stored": r.hash})
+    assert (result.ok, result.reason, result.details) == (
+        False,
+        "hash mismatch",
+        {"stored": r.hash},
+    )
 
 
 def test_receipts_without_sealed_text_verify_by_recomputing():

@@ -30,8 +30,12 @@ def test_storable_text_replaces_nul_and_lone_surrogates(text, expected):
 
 def test_storable_reaches_keys_and_values_at_any_depth():
     value = {"out\x00": ["a\x00", {"deep": "\ud800"}], "n": 1, "ok": None, "f": 1.5}
-    assert storable(value) == {f"out{FFFD}": [f"a{FFFD}", {"deep": FFFD}], "n": 1, "ok": None,
-                               "f": 1.5}
+    assert storable(value) == {
+        f"out{FFFD}": [f"a{FFFD}", {"deep": FFFD}],
+        "n": 1,
+        "ok": None,
+        "f": 1.5,
+    }
     assert storable("x\x00") == f"x{FFFD}"
 
 
@@ -51,9 +55,14 @@ def test_storable_passes_non_json_values_and_cycles_through_for_the_store_to_ref
     assert storable({"x": marker})["x"] is marker
 
 
-@given(st.recursive(st.text() | st.integers() | st.none(),
-                    lambda children: st.lists(children, max_size=3)
-                    | st.dictionaries(st.text(), children, max_size=3), max_leaves=10))
+@given(
+    st.recursive(
+        st.text() | st.integers() | st.none(),
+        lambda children: st.lists(children, max_size=3)
+        | st.dictionaries(st.text(), children, max_size=3),
+        max_leaves=10,
+    )
+)
 def test_storable_output_always_has_nothing_unstorable(value):
     assert first_unstorable(storable(value)) is None
 
