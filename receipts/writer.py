@@ -119,25 +119,30 @@ def _first(receipts: Sequence[Receipt], seqs: Sequence[int]) -> list[Receipt]:
     return [replace(r, seq=seq, stream_seq=1) for r, seq in zip(receipts, seqs, strict=True)]
 
 
+def _row(r: Receipt, stream_seq: int, event_id: str | None) -> list[Any]:
+    """One receipt's column values, in the INSERT's column order."""
+    return [
+        r.stream,
+        stream_seq,
+        r.id,
+        r.ts,
+        r.prev,
+        r.hash,
+        r.type,
+        _dump(r.body),
+        _dump(r.context),
+        _dump(r.hints),
+        event_id,
+        r.sealed,
+    ]
+
+
 def _rows(
     receipts: Sequence[Receipt], first_stream_seq: int, event_ids: Sequence[str | None]
 ) -> list[Any]:
     params: list[Any] = []
     for offset, (r, event_id) in enumerate(zip(receipts, event_ids, strict=True)):
-        params += [
-            r.stream,
-            first_stream_seq + offset,
-            r.id,
-            r.ts,
-            r.prev,
-            r.hash,
-            r.type,
-            _dump(r.body),
-            _dump(r.context),
-            _dump(r.hints),
-            event_id,
-            r.sealed,
-        ]
+        params += _row(r, first_stream_seq + offset, event_id)
     return params
 
 
@@ -267,20 +272,7 @@ class Writer:
             for part in chunks(receipts, 12):
                 params: list[Any] = []
                 for r in part:
-                    params += [
-                        r.stream,
-                        1,
-                        r.id,
-                        r.ts,
-                        r.prev,
-                        r.hash,
-                        r.type,
-                        _dump(r.body),
-                        _dump(r.context),
-                        _dump(r.hints),
-                        None,
-                        r.sealed,
-                    ]
+                    params += _row(r, 1, None)
                 sql = _WRITE_FIRST_SQLITE.format(
                     rows=", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(part))
                 )
