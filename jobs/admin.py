@@ -3,9 +3,10 @@ actions and the dashboard.
 
 Reads come from the read model, the receipt store and the runtime selectors; every write
 goes through the service that owns it: `queue` (abort, steer, follow-up: receipts with
-`by = <admin username>`), `dispatch.start_driver` (redrive) and `store.replay` (rebuild);
-redrive, replay and verify are put on record by `receipts.audit`. Nothing here writes a
-job row or a receipt itself. Other apps add to the job page through `page_sections`.
+`by = <admin username>`), `redrive` (manual redrive, which records itself on the job's
+audit stream) and `store.replay` (rebuild); replay and verify are put on record by
+`receipts.audit`. Nothing here writes a job row or a receipt itself. Other apps add to
+the job page through `page_sections`.
 
 The changelist stays on an index at a million jobs: filter choices from code (the agent
 list adds a loose index scan of `job_agent_newest`, never a DISTINCT over the table),
@@ -39,7 +40,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from jobs import callback_records, dashboard, handlers, page_sections, queue, selectors
+from jobs import callback_records, dashboard, handlers, page_sections, queue, redrive, selectors
 from jobs.core.contracts import (
     WORKER_GROUPS,
     all_kinds,
@@ -51,10 +52,10 @@ from jobs.core.state import JobState
 from jobs.core.vocabulary import LANES, STATUSES, job_stream
 from jobs.dashboard_tables import DASHBOARD_TABLES, render_chart, render_table, status_badge
 from jobs.diagnosis import diagnosis
-from jobs.errors import JobsError
+from jobs.errors import JobNotFound, JobNotQueued, JobsError
 from jobs.models import Job
 from jobs.presenters import job_json
-from jobs.runtime import dispatch, promises
+from jobs.runtime import promises
 from observability.logs import log_event
 from receipts import audit, store
 from receipts.admin import (
@@ -88,11 +89,6 @@ SEARCH_PREFIXES = {
     "organization": "organization_id",
     "agent": "agent_id",
 }
-
-
-def admin_key(job_id: str, now_ms: int) -> str:
-    """The dispatch key of an operator's "redrive now": a fresh delivery every click."""
-    return f"{job_id}:redrive:admin:{now_ms}"
 
 
 def group_cell(routed: str, contract: str | None, *, by_design: bool = False) -> str:
@@ -590,17 +586,16 @@ class JobAdmin(admin.ModelAdmin):
         by = request.user.get_username()
         started, skipped, failed = [], [], []
         for job_id in ids:
-            job = queue.get(job_id)
-            if job is None or job.status != "queued":
-                skipped.append(f"{job_id} ({job.status if job else 'missing'})")
-                continue
             try:
-                result = dispatch.start_driver(job, dispatch_key=admin_key(job_id, wall_clock_ms()))
+                redrive.redrive_now(job_id, by=by)
+            except JobNotFound:
+                skipped.append(f"{job_id} (missing)")
+            except JobNotQueued as error:
+                skipped.append(f"{job_id} ({error.job_status})")
             except JobsError as error:
                 failed.append(f"{job_id} ({error})")
-                continue
-            audit.record_redrive(job_stream(job_id), result, by=by)
-            started.append(job_id)
+            else:
+                started.append(job_id)
         log_event(
             logger,
             "admin.jobs_redriven",
@@ -751,7 +746,7 @@ class JobAdmin(admin.ModelAdmin):
                 result = queue.command(job_id, action, payload, by=by)
                 text = f"{action.replace('_', '-')} command {result.command['id']} sent."
             else:  # redrive
-                text = self._redrive(job_id, by)
+                text = redrive.redrive_now(job_id, by=by).message
         except JobsError as error:
             panels["command_error"] = {
                 "action": action,
@@ -761,34 +756,6 @@ class JobAdmin(admin.ModelAdmin):
             return None
         messages.success(request, text)
         return HttpResponseRedirect(request.get_full_path())
-
-    def _redrive(self, job_id: str, by: str) -> str:
-        job = queue.require(job_id)
-        if job.status != "queued":
-            raise JobsError(
-                f"job {job_id} is {job.status}; only a queued job can be redriven "
-                "(an expired lease is requeued by the lease expiry loop)"
-            )
-        now = wall_clock_ms()
-        pending = promises.pending_for_job(job_id, now_ms=now)
-        result = dispatch.start_driver(job, dispatch_key=admin_key(job_id, now), now_ms=now)
-        audit.record_redrive(job_stream(job_id), result, by=by, now_ms=now)
-        log_event(
-            logger,
-            "admin.job_redriven",
-            f"{by} redrove {job_id}",
-            jobId=job_id,
-            by=by,
-            started=result.created,
-            promiseId=result.promise_id,
-        )
-        if not result.created:
-            return f"No new delivery: {result.reason} ({result.promise_id})."
-        text = f"Driver delivery {result.promise_id} started."
-        if pending:
-            earlier = ", ".join(p.id for p in pending[:3])
-            text += f" {len(pending)} earlier delivery(ies) still pending: {earlier}."
-        return text
 
     def _render(
         self,

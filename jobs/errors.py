@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from jobs.core.vocabulary import LEASED_STATUSES
+
 
 class JobsError(Exception):
     code = "jobs_error"
@@ -31,5 +33,21 @@ class JobTerminal(JobsError):
 
     def __init__(self, job_id: str, status: str, *, message: str | None = None) -> None:
         super().__init__(message or f"job is {status}; continue through its objective")
+        self.job_id = job_id
+        self.job_status = status
+
+
+class JobNotQueued(JobsError):
+    """An operator redrive of a job that is not queued: nothing was started or recorded."""
+
+    code, status = "job_not_queued", 409
+
+    def __init__(self, job_id: str, status: str) -> None:
+        hint = (
+            " (an expired lease is requeued by the lease expiry loop)"
+            if status in LEASED_STATUSES
+            else ""
+        )
+        super().__init__(f"job {job_id} is {status}; only a queued job can be redriven{hint}")
         self.job_id = job_id
         self.job_status = status

@@ -49,6 +49,12 @@ def redrive_key(job: JobState) -> str:
     return f"{job.job_id}:redrive:{job.attempt}:{job.updated_at}"
 
 
+def manual_redrive_key(job_id: str, *, now_ms: int) -> str:
+    """An operator's "redrive now" (admin or CLI): a fresh key every time, so a manual
+    redrive is never deduplicated against L-1's keys or an earlier click."""
+    return f"{job_id}:redrive:manual:{now_ms}"
+
+
 def start_driver(
     job: JobState,
     *,

@@ -1,30 +1,24 @@
 """`manage.py jobs enqueue|list|show|abort|steer|follow-up|redrive` (P-4), `--json` for scripts.
 
 Every write goes through the queue service, signed `by` the operator (`--by`, default
-`cli:<OS user>`); a redrive, which writes no job receipt, goes on the job's audit
-stream (U-3).
+`cli:<OS user>`); a redrive goes through `jobs.redrive`, the admin's own service, which
+records it on the job's audit stream (U-3).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import queue, selectors
+from jobs import queue, redrive, selectors
 from jobs.api.parameters import parse_limit
 from jobs.api.serializers import JobFilter
 from jobs.errors import JobsError
 from jobs.models import Job
 from jobs.presenters import job_json
-from jobs.runtime import dispatch
-from observability.logs import log_event
 from receipts import audit, store
-from receipts.clock import now_ms as wall_clock_ms
-
-logger = logging.getLogger("receipt.cli")
 
 # `jobs list` flags -> the GET /jobs filters; validated by the API's own JobFilter, so
 # the CLI and the API accept (and refuse) exactly the same values.
@@ -146,30 +140,12 @@ class Command(BaseCommand):
         }
 
     def _redrive(self, o, by):
-        job = queue.require(o["job_id"])
-        if job.status != "queued":
-            raise CommandError(
-                f"job {job.job_id} is {job.status}; only a queued job can be redriven"
-            )
-        now = wall_clock_ms()
-        # a fresh dispatch key: a manual redrive is never deduplicated against L-1's keys
-        started = dispatch.start_driver(
-            job, dispatch_key=f"{job.job_id}:redrive:manual:{now}", now_ms=now
-        )
-        audit.record_redrive(job.stream, started, by=by, now_ms=now)
-        log_event(
-            logger,
-            "jobs.redriven",
-            f"{job.job_id} redriven by {by}",
-            jobId=job.job_id,
-            by=by,
-            promiseId=started.promise_id,
-        )
+        result = redrive.redrive_now(o["job_id"], by=by)
         return {
-            "ok": started.created,
-            "promiseId": started.promise_id,
-            "reason": started.reason,
-            "job": job_json(job),
+            "ok": result.started.created,
+            "promiseId": result.started.promise_id,
+            "reason": result.started.reason,
+            "job": job_json(result.job),
         }
 
     def _steer(self, o, by):

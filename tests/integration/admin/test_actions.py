@@ -110,13 +110,13 @@ def test_steer_of_a_settled_job_writes_nothing(admin_client):
 # ---- redrive ---------------------------------------------------------------------------------
 
 
-def test_redrive_starts_a_driver_delivery_under_an_admin_key(admin_client):
+def test_redrive_starts_a_driver_delivery_under_a_manual_key(admin_client):
     job_id = enqueue()
     response = act(admin_client, job_id, "redrive")
     assert response.status_code == 302
     [promise] = DeliveryPromise.objects.filter(job_id=job_id)
     assert promise.function == "driver" and promise.state == "pending"
-    assert promise.id.startswith(f"{job_id}:redrive:admin:")
+    assert promise.id.startswith(f"{job_id}:redrive:manual:")
     assert promise.dispatch_key == promise.id
     page = words(admin_client.get(job_url(job_id)))
     assert f"Driver delivery {promise.id} started." in page

@@ -11,10 +11,12 @@ import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.utils import quote
 from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.urls import reverse
 
 from jobs import queue
-from jobs.models import Job
+from jobs import redrive as redrive_service
+from jobs.models import DeliveryPromise, Job
 from receipts import audit, store
 from tests.integration.admin.conftest import CHANGELIST, NOW, enqueue, job_url, words
 
@@ -37,7 +39,7 @@ def test_redrive_is_recorded_with_the_admin_and_shown_on_the_job_page(admin_clie
     [record] = actions(job_id)
     assert record["type"] == "operator.redriven" and record["by"] == "admin"
     assert record["target"] == f"jobs/{job_id}" and record["started"] is True
-    assert record["promiseId"].startswith(f"{job_id}:redrive:admin:")
+    assert record["promiseId"].startswith(f"{job_id}:redrive:manual:")
     assert store.stream_info(f"jobs/{job_id}") == before  # updated_at, L-1's keys: unchanged
     page = words(admin_client.get(job_url(job_id)))
     section = page[page.index("Operator actions") :]
@@ -80,6 +82,56 @@ def test_bulk_redrive_records_each_started_job(admin_client):
     [record] = actions(queued)
     assert record["type"] == "operator.redriven" and record["by"] == "admin"
     assert actions(held) == []
+
+
+def test_job_page_bulk_action_and_cli_redrive_alike(admin_client, monkeypatch):
+    """U-3, P-4: one service behind all three: the same dispatch key format, the same
+    audit receipt (body and context) and the same delivery."""
+    at = NOW + 5000
+    monkeypatch.setattr(redrive_service, "wall_clock_ms", lambda: at)
+    page, changelist, cli = (enqueue(now_ms=NOW + i) for i in range(3))
+    act(admin_client, page, "redrive")
+    admin_client.post(
+        CHANGELIST, {"action": "redrive_selected", ACTION_CHECKBOX_NAME: [changelist], "index": 0}
+    )
+    out = {"stdout": StringIO(), "stderr": StringIO()}
+    call_command("jobs", "redrive", cli, "--by", "admin", **out)
+    for job_id in (page, changelist, cli):
+        key = f"{job_id}:redrive:manual:{at}"
+        [record] = store.read(f"audit/jobs/{job_id}")
+        assert record.body == {
+            "type": "operator.redriven",
+            "target": f"jobs/{job_id}",
+            "by": "admin",
+            "started": True,
+            "promiseId": key,
+            "reason": None,
+        }
+        assert record.context == {"actor": "admin"} and record.ts == at
+        [promise] = DeliveryPromise.objects.filter(job_id=job_id)
+        assert (promise.id, promise.dispatch_key, promise.state) == (key, key, "pending")
+
+
+def test_job_page_bulk_action_and_cli_refuse_a_leased_job_alike(admin_client):
+    """U-3, P-4: one refusal for a job that is not queued, and nothing written."""
+    job_id = enqueue()
+    assert queue.lease(job_id, worker_id="chat:h:1", now_ms=NOW + 1).applied
+    sentence = (
+        f"job {job_id} is leased; only a queued job can be redriven "
+        "(an expired lease is requeued by the lease expiry loop)"
+    )
+    assert sentence in words(act(admin_client, job_id, "redrive"))
+    admin_client.post(
+        CHANGELIST, {"action": "redrive_selected", ACTION_CHECKBOX_NAME: [job_id], "index": 0}
+    )
+    assert f"Skipped 1 job(s) that are not queued: {job_id} (leased)" in words(
+        admin_client.get(CHANGELIST)
+    )
+    with pytest.raises(CommandError) as refused:
+        call_command("jobs", "redrive", job_id, stdout=StringIO(), stderr=StringIO())
+    assert str(refused.value) == f"job_not_queued: {sentence}"
+    assert actions(job_id) == []
+    assert not DeliveryPromise.objects.filter(job_id=job_id).exists()
 
 
 def test_stream_page_verify_and_replay_are_recorded(admin_client):
