@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from jobs.core.vocabulary import LEASED_STATUSES
+from receipts.core.errors import AppError
 
 
-class JobsError(Exception):
+class JobsError(AppError):
     code = "jobs_error"
     status = 409
 

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from receipts.core.errors import AppError
 
-class ObjectivesError(Exception):
+
+class ObjectivesError(AppError):
     code = "objectives_error"
     status = 409
 

@@ -6,8 +6,8 @@ for URLs outside DRF views, and `error_response` / `response_for` for plain Djan
 (live events) that want the same shape. It must not decide *whether* something is an
 error: services raise, this renders.
 
-- An app error (`JobsError`, `ReceiptsError`, `ContractError`: see `APP_ERRORS`) keeps
-  its code, status and message.
+- An app error (any `receipts.core.errors.AppError`: every app's errors derive from it)
+  keeps its code, status and message.
 - DRF's own exceptions keep their status with a stable code (`not_authenticated`,
   `invalid_token`, `missing_scope`, `method_not_allowed`, `throttled` ...).
 - `payload_too_large` is always 413, whether the body was too big to read or the
@@ -32,18 +32,14 @@ from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
 from jobs.api.errors import error_body, error_response
-from jobs.core.contracts import ContractError
-from jobs.errors import JobsError
 from observability.logs import log_event
 from receipt_site import admin_site
-from receipts.errors import ReceiptsError
+from receipts.core.errors import AppError
 
 logger = logging.getLogger("receipt.http")
 
 PAYLOAD_TOO_LARGE = "payload_too_large"
 INTERNAL_ERROR = "internal_error"
-# Each app's error root (STYLE: Errors); a new app appends its own here.
-APP_ERRORS: tuple[type[Exception], ...] = (JobsError, ReceiptsError, ContractError)
 # Paths that keep Django's HTML error pages (the operator admin).
 HTML_PREFIXES = ("/admin/",)
 
@@ -65,7 +61,7 @@ def _sentence(detail: Any) -> str:
 
 def describe(exc: BaseException) -> tuple[int, str, str, dict[str, str]] | None:
     """(status, code, detail, headers) for an exception we expect, None for a bug."""
-    if isinstance(exc, APP_ERRORS):
+    if isinstance(exc, AppError):
         # code, status and an id-bearing message (STYLE: Errors)
         code, status = exc.code, exc.status
         return 413 if code == PAYLOAD_TOO_LARGE else status, code, str(exc), {}

@@ -1,7 +1,9 @@
 """Errors of the receipt store; each carries an API code and a sentence with the ids in it."""
 
+from receipts.core.errors import AppError
 
-class ReceiptsError(Exception):
+
+class ReceiptsError(AppError):
     code = "receipts_error"
     status = 409
 

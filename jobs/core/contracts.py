@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
+from receipts.core.errors import AppError
+
 Kind = Literal[
     "factory.dispatch",
     "factory.run",
@@ -73,7 +75,7 @@ FACTORY_MONITOR_AGENT_ID: Final = "factory-monitor"
 INTEGRATION_KIND_PREFIX: Final = "factory.integration."
 
 
-class ContractError(ValueError):
+class ContractError(AppError, ValueError):
     """A payload rejected before anything is written (K-1, K-2); `code` is the API error."""
 
     status = 400

@@ -12,7 +12,7 @@ from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import exceptions, serializers
+from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -23,7 +23,6 @@ from jobs.api.serializers import ErrorSerializer
 from objectives import presenters, selectors
 from objectives.core.state import ObjectiveState
 from objectives.core.vocabulary import objective_stream
-from objectives.errors import ObjectivesError
 from receipts import store
 
 DEFAULT_RECEIPTS, MAX_RECEIPTS = 40, 1000
@@ -31,12 +30,6 @@ LIST_LIMIT, MAX_LIST_LIMIT = 100, 500
 OBJECTIVE_ID = OpenApiParameter(
     "objective_id", OpenApiTypes.STR, OpenApiParameter.PATH, description="the objective id"
 )
-
-
-class _Error(exceptions.APIException):
-    def __init__(self, error: ObjectivesError) -> None:
-        super().__init__(str(error), code=error.code)
-        self.status_code = error.status
 
 
 def _errors(*statuses: int) -> dict[int, OpenApiResponse]:
@@ -60,11 +53,6 @@ class _View(APIView):
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # credentials and scope come first
         parameters.check_single(request.query_params, self.query_parameters)
-
-    def handle_exception(self, exc: Exception) -> Response:
-        if isinstance(exc, ObjectivesError):
-            exc = _Error(exc)
-        return super().handle_exception(exc)
 
     def objective(self, request: Request, objective_id: str) -> ObjectiveState:
         principal = principal_of(request)
