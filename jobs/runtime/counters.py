@@ -36,15 +36,13 @@ HISTOGRAMS = frozenset({APPEND_SECONDS})
 def observe(name: str, seconds: float, buckets: tuple[float, ...], **labels: object) -> None:
     """One observation of a Prometheus histogram, kept as cumulative counter series
     (`<name>_bucket{le=...}`, `<name>_sum`, `<name>_count`), flushed like every counter."""
-    keys = [
-        (f"{name}_bucket", _labels({**labels, "le": _le(bound)}))
-        for bound in buckets
-        if seconds <= bound
-    ]
-    keys.append((f"{name}_bucket", _labels({**labels, "le": "+Inf"})))
+    # every bucket is written, zero or not: a histogram lists all its bounds
+    steps = [(_le(bound), 1.0 if seconds <= bound else 0.0) for bound in buckets]
+    steps.append(("+Inf", 1.0))
     with _lock:
-        for key in keys:
-            _values[key] += 1
+        for bound, amount in steps:
+            key = (f"{name}_bucket", _labels({**labels, "le": bound}))
+            _values[key] += amount
             _dirty.add(key)
         for key, amount in (
             ((f"{name}_sum", _labels(labels)), seconds),
