@@ -2,12 +2,22 @@
 
 `Principal.organization_id` is None for callers that may act for any organization;
 every query path filters by it through `visible_to`.
+
+Token cache (T-2): a valid token's principal is kept per process for `TOKEN_CACHE_S`
+(2 s), keyed by the token's digest, so a busy client costs one token read per process
+every two seconds instead of one per request. Revocation stays prompt: saving or deleting
+an ApiToken (admin, `ApiToken.save()`) empties this process's cache at once, and every
+other process (another uvicorn worker, a runworker) rereads the token at most
+`TOKEN_CACHE_S` later; a revocation written with `QuerySet.update()` or SQL, which sends
+no signal, also takes effect within that bound. Unknown and revoked tokens are never
+cached: they are looked up on every request, as before.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.http import HttpRequest
 from django.utils import timezone
@@ -16,6 +26,9 @@ from access import tokens
 from access.models import ApiToken
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)  # avoid a write per request
+TOKEN_CACHE_S = 2.0  # the longest a revoked token still works in another process
+TOKEN_CACHE_MAX = 1024  # entries; the cache is emptied when full
+clock = time.monotonic  # the cache's clock (tests move it)
 
 
 @dataclass(frozen=True)
@@ -46,23 +59,54 @@ def bearer_secret(request: HttpRequest) -> str | None:
     return secret.strip()
 
 
+@dataclass(frozen=True)
+class _Cached:
+    principal: Principal
+    token_pk: int
+    last_used_at: datetime | None
+    read_at: float  # clock() when the row was read
+
+
+_tokens: dict[str, _Cached] = {}  # digest -> a valid token's principal (this process)
+
+
+def forget_tokens() -> None:
+    """Empty this process's token cache (an ApiToken was saved or deleted)."""
+    _tokens.clear()
+
+
 def principal_for_token(secret: str) -> Principal:
     if not secret.startswith(tokens.TOKEN_PREFIX) or len(secret) > 200:
         raise BadCredentials("unknown or revoked token")
-    token = ApiToken.objects.filter(digest=tokens.digest(secret), revoked_at__isnull=True).first()
+    digest = tokens.digest(secret)
+    cached = _tokens.get(digest)
+    if cached is None or clock() - cached.read_at > TOKEN_CACHE_S:
+        cached = _read_token(secret, digest)
+    now = timezone.now()
+    if cached.last_used_at is None or now - cached.last_used_at > LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=cached.token_pk).update(last_used_at=now)
+        _tokens[digest] = cached = _Cached(cached.principal, cached.token_pk, now, cached.read_at)
+    return cached.principal
+
+
+def _read_token(secret: str, digest: str) -> _Cached:
+    read_at = clock()
+    token = ApiToken.objects.filter(digest=digest, revoked_at__isnull=True).first()
     # The digest lookup is an exact index match on a sha256 of a 256-bit secret; the
     # constant-time compare below guards the final equality check all the same (Q-1).
     if token is None or not tokens.matches(secret, token.digest):
+        _tokens.pop(digest, None)
         raise BadCredentials("unknown or revoked token")
-    now = timezone.now()
-    if token.last_used_at is None or now - token.last_used_at > LAST_USED_RESOLUTION:
-        ApiToken.objects.filter(pk=token.pk).update(last_used_at=now)
-    return Principal(
+    principal = Principal(
         name=f"token:{token.name}",
         organization_id=token.organization_id,
         scopes=frozenset(token.scopes or []),
         via="token",
     )
+    if len(_tokens) >= TOKEN_CACHE_MAX:
+        _tokens.clear()
+    cached = _tokens[digest] = _Cached(principal, token.pk, token.last_used_at, read_at)
+    return cached
 
 
 def principal_for_user(user) -> Principal | None:
