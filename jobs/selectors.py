@@ -1,22 +1,30 @@
 """Reads of the jobs read model: filtered, newest-first keyset pages (A-3, U-1), and a
-job's latest progress report (U-2).
+job's latest progress report (U-2). The bounded counts of the dashboard, `/metrics` and
+`/healthz` are in `jobs.counts`.
 
 No OFFSET and no COUNT: a page is `created_at, id` strictly below the cursor, served by
-the `(filter, -created_at, -id)` indexes.
+the `(filter, -created_at, -id)` indexes, starting at the cursor.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from django.db import connection
-from django.db.models import Q, QuerySet
+from django.db.models import Count, Q, QuerySet
 
 from jobs.core.state import JobState
-from jobs.core.vocabulary import JOB_PROGRESS, job_stream, validate_job_id
+from jobs.core.vocabulary import (
+    ACTIVE_STATUSES,
+    JOB_CANCELED,
+    JOB_PROGRESS,
+    job_stream,
+    validate_job_id,
+)
 from jobs.core.wire import job_from_wire
 from jobs.errors import InvalidRequest, JobNotFound
 from jobs.models import Job
@@ -95,7 +103,11 @@ def page(
     rows = filtered(filters, organization_id=organization_id)
     if cursor:
         created_at, job_id = decode_cursor(cursor)
-        rows = rows.filter(Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=job_id))
+        # `created_at <= c` is implied by the OR, but only it can start the index scan at
+        # the cursor: without it every page walks from the newest row (O(depth) a page)
+        rows = rows.filter(created_at__lte=created_at).filter(
+            Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=job_id)
+        )
     found = list(rows.order_by("-created_at", "-id").values_list("state", flat=True)[: size + 1])
     jobs = [job_from_wire(wire) for wire in found[:size]]
     next_cursor = None
@@ -173,3 +185,73 @@ def visible_job_or_404(principal: Principal, job_id: str) -> JobState:
     if job is None or not principal.may_see(job.organization_id):
         raise JobNotFound(job_id)
     return job
+
+
+# ---- reads by objective, for Factory (objectives.selectors, objectives.services) --------
+# An objective's jobs are served by `job_objective_newest`; lists of ids by primary key,
+# `ID_BATCH` at a time.
+
+ID_BATCH = 500
+
+
+def _batches(job_ids: Iterable[str]) -> Iterator[list[str]]:
+    ids = list(dict.fromkeys(job_ids))
+    return (ids[start : start + ID_BATCH] for start in range(0, len(ids), ID_BATCH))
+
+
+def states(job_ids: Iterable[str]) -> list[JobState]:
+    """The folds of those of `job_ids` that exist."""
+    batches = (
+        Job.objects.filter(pk__in=ids).values_list("state", flat=True) for ids in _batches(job_ids)
+    )
+    return [job_from_wire(wire) for rows in batches for wire in rows]
+
+
+def statuses(job_ids: Iterable[str]) -> dict[str, str]:
+    """job id -> status of those of `job_ids` that exist."""
+    return dict(Job.objects.filter(pk__in=list(job_ids)).values_list("id", "status"))
+
+
+def objective_jobs(
+    objective_id: str, *, active_only: bool = False, limit: int = 200
+) -> list[JobState]:
+    """The objective's jobs (only the active ones with `active_only`), newest first."""
+    rows = Job.objects.filter(objective_id=objective_id)
+    if active_only:
+        rows = rows.filter(status__in=ACTIVE_STATUSES)
+    wires = rows.order_by("-created_at", "-id").values_list("state", flat=True)[:limit]
+    return [job_from_wire(wire) for wire in wires]
+
+
+def active_objective_job_ids(objective_id: str, *, kind: str | None = None) -> list[str]:
+    """The ids of the objective's active jobs (only those of `kind`, if given), oldest first."""
+    rows = Job.objects.filter(objective_id=objective_id, status__in=ACTIVE_STATUSES)
+    if kind is not None:
+        rows = rows.filter(kind=kind)
+    return list(rows.order_by("created_at", "id").values_list("id", flat=True))
+
+
+def count_by_objective(objective_ids: Iterable[str], *, kind: str, status: str) -> dict[str, int]:
+    """objective id -> how many of its jobs of `kind` are in `status` (one query)."""
+    ids = list(objective_ids)
+    if not ids:
+        return {}
+    rows = (
+        Job.objects.filter(objective_id__in=ids, kind=kind, status=status)
+        .values("objective_id")
+        .annotate(n=Count("id"))
+        .values_list("objective_id", "n")
+    )
+    return dict(rows)
+
+
+def canceled_by(job_ids: Iterable[str]) -> dict[str, str | None]:
+    """job id -> the `by` of its `job.canceled` receipt, which the job fold does not keep
+    (it names who canceled a job while it was queued, J-10)."""
+    found: dict[str, str | None] = {}
+    for ids in _batches(job_ids):
+        streams = {job_stream(job_id): job_id for job_id in ids}
+        rows = ReceiptRow.objects.filter(stream__in=list(streams), event_type=JOB_CANCELED)
+        for stream, body in rows.values_list("stream", "body"):
+            found[streams[stream]] = body.get("by") if isinstance(body, dict) else None
+    return found

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from jobs import selectors as job_selectors
 from jobs.core.state import JobState
 from jobs.presenters import job_json
 from objectives import selectors
@@ -118,13 +119,11 @@ def live_status(state: ObjectiveState) -> dict[str, Any]:
     job_id = current.open_run.job_id if current and current.open_run else None
     progress_at, stdout, stderr = None, None, None
     if job_id:
-        last = selectors.last_progress(job_id)
+        last = job_selectors.last_progress(job_id)
         if last is not None:
-            progress_at, stdout, stderr = (
-                last[0],
-                last[1].get("stdoutTail"),
-                last[1].get("stderrTail"),
-            )
+            report = last.report if isinstance(last.report, dict) else {}
+            progress_at, stdout = last.at, report.get("stdoutTail")
+            stderr = report.get("stderrTail")
         elif current and current.last_checkpoint:
             point = current.last_checkpoint
             progress_at, stdout, stderr = point.at, point.stdout_tail, point.stderr_tail

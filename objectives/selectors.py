@@ -1,4 +1,5 @@
-"""Reads of Factory's read models: objectives (summary rows), their jobs and progress.
+"""Reads of Factory's read models: objectives (summary rows) and, through `jobs.selectors`,
+the jobs they spawned.
 
 Organization isolation (Q-2) is a parameter of every read: an organization-bound caller
 passes its organization and sees nothing else, reported like a missing objective.
@@ -7,23 +8,19 @@ passes its organization and sees nothing else, reported like a missing objective
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 from django.conf import settings
-from django.db.models import Count, Exists, OuterRef
+from django.db.models import Exists, OuterRef
 
+from jobs import selectors as job_selectors
 from jobs.core.state import JobState
 from jobs.core.timing import TimingSettings
-from jobs.core.vocabulary import ACTIVE_STATUSES
-from jobs.core.wire import job_from_wire
-from jobs.models import Job
 from objectives.core.board import SECTION_KEYS
 from objectives.core.facts import JobFact, Staleness
 from objectives.core.state import ObjectiveState, objective_from_wire
 from objectives.core.vocabulary import KIND_TASK_RUN, TERMINAL_OBJECTIVE_STATUSES
 from objectives.errors import ObjectiveNotFound
 from objectives.models import ObjectiveSummary
-from receipts.models import Receipt as ReceiptRow
 
 BOARD_LIMIT = 100
 
@@ -90,47 +87,29 @@ def fact_of(job: JobState, *, canceled_by: str | None = None) -> JobFact:
 
 def _facts(jobs: list[JobState]) -> list[JobFact]:
     """Facts of `jobs`; one extra query names who canceled any queued-canceled ones."""
-    unnamed = [
+    by = job_selectors.canceled_by(
         j.job_id
         for j in jobs
         if j.status == "canceled" and not any(c.command == "abort" for c in j.commands)
-    ]
-    by: dict[str, str | None] = {}
-    if unnamed:
-        rows = ReceiptRow.objects.filter(
-            stream__in=[f"jobs/{i}" for i in unnamed], event_type="job.canceled"
-        ).values_list("stream", "body")
-        by = {
-            stream[len("jobs/") :]: body.get("by") if isinstance(body, dict) else None
-            for stream, body in rows
-        }
+    )
     return [fact_of(job, canceled_by=by.get(job.job_id)) for job in jobs]
 
 
 def job_facts(job_ids: Iterable[str]) -> dict[str, JobFact]:
-    ids = list(dict.fromkeys(job_ids))
-    facts: dict[str, JobFact] = {}
-    for start in range(0, len(ids), 500):
-        rows = Job.objects.filter(pk__in=ids[start : start + 500]).values_list("state", flat=True)
-        for fact in _facts([job_from_wire(wire) for wire in rows]):
-            facts[fact.job_id] = fact
-    return facts
+    return {fact.job_id: fact for fact in _facts(job_selectors.states(job_ids))}
 
 
 def active_job_facts(objective_id: str) -> list[JobFact]:
-    rows = Job.objects.filter(objective_id=objective_id, status__in=ACTIVE_STATUSES).values_list(
-        "state", flat=True
-    )[:500]
-    return [fact_of(job_from_wire(wire)) for wire in rows]
+    jobs = job_selectors.objective_jobs(objective_id, active_only=True, limit=500)
+    return [fact_of(job) for job in jobs]
 
 
 def objective_jobs(objective_id: str, *, limit: int = 200) -> list[JobState]:
-    rows = (
-        Job.objects.filter(objective_id=objective_id)
-        .order_by("-created_at", "-id")
-        .values_list("state", flat=True)[:limit]
-    )
-    return [job_from_wire(wire) for wire in rows]
+    return job_selectors.objective_jobs(objective_id, limit=limit)
+
+
+def active_task_jobs(objective_id: str) -> list[str]:
+    return job_selectors.active_objective_job_ids(objective_id, kind=KIND_TASK_RUN)
 
 
 def held_slots() -> int:
@@ -160,16 +139,7 @@ def board(
 
 def queued_task_jobs(objective_ids: Iterable[str]) -> dict[str, int]:
     """Per objective, how many of its task jobs wait in the queue (U-5: shown `queued`)."""
-    ids = list(objective_ids)
-    if not ids:
-        return {}
-    rows = (
-        Job.objects.filter(objective_id__in=ids, kind=KIND_TASK_RUN, status="queued")
-        .values("objective_id")
-        .annotate(n=Count("id"))
-        .values_list("objective_id", "n")
-    )
-    return {objective_id: n for objective_id, n in rows}
+    return job_selectors.count_by_objective(objective_ids, kind=KIND_TASK_RUN, status="queued")
 
 
 def open_run_statuses(state: ObjectiveState) -> dict[str, str]:
@@ -177,18 +147,4 @@ def open_run_statuses(state: ObjectiveState) -> dict[str, str]:
     ids = [t.open_run.job_id for t in state.tasks if t.open_run is not None]
     if not ids or state.is_terminal:
         return {}
-    return dict(Job.objects.filter(pk__in=ids).values_list("id", "status"))
-
-
-def last_progress(job_id: str) -> tuple[int, dict[str, Any]] | None:
-    """(ts, progress) of the job's latest `job.progress` receipt."""
-    row = (
-        ReceiptRow.objects.filter(stream=f"jobs/{job_id}", event_type="job.progress")
-        .order_by("-stream_seq")
-        .values_list("ts", "body")
-        .first()
-    )
-    if row is None:
-        return None
-    progress = row[1].get("progress") if isinstance(row[1], dict) else None
-    return row[0], progress if isinstance(progress, dict) else {}
+    return job_selectors.statuses(ids)

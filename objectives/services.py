@@ -27,21 +27,24 @@ from django.conf import settings
 from django.db import transaction
 
 from jobs import queue
-from jobs.core.vocabulary import ACTIVE_STATUSES
+from jobs import selectors as job_selectors
+from jobs.core.state import JobState
 from jobs.errors import JobNotFound, JobTerminal
-from jobs.models import Job
 from objectives import selectors
+from objectives.core import reports
 from objectives.core import vocabulary as v
-from objectives.core.control import Abort, Effect, Enqueue
+from objectives.core.control import Abort, Effect, Enqueue, control_requested
 from objectives.core.dag import PlanError, validate_plan
 from objectives.core.intake import IntakeError, read_input
 from objectives.core.reducer import apply
+from objectives.core.reports import CommandRun
 from objectives.core.state import ObjectiveState
 from objectives.core.wire import to_wire
 from objectives.errors import InvalidAction, ObjectiveContention, ObjectiveNotFound
 from objectives.projector import CACHE_KEY
 from observability.logs import log_event
 from receipts import store
+from receipts.clock import now_ms as wall_clock_ms
 from receipts.errors import ExpectedPrevMismatch
 
 logger = logging.getLogger("receipt.objectives")
@@ -187,17 +190,8 @@ def control_request_events(
         waiting = [r for r in state.pending_requests if not _started(r.job_id)]
         if waiting:
             return [], waiting[-1].job_id
-    number = state.control_requests_total + 1
-    job_id = v.control_job_id(state.objective_id, number)
-    body: dict[str, Any] = {
-        "type": v.CONTROL_REQUESTED,
-        "requestId": number,
-        "jobId": job_id,
-        "reason": reason,
-    }
-    if source:
-        body["source"] = source
-    return [body], job_id
+    body = control_requested(state.objective_id, state.control_requests_total + 1, reason, source)
+    return [body], body["jobId"]
 
 
 def request_control(
@@ -307,12 +301,7 @@ def create(
         "createdBy": by,
         "sourceJobId": source_job_id,
     }
-    request = {
-        "type": v.CONTROL_REQUESTED,
-        "requestId": 1,
-        "jobId": v.control_job_id(objective_id, 1),
-        "reason": "created",
-    }
+    request = control_requested(objective_id, 1, "created", None)
 
     def decide(state: ObjectiveState | None) -> Mutation | None:
         if state is not None:
@@ -466,7 +455,7 @@ def cancel(
     )
     aborted = [
         job_id
-        for job_id in _active_jobs(objective_id)
+        for job_id in job_selectors.active_objective_job_ids(objective_id)
         if job_id != spare_job_id and abort_job(job_id, reason=STOPPED_BY_USER, by=by)
     ]
 
@@ -479,14 +468,6 @@ def cancel(
 
     written = mutate(objective_id, decide, actor=by)
     return written.state or require(objective_id)
-
-
-def _active_jobs(objective_id: str) -> list[str]:
-    return list(
-        Job.objects.filter(objective_id=objective_id, status__in=ACTIVE_STATUSES)
-        .order_by("created_at")
-        .values_list("id", flat=True)
-    )
 
 
 def workspace(objective_id: str) -> Path:
@@ -547,14 +528,6 @@ def job_command(
     return sent
 
 
-def active_task_jobs(objective_id: str) -> list[str]:
-    return list(
-        Job.objects.filter(
-            objective_id=objective_id, status__in=ACTIVE_STATUSES, kind=v.KIND_TASK_RUN
-        ).values_list("id", flat=True)
-    )
-
-
 # ---- facts reported by Factory's own jobs -----------------------------------------------------
 
 
@@ -571,36 +544,67 @@ def job_settled(
     return request_control(objective_id, reason, source=job_id, events=events)
 
 
-def record(
-    objective_id: str,
-    body: dict[str, Any],
-    *,
-    when: Callable[[ObjectiveState], bool],
-    actor: str | None = None,
-    job_id: str | None = None,
+def _report(objective_id: str, body: dict[str, Any], *, job_id: str) -> bool:
+    """Compare-and-append a job's report while it still applies; True when appended."""
+
+    def decide(state: ObjectiveState | None) -> Mutation:
+        applies = state is not None and reports.applies(state, body)
+        return Mutation([body] if applies else [], result=applies)
+
+    return bool(mutate(objective_id, decide, job_id=job_id).result)
+
+
+def task_checkpointed(
+    objective_id: str, task_id: str, task_job: JobState, *, monitor_job_id: str
 ) -> bool:
-    """Append `body` if `when(state)` holds on the head (handlers' own facts: checkpoints,
-    integration results). True when it was appended."""
-
-    def decide(state: ObjectiveState | None) -> Mutation | None:
-        if state is None or not when(state):
-            return Mutation([], result=False)
-        return Mutation([body], result=True)
-
-    return bool(mutate(objective_id, decide, actor=actor, job_id=job_id).result)
-
-
-def append_at(
-    objective_id: str, body: dict[str, Any], *, head: str | None, job_id: str | None = None
-) -> None:
-    """Append on exactly `head` (raises ExpectedPrevMismatch when it moved)."""
-    state = selectors.get(objective_id)
-    store.append(
-        v.objective_stream(objective_id),
-        body,
-        expected_prev=head,
-        context=_context(state, objective_id, [body], None, job_id),
+    """A monitor's `monitor.checkpoint` on a run of the objective's task (O-9)."""
+    last = job_selectors.last_progress(task_job.job_id)
+    body = reports.checkpoint(
+        task_id,
+        selectors.fact_of(task_job),
+        monitor_job_id=monitor_job_id,
+        progress_at=last.at if last else None,
+        progress=last.report if last else None,
+        now_ms=wall_clock_ms(),
+        staleness=selectors.staleness(),
     )
+    return _report(objective_id, body, job_id=monitor_job_id)
+
+
+def validation_started(objective_id: str, job_id: str, checks: list[str]) -> bool:
+    return _report(objective_id, reports.validating(job_id, checks), job_id=job_id)
+
+
+def validated(objective_id: str, job_id: str, results: list[dict[str, Any]]) -> bool:
+    return _report(objective_id, reports.validated(job_id, results), job_id=job_id)
+
+
+def validation_failed(
+    objective_id: str, job_id: str, run: CommandRun, results: list[dict[str, Any]]
+) -> bool:
+    return _report(objective_id, reports.validation_failed(job_id, run, results), job_id=job_id)
+
+
+def publish_finished(objective_id: str, job_id: str, run: CommandRun | None) -> str | None:
+    """The publish job's verdict (O-13): the receipt type recorded, None if superseded."""
+    body = reports.publish_verdict(job_id, run)
+    return str(body["type"]) if _report(objective_id, body, job_id=job_id) else None
+
+
+def audit_recorded(
+    objective_id: str, job_id: str, *, summary: dict[str, Any], artifact: str, head: str | None
+) -> bool:
+    """O-10: appended on exactly the `head` the audit read. If that moved, the audit is
+    recorded superseded and control asked for another round instead: False."""
+    body = reports.audit_recorded(job_id, summary=summary, artifact=artifact, head=head)
+    context = _context(selectors.get(objective_id), objective_id, [body], None, job_id)
+    try:
+        store.append(v.objective_stream(objective_id), body, expected_prev=head, context=context)
+        return True
+    except ExpectedPrevMismatch:
+        _report(objective_id, reports.audit_superseded(job_id), job_id=job_id)
+        request_control(objective_id, "audit_superseded", source=job_id)
+        return False
 
 
 def release_slots() -> list[str]:

@@ -111,6 +111,13 @@ def needs_slot(state: ObjectiveState) -> bool:
     )
 
 
+def control_requested(objective_id: str, number: int, reason: str, source: str | None) -> Body:
+    """`objective.control.enqueue.requested`: the outbox receipt of request `number` (O-8)."""
+    body = {"type": v.CONTROL_REQUESTED, "requestId": number, "reason": reason}
+    body["jobId"] = v.control_job_id(objective_id, number)
+    return {**body, "source": source} if source else body
+
+
 def decide(inp: PassInput) -> PassPlan:
     run = _Pass(inp=inp, state=inp.state)
     pending = [r.id for r in inp.state.pending_requests]

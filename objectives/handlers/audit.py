@@ -22,7 +22,6 @@ from objectives import selectors, services
 from objectives.core import vocabulary as v
 from objectives.core.state import ObjectiveState
 from receipts import store
-from receipts.errors import ExpectedPrevMismatch
 
 MAX_JOBS = 5_000
 
@@ -97,22 +96,8 @@ def handle(job: JobState, ctx: HandlerContext) -> JobResult:
     jobs = selectors.objective_jobs(state.objective_id, limit=MAX_JOBS)
     summary = summarize(state, jobs, verify_all(state.objective_id, jobs))
     path = _artifact(state.objective_id, job.job_id, {"summary": summary, "head": head})
-    body = {
-        "type": v.AUDIT_RECORDED,
-        "jobId": job.job_id,
-        "summary": summary,
-        "artifact": str(path),
-        "head": head,
-    }
-    try:
-        services.append_at(state.objective_id, body, head=head, job_id=job.job_id)
-    except ExpectedPrevMismatch:
-        services.record(
-            state.objective_id,
-            {"type": v.AUDIT_SUPERSEDED, "jobId": job.job_id},
-            when=lambda s: s.audit.job_id == job.job_id and s.audit.status == "requested",
-            job_id=job.job_id,
-        )
-        services.request_control(state.objective_id, "audit_superseded", source=job.job_id)
+    if not services.audit_recorded(
+        state.objective_id, job.job_id, summary=summary, artifact=str(path), head=head
+    ):
         return JobResult.success({"status": "superseded"})
     return JobResult.success({"status": "recorded", "summary": summary, "artifact": str(path)})

@@ -9,19 +9,20 @@
 - `factory.integration.publish`: runs the objective's publish command if it has one and
   records `integration.promoted` (or `integration.publish.failed`).
 Integration receipts are compare-and-appended only while this job is still the one the
-objective waits for, so a superseded job's late verdict is inert.
+objective waits for (`objectives.core.reports.applies`), so a superseded job's late
+verdict is inert.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Any
 
 from jobs.core.state import JobState
 from jobs.runtime.context import HandlerContext, JobResult
 from objectives import processes, selectors, services
-from objectives.core import vocabulary as v
+from objectives.core import reports
+from objectives.core.reports import CommandRun
 from objectives.core.state import ObjectiveState
 from objectives.executors import TaskRequest, executor_for, progress_reporter, timeout_s_for
 
@@ -61,22 +62,6 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)[:60] or "check"
 
 
-def _still_current(
-    job_id: str, statuses: tuple[str, ...], *, field: str = "validate_job_id"
-) -> Callable[[ObjectiveState], bool]:
-    """True while the objective still waits for this job's verdict."""
-
-    def check(state: ObjectiveState) -> bool:
-        integration = state.integration
-        return (
-            not state.is_terminal
-            and getattr(integration, field) == job_id
-            and integration.status in statuses
-        )
-
-    return check
-
-
 def _run(
     state: ObjectiveState,
     job: JobState,
@@ -84,7 +69,8 @@ def _run(
     name: str,
     command: str,
     timeout_ms: int | None,
-) -> processes.ProcessResult:
+) -> CommandRun | None:
+    """Run `command` in the objective's workspace; None when the job was aborted."""
     art = services.workspace(state.objective_id) / "artifacts" / "integration" / job.job_id
     workspace = services.workspace(state.objective_id)
     workspace.mkdir(parents=True, exist_ok=True)
@@ -95,7 +81,7 @@ def _run(
             "RECEIPT_JOB_ID": job.job_id,
         }
     )
-    return processes.run(
+    ran = processes.run(
         command,
         cwd=workspace,
         env=env,
@@ -105,11 +91,17 @@ def _run(
         stderr_path=art / f"{_slug(name)}.stderr.log",
         on_output=progress_reporter(ctx, check=name),
     )
-
-
-def _tail(ran: processes.ProcessResult) -> str:
-    text = (ran.stderr_tail.strip() + "\n" + ran.stdout_tail.strip()).strip()
-    return text[-OUTPUT_TAIL:]
+    if ran.aborted:
+        return None
+    tail = (ran.stderr_tail.strip() + "\n" + ran.stdout_tail.strip()).strip()
+    return CommandRun(
+        name=name,
+        command=command,
+        exit_code=ran.exit_code,
+        timed_out=ran.timed_out,
+        duration_ms=ran.duration_ms,
+        output_tail=tail[-OUTPUT_TAIL:],
+    )
 
 
 def validate(job: JobState, ctx: HandlerContext) -> JobResult:
@@ -117,57 +109,20 @@ def validate(job: JobState, ctx: HandlerContext) -> JobResult:
     if state is None:
         return JobResult.failure("objective not found", no_retry=True)
     oid = state.objective_id
-    if not services.record(
-        oid,
-        {
-            "type": v.INTEGRATION_VALIDATING,
-            "jobId": job.job_id,
-            "checks": [c.name for c in state.checks],
-        },
-        when=_still_current(job.job_id, ("requested",)),
-        job_id=job.job_id,
-    ):
+    if not services.validation_started(oid, job.job_id, [c.name for c in state.checks]):
         current = selectors.get(oid)
         if current is None or current.integration.validate_job_id != job.job_id:
             return JobResult.success({"status": "superseded"})
     results: list[dict[str, Any]] = []
     for check in state.checks:
-        ran = _run(state, job, ctx, check.name, check.command, check.timeout_ms)
-        if ran.aborted:
+        run = _run(state, job, ctx, check.name, check.command, check.timeout_ms)
+        if run is None:
             return JobResult.failure(f"validation stopped: {ctx.abort_reason or 'aborted'}")
-        results.append(
-            {
-                "name": check.name,
-                "exitCode": ran.exit_code,
-                "timedOut": ran.timed_out,
-                "durationMs": ran.duration_ms,
-                "outputTail": _tail(ran)[-500:],
-            }
-        )
-        if ran.exit_code != 0:
-            why = "timed out" if ran.timed_out else f"exit {ran.exit_code}"
-            body = {
-                "type": v.INTEGRATION_VALIDATION_FAILED,
-                "jobId": job.job_id,
-                "check": check.name,
-                "exitCode": ran.exit_code,
-                "outputTail": _tail(ran),
-                "reason": f"check {check.name} failed ({why}): {_tail(ran)}",
-                "results": results,
-            }
-            services.record(
-                oid,
-                body,
-                when=_still_current(job.job_id, ("requested", "validating")),
-                job_id=job.job_id,
-            )
+        results.append(reports.check_result(run))
+        if run.exit_code != 0:
+            services.validation_failed(oid, job.job_id, run, results)
             return JobResult.success({"status": "failed", "check": check.name, "results": results})
-    services.record(
-        oid,
-        {"type": v.INTEGRATION_VALIDATED, "jobId": job.job_id, "results": results},
-        when=_still_current(job.job_id, ("requested", "validating")),
-        job_id=job.job_id,
-    )
+    services.validated(oid, job.job_id, results)
     return JobResult.success({"status": "validated", "results": results})
 
 
@@ -175,37 +130,10 @@ def publish(job: JobState, ctx: HandlerContext) -> JobResult:
     state, _ = _objective(job)
     if state is None:
         return JobResult.failure("objective not found", no_retry=True)
-    current = _still_current(job.job_id, ("publish_requested",), field="publish_job_id")
-    command = state.publish_command
-    if command is None:
-        body: dict[str, Any] = {
-            "type": v.INTEGRATION_PROMOTED,
-            "jobId": job.job_id,
-            "command": None,
-            "exitCode": None,
-            "outputTail": None,
-        }
-    else:
-        ran = _run(state, job, ctx, "publish", command, None)
-        if ran.aborted:
+    run = None
+    if state.publish_command is not None:
+        run = _run(state, job, ctx, "publish", state.publish_command, None)
+        if run is None:
             return JobResult.failure(f"publication stopped: {ctx.abort_reason or 'aborted'}")
-        if ran.exit_code == 0:
-            body = {
-                "type": v.INTEGRATION_PROMOTED,
-                "jobId": job.job_id,
-                "command": command,
-                "exitCode": 0,
-                "outputTail": _tail(ran),
-            }
-        else:
-            why = "timed out" if ran.timed_out else f"exit {ran.exit_code}"
-            body = {
-                "type": v.PUBLISH_FAILED,
-                "jobId": job.job_id,
-                "command": command,
-                "exitCode": ran.exit_code,
-                "outputTail": _tail(ran),
-                "reason": f"publish command failed ({why}): {_tail(ran)}",
-            }
-    recorded = services.record(state.objective_id, body, when=current, job_id=job.job_id)
-    return JobResult.success({"status": body["type"] if recorded else "superseded"})
+    recorded = services.publish_finished(state.objective_id, job.job_id, run)
+    return JobResult.success({"status": recorded or "superseded"})

@@ -15,7 +15,7 @@ from typing import Any
 from jobs.core.state import JobState
 from jobs.errors import JobsError
 from jobs.runtime.context import HandlerContext, JobResult
-from objectives import services
+from objectives import selectors, services
 from objectives.core.intake import CREATE_KEYS
 from objectives.errors import InvalidAction, ObjectivesError
 
@@ -73,7 +73,7 @@ def _command(kind: str) -> Callable[[JobState, dict[str, Any]], Result]:
         body = payload.get("payload")
         if body is None:
             body = {"message": payload.get("message")}
-        targets = job_ids or services.active_task_jobs(oid)
+        targets = job_ids or selectors.active_task_jobs(oid)
         if not targets:  # nothing running: the message reaches the objective instead
             message = body.get("message") if isinstance(body, dict) else None
             state = services.react(

@@ -17,42 +17,10 @@ from django.conf import settings
 from jobs import queue
 from jobs.core.state import JobState
 from jobs.runtime.context import HandlerContext, JobResult
-from objectives import selectors, services
-from objectives.core import vocabulary as v
-from objectives.core.facts import liveness
-from objectives.core.state import ObjectiveState
-from receipts.clock import now_ms as wall_clock_ms
+from objectives import services
 
 MISSING_GRACE_S = 60.0
 HANDOVER_MARGIN_S = 2.0  # time left for the last checkpoint and the handover itself
-
-
-def checkpoint(objective_id: str, task_id: str, task_job: JobState, monitor_job_id: str) -> bool:
-    now = wall_clock_ms()
-    last = selectors.last_progress(task_job.job_id)
-    progress: dict[str, Any] = last[1] if last else {}
-    body = {
-        "type": v.MONITOR_CHECKPOINT,
-        "taskId": task_id,
-        "jobId": task_job.job_id,
-        "monitorJobId": monitor_job_id,
-        "liveness": liveness(selectors.fact_of(task_job), now, selectors.staleness()),
-        "jobStatus": task_job.status,
-        "attempt": task_job.attempt,
-        "lastProgressAt": last[0] if last else None,
-        "stdoutTail": (progress.get("stdoutTail") or "")[-1000:] or None,
-        "stderrTail": (progress.get("stderrTail") or "")[-1000:] or None,
-    }
-
-    def ours(state: ObjectiveState) -> bool:
-        task = state.task(task_id)
-        return (
-            not state.is_terminal
-            and task is not None
-            and any(r.job_id == task_job.job_id for r in task.runs)
-        )
-
-    return services.record(objective_id, body, when=ours, job_id=monitor_job_id)
 
 
 def handle(job: JobState, ctx: HandlerContext) -> JobResult:
@@ -71,7 +39,9 @@ def handle(job: JobState, ctx: HandlerContext) -> JobResult:
             if waited > MISSING_GRACE_S:
                 return JobResult.success({"status": "missing", "checkpoints": checkpoints})
         elif task_job.status != "queued":
-            checkpoints += checkpoint(objective_id, task_id, task_job, job.job_id)
+            checkpoints += services.task_checkpointed(
+                objective_id, task_id, task_job, monitor_job_id=job.job_id
+            )
             if task_job.is_terminal:
                 return JobResult.success(
                     {
