@@ -3,12 +3,15 @@
     .venv/bin/python bench/scale.py                      # 1k, 100k, 1m (builds what is missing)
     .venv/bin/python bench/scale.py --sizes 1k,100k      # limit the sizes
     .venv/bin/python bench/scale.py --sizes 1m --build-only
+    .venv/bin/python bench/scale.py --sizes 1k,250k --scenarios queue   # a deep backlog
     .venv/bin/python bench/scale.py --rebuild            # rebuild the stores even if present
     .venv/bin/python bench/scale.py --report bench/results/scale-<stamp>.jsonl
 
-Per size two stores, each its own database on --server (default
-postgres://root@127.0.0.1:5432/): `receipt_scale_<size>` (settled and active jobs) and
-`receipt_scale_<size>_backlog` (40 % of the jobs queued, no workers). They are built by
+Per size up to three stores, each its own database on --server (default
+postgres://root@127.0.0.1:5432/): `receipt_scale_<size>` (settled and active jobs),
+`receipt_scale_<size>_backlog` (40 % of the jobs queued, no workers) and, with
+`--scenarios queue`, `receipt_scale_<size>_queue` (80 % queued: a deep backlog that is cheap
+to build, 200k queued at 250k). They are built by
 bench/scale_data.py (real sealing, real fold and `row_for`, COPY, ANALYZE) and reused:
 the build is skipped when the database holds the right number of jobs and streams.
 
@@ -40,8 +43,9 @@ ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SIZES = {"1k": 1_000, "100k": 100_000, "1m": 1_000_000}
-SCENARIOS = ("mixed", "backlog")
+SIZES = {"1k": 1_000, "100k": 100_000, "250k": 250_000, "1m": 1_000_000}
+SCENARIOS = ("mixed", "backlog", "queue")
+SEEDS = {"mixed": 0, "backlog": 7, "queue": 11}
 TARGET = 1.5
 ROW_MARK = b'name="_selected_action"'
 CHUNK_JOBS = 2_000
@@ -53,7 +57,7 @@ def log(*parts: Any) -> None:
 
 
 def db_url(server: str, size: str, scenario: str) -> str:
-    name = f"receipt_scale_{size}" + ("" if scenario == "mixed" else "_backlog")
+    name = f"receipt_scale_{size}" + ("" if scenario == "mixed" else f"_{scenario}")
     return server.rstrip("/") + "/" + name
 
 
@@ -107,7 +111,7 @@ def build(n: int, scenario: str, workers: int) -> dict[str, Any]:
     started = time.monotonic()
     now = int(time.time() * 1000)
     reset()
-    plan = scale_data.plan(n, scenario, now, SEED + (0 if scenario == "mixed" else 7))
+    plan = scale_data.plan(n, scenario, now, SEED + SEEDS[scenario])
     drops, creates_c, creates_i = _secondary_ddl()
     for statement in drops:
         sql(statement)
@@ -238,8 +242,14 @@ class Bench:
             f"foreign {record['foreign_cpu_cores']})"
         )
 
-    def get(self, url: str) -> Callable[[], Any]:
+    def get(self, url: str, uncached: bool = False) -> Callable[[], Any]:
         def call() -> Any:
+            if uncached:  # the per-process caches of /healthz and dashboard.json: time the work
+                from jobs import dashboard
+                from receipt_site import health
+
+                dashboard.reset_shared()
+                health.reset_queue_cache()
             response = self.client.get(url)
             if response.status_code != 200:
                 raise RuntimeError(f"GET {url}: {response.status_code}")
@@ -433,8 +443,10 @@ def measure(size: str, scenario: str, runs: int, out: Any) -> None:
         fig("GET /jobs/<id>/diagnosis (queued)", get(f"/jobs/{pick['queued']}/diagnosis"))
         fig("admin dashboard", get(f"{admin}dashboard/"))
         fig("admin dashboard.json", get(f"{admin}dashboard.json"))
+        fig("admin dashboard.json, uncached", get(f"{admin}dashboard.json", uncached=True))
         fig("GET /metrics", get("/metrics"))
         fig("GET /healthz", get("/healthz"))
+        fig("GET /healthz, uncached", get("/healthz", uncached=True))
         seen = set()
         for loop in maintenance_loops(settings.RECEIPT, "all"):
             if loop.name in seen:
@@ -487,8 +499,11 @@ def measure(size: str, scenario: str, runs: int, out: Any) -> None:
         fig("GET /jobs keyset, per page (50 deep)", keyset(""), per=lambda: fetched["pages"])
         fig("GET /jobs/<id> (queued)", get(f"/jobs/{pick['queued']}"))
         fig("GET /jobs/<id>/diagnosis (queued)", get(f"/jobs/{pick['queued']}/diagnosis"))
+        fig("admin dashboard", get(f"{admin}dashboard/"))
         fig("admin dashboard.json", get(f"{admin}dashboard.json"))
+        fig("admin dashboard.json, uncached", get(f"{admin}dashboard.json", uncached=True))
         fig("GET /metrics", get("/metrics"))
+        fig("GET /healthz, uncached", get("/healthz", uncached=True))
         for loop in maintenance_loops(settings.RECEIPT, "all"):
             if loop.name in ("queued_redrive", "lease_expiry", "promise_sweep"):
                 fig(f"loop pass: {loop.name}", rolled_back(loop.run))
@@ -680,6 +695,7 @@ def report(path: Path, server: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="1k,100k,1m")
+    parser.add_argument("--scenarios", default="mixed,backlog", help="of mixed, backlog, queue")
     parser.add_argument("--server", default="postgres://root@127.0.0.1:5432/")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--rebuild", action="store_true")
@@ -713,11 +729,14 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown sizes {unknown}; choose from {', '.join(SIZES)}")
     sizes = sorted(sizes, key=SIZES.get)
+    scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
+    if set(scenarios) - set(SCENARIOS):
+        parser.error(f"unknown scenarios {scenarios}; choose from {', '.join(SCENARIOS)}")
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = RESULTS / f"scale-{stamp}.jsonl"
     for size in sizes:
-        for scenario in SCENARIOS:
+        for scenario in scenarios:
             command = [
                 sys.executable,
                 __file__,

@@ -15,6 +15,8 @@ Two scenarios:
   reports on some; one driver promise per job.
 - `backlog`: a queue without workers: 40 % of the jobs queued (one receipt each, their
   driver promise timed out), the rest settled history as in `mixed`.
+- `queue`: a deep backlog, cheap to build: 80 % of the jobs queued as in `backlog`, the
+  rest settled (at 250k jobs: 200k queued).
 """
 
 from __future__ import annotations
@@ -63,6 +65,14 @@ BACKLOG = (
     ("canceled", 30),
     ("queued", 400),
 )
+QUEUE = (
+    ("completed", 150),
+    ("failed", 20),
+    ("retry_completed", 10),
+    ("canceled", 20),
+    ("queued", 800),
+)
+MIXES = {"mixed": MIXED, "backlog": BACKLOG, "queue": QUEUE}
 ACTIVE = frozenset({"queued", "queued_retry", "leased", "running"})
 
 
@@ -73,7 +83,7 @@ def _pick(rng: random.Random, table: tuple) -> Any:
 def plan(n: int, scenario: str, now: int, seed: int) -> list[tuple[int, str]]:
     """(created_at, outcome) per job, in created order (the table fills in time order)."""
     rng = random.Random(seed)
-    table = MIXED if scenario == "mixed" else BACKLOG
+    table = MIXES[scenario]
     out = []
     for _ in range(n):
         outcome = _pick(rng, table)
@@ -472,7 +482,7 @@ def build_chunk(args: tuple[int, list[tuple[int, str]], int, int, str, int]) -> 
         # the job's driver promise (D-1)
         driver_timeout = created + max(lease_ms, 60_000) * 2
         if state.status == "queued":
-            if scenario == "backlog" or outcome == "queued_retry":
+            if scenario != "mixed" or outcome == "queued_retry":
                 pstate, settled = "timedout", None
             else:
                 pstate, settled = "pending", None

@@ -1,21 +1,26 @@
 """Selectors for the operator dashboard (U-6): one JSON snapshot of the queue and runtime.
 
-Every query stays on an index at any table size: no full-table COUNT anywhere.
+Every query reads a bounded number of index entries at any table size or queue length:
 
-- Queue depth is one GROUP BY over the active statuses only (`job_status_newest`);
-  the active set is the queue, small next to the history.
+- Queue depth is one probe per (status, lane, routed group) cell of `job_active_cells`,
+  each count stopped at `counts.CELL_CAP` + 1 (`jobs.counts.active_cells`); a cell that
+  reached it reads "100+", and any sum it feeds reads "N+" (at least N). Active jobs by
+  status are counted apart, up to `counts.STATUS_CAP` ("1,000+") each.
+- The oldest queued job per lane (id and enqueue time) comes from the same statement:
+  the first entry of each queued cell.
 - Terminal jobs are counted only inside the last hour, by `updated_at` range under
   each terminal status (`job_status_updated`). `updated_at` is the ts of a job's last
   receipt, which for a settled job is its settlement (later receipts are rare and inert).
-- The oldest queued job per lane comes from the depth query (MIN(created_at)); its id
-  is one equality lookup on (status, created_at) per lane.
+  These grow with the last hour's throughput, not with the stored history.
 - The last hour's chart is one more GROUP BY on the same range, by minute of
   `updated_at` and terminal status.
 - Capacity per worker group adds no job query: busy and queued come from the depth
   cells, slots from the live rows of the worker registry.
 
 The snapshot is plain JSON (camelCase, ms since epoch) so the admin's live refresh and
-any `/healthz`-like consumer can share it. This module reads; it never writes.
+any `/healthz`-like consumer can share it. A bounded count carries its value (`count`,
+at least that many when `capped`) and the text to show (`shown`). This module reads; it
+never writes.
 """
 
 from __future__ import annotations
@@ -26,9 +31,9 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
-from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Min, Q
+from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Q
 
-from jobs import callback_records
+from jobs import callback_records, counts
 from jobs.core.contracts import WORKER_GROUPS
 from jobs.core.diagnosis import slot_state
 from jobs.core.vocabulary import ACTIVE_STATUSES, LANES, STATUSES, TERMINAL_STATUSES
@@ -44,29 +49,24 @@ TERMINAL_ORDER = tuple(s for s in STATUSES if s in TERMINAL_STATUSES)
 
 
 def queue_depth(*, now_ms: int) -> dict[str, Any]:
-    """Active jobs by status x lane x routed group, totals, and the oldest queued per lane."""
-    rows = (
-        Job.objects.filter(status__in=ACTIVE_ORDER)
-        .order_by()
-        .values("status", "lane", "worker_group")
-        .annotate(count=Count("id"), oldest=Min("created_at"))
-    )
+    """Active jobs by status x lane x routed group and by status (each counted up to its
+    cap), their total, and the oldest queued job per lane."""
+    found = counts.active_cells()
+    totals = counts.by_status(ACTIVE_ORDER)
     cells = []
-    totals = dict.fromkeys(ACTIVE_ORDER, 0)
-    oldest: dict[str, int] = {}
-    for row in rows:
+    oldest: dict[str, tuple[int, str]] = {}
+    for cell in found:
         cells.append(
             {
-                "status": row["status"],
-                "lane": row["lane"],
-                "group": row["worker_group"],
-                "count": row["count"],
+                "status": cell.status,
+                "lane": cell.lane,
+                "group": cell.group,
+                **_bounded(cell.count),
             }
         )
-        totals[row["status"]] = totals.get(row["status"], 0) + row["count"]
-        if row["status"] == "queued":
-            lane = row["lane"]
-            oldest[lane] = min(oldest.get(lane, row["oldest"]), row["oldest"])
+        if cell.oldest_created_at is not None and cell.oldest_id is not None:
+            first = (cell.oldest_created_at, cell.oldest_id)
+            oldest[cell.lane] = min(oldest.get(cell.lane, first), first)
     cells.sort(
         key=lambda c: (
             _rank(ACTIVE_ORDER, c["status"]),
@@ -74,28 +74,33 @@ def queue_depth(*, now_ms: int) -> dict[str, Any]:
             _rank(WORKER_GROUPS, c["group"]),
         )
     )
+    total = sum(totals.values(), counts.Count(0))
     return {
         "cells": cells,
-        "byStatus": [{"status": status, "count": n} for status, n in totals.items()],
-        "total": sum(totals.values()),
-        "oldestQueued": _oldest_queued(oldest, now_ms=now_ms),
+        "byStatus": [{"status": status, **_bounded(n)} for status, n in totals.items()],
+        "total": total.value,
+        "totalCapped": total.capped,
+        "totalShown": total.shown,
+        "cellCap": counts.CELL_CAP,
+        "statusCap": counts.STATUS_CAP,
+        "oldestQueued": [
+            {
+                "lane": lane,
+                "jobId": job_id,
+                "createdAt": created,
+                "ageMs": max(0, now_ms - created),
+            }
+            for lane, (created, job_id) in sorted(
+                oldest.items(), key=lambda item: _rank(LANES, item[0])
+            )
+        ],
     }
 
 
-def _oldest_queued(oldest: dict[str, int], *, now_ms: int) -> list[dict[str, Any]]:
-    out = []
-    for lane in sorted(oldest, key=lambda name: _rank(LANES, name)):
-        created = oldest[lane]
-        job_id = (
-            Job.objects.filter(status="queued", created_at=created, lane=lane)
-            .order_by("id")
-            .values_list("id", flat=True)
-            .first()
-        )
-        out.append(
-            {"lane": lane, "jobId": job_id, "createdAt": created, "ageMs": max(0, now_ms - created)}
-        )
-    return out
+def _bounded(count: counts.Count) -> dict[str, Any]:
+    """A bounded count on the wire: `count` (at least that many when `capped`) and the
+    text every page shows for it."""
+    return {"count": count.value, "capped": count.capped, "shown": count.shown}
 
 
 def recent_terminal(*, now_ms: int) -> dict[str, Any]:
@@ -182,28 +187,38 @@ def settled_per_minute(*, now_ms: int) -> dict[str, Any]:
 
 
 def running_by_cluster(depth: dict[str, Any]) -> list[dict[str, Any]]:
-    """Leased and running jobs per worker cluster (`worker-<routed group>`), from the depth."""
-    by_group = {group: {"leased": 0, "running": 0} for group in WORKER_GROUPS}
+    """Leased and running jobs per worker cluster (`worker-<routed group>`), from the depth
+    (bounded counts: `...Shown` reads "100+" when a cell reached the cap)."""
+    zero = counts.Count(0)
+    by_group = {group: {"leased": zero, "running": zero} for group in WORKER_GROUPS}
     for cell in depth["cells"]:
         if cell["status"] in ("leased", "running"):
-            by_group.setdefault(cell["group"], {"leased": 0, "running": 0})
-            by_group[cell["group"]][cell["status"]] += cell["count"]
-    return [
-        {
-            "cluster": f"worker-{group}",
-            "group": group,
-            **counts,
-            "total": counts["leased"] + counts["running"],
-        }
-        for group, counts in by_group.items()
-    ]
+            row = by_group.setdefault(cell["group"], {"leased": zero, "running": zero})
+            row[cell["status"]] = row[cell["status"]] + counts.Count(cell["count"], cell["capped"])
+    out = []
+    for group, row in by_group.items():
+        total = row["leased"] + row["running"]
+        out.append(
+            {
+                "cluster": f"worker-{group}",
+                "group": group,
+                "leased": row["leased"].value,
+                "running": row["running"].value,
+                "total": total.value,
+                "leasedShown": row["leased"].shown,
+                "runningShown": row["running"].shown,
+                "totalShown": total.shown,
+            }
+        )
+    return out
 
 
 def capacity(depth: dict[str, Any], *, now_ms: int) -> list[dict[str, Any]]:
     """Busy slots against live slots per worker group (what D-12's waiting_for_capacity sees).
 
     busy = leased + running jobs routed to the group; slots = concurrency summed over the
-    group's live processes (D-11); queued = the group's queued jobs, all from the depth.
+    group's live processes (D-11); queued = the group's queued jobs, all from the depth
+    (bounded counts: at least the value when capped).
     """
     slots = dict.fromkeys(WORKER_GROUPS, 0)
     live = dict.fromkeys(WORKER_GROUPS, 0)
@@ -211,20 +226,22 @@ def capacity(depth: dict[str, Any], *, now_ms: int) -> list[dict[str, Any]]:
         if process.group in slots:
             slots[process.group] += process.concurrency or 0
             live[process.group] += 1
-    busy = dict.fromkeys(WORKER_GROUPS, 0)
-    queued = dict.fromkeys(WORKER_GROUPS, 0)
+    busy = {group: counts.Count(0) for group in WORKER_GROUPS}
+    queued = {group: counts.Count(0) for group in WORKER_GROUPS}
     for cell in depth["cells"]:
-        counts = queued if cell["status"] == "queued" else busy  # depth: active statuses only
-        if cell["group"] in counts:
-            counts[cell["group"]] += cell["count"]
+        into = queued if cell["status"] == "queued" else busy  # depth: active statuses only
+        if cell["group"] in into:
+            into[cell["group"]] = into[cell["group"]] + counts.Count(cell["count"], cell["capped"])
     return [
         {
             "group": group,
-            "busy": busy[group],
+            "busy": busy[group].value,
+            "busyShown": busy[group].shown,
             "slots": slots[group],
-            "queued": queued[group],
+            "queued": queued[group].value,
+            "queuedShown": queued[group].shown,
             "processes": live[group],
-            "state": slot_state(busy=busy[group], slots=slots[group]),
+            "state": slot_state(busy=busy[group].value, slots=slots[group]),
         }
         for group in WORKER_GROUPS
     ]

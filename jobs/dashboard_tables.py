@@ -16,6 +16,7 @@ from django.utils.html import format_html, format_html_join
 
 from jobs.core import settled_chart
 from jobs.core.diagnosis import human_ms
+from jobs.counts import CELL_CAP, STATUS_CAP
 from receipts.admin import NONE_HTML, utc
 
 
@@ -42,6 +43,16 @@ class Table:
     wide: bool = False  # spans two grid columns on a wide screen
 
 
+CAP_HELP = (
+    f"Each status, lane and group is counted up to {CELL_CAP:,} jobs, so the page costs the "
+    f"same with any queue: {CELL_CAP:,}+ means at least that many, and a sum with a + is at "
+    "least its value."
+)
+STATUS_HELP = (
+    f"Each status is counted up to {STATUS_CAP:,} jobs: {STATUS_CAP:,}+ means at least that "
+    "many. The oldest queued job per lane shows how far behind the queue is."
+)
+
 DASHBOARD_TABLES = (
     Table(
         "capacity",
@@ -50,20 +61,21 @@ DASHBOARD_TABLES = (
         (
             Column("group", "group"),
             Column("busy", "busy / slots", "usage"),
-            Column("queued", "queued", "num"),
+            Column("queuedShown", "queued", "num"),
             Column("processes", "processes", "num"),
             Column("state", "state"),
         ),
         "—",
         "Busy: leased or running jobs routed to the group. Slots: the concurrency of the "
-        "group's live processes.",
+        "group's live processes. " + CAP_HELP,
     ),
     Table(
         "by-status",
         "Active jobs by status",
         "depth.byStatus",
-        (Column("status", "status", "status"), Column("count", "jobs", "num")),
+        (Column("status", "status", "status"), Column("shown", "jobs", "num")),
         "No active jobs.",
+        STATUS_HELP,
     ),
     Table(
         "oldest",
@@ -99,10 +111,10 @@ DASHBOARD_TABLES = (
             Column("status", "status", "status"),
             Column("lane", "lane"),
             Column("group", "routed group"),
-            Column("count", "jobs", "num"),
+            Column("shown", "jobs", "num"),
         ),
         "No active jobs.",
-        "Active statuses only (queued, leased, running).",
+        "Active statuses only (queued, leased, running). " + CAP_HELP,
     ),
     Table(
         "recent",
@@ -123,11 +135,12 @@ DASHBOARD_TABLES = (
         "runningByCluster",
         (
             Column("cluster", "cluster"),
-            Column("leased", "leased", "num"),
-            Column("running", "running", "num"),
-            Column("total", "total", "num"),
+            Column("leasedShown", "leased", "num"),
+            Column("runningShown", "running", "num"),
+            Column("totalShown", "total", "num"),
         ),
         "—",
+        CAP_HELP,
     ),
     Table(
         "roles",
@@ -193,18 +206,20 @@ DASHBOARD_TABLES = (
 )
 
 
-def usage_cell(busy: int, slots: int) -> str:
-    """ "3 / 4" with a bar; busy jobs with no slot at all fill it red."""
+def usage_cell(busy: int, slots: int, shown: str | None = None) -> str:
+    """ "3 / 4" with a bar; busy jobs with no slot at all fill it red. `shown` is the busy
+    count as text when it may be capped ("100+")."""
+    shown = shown or str(busy)
     percent = 100 if slots == 0 and busy else min(100, round(100 * busy / slots)) if slots else 0
     over = " rcpt-usage-over" if busy > slots else ""
     return format_html(
         '<span class="rcpt-usage{}" title="{} busy of {} slots"><span class="rcpt-usage-fill" '
         'style="width: {}%"></span></span> {} / {}',
         over,
-        busy,
+        shown,
         slots,
         percent,
-        busy,
+        shown,
         slots,
     )
 
@@ -213,7 +228,8 @@ def format_cell(value: Any, fmt: str, *, now_ms: int, row: dict[str, Any] | None
     if fmt == "len":
         return str(len(value or []))
     if fmt == "usage":
-        return usage_cell(value or 0, (row or {}).get("slots") or 0)
+        row = row or {}
+        return usage_cell(value or 0, row.get("slots") or 0, row.get("busyShown"))
     if value is None or value == "":
         return NONE_HTML
     if fmt == "num":

@@ -1,9 +1,13 @@
 """`GET /metrics` in Prometheus text format (X-2). Needs a token with jobs:read (or a
 staff session): every endpoint but health is authenticated (Q-1).
 
-Gauges come from indexed queries over active jobs only (never a full-table COUNT);
-counters are the per-process `jobs_counter` rows summed. Callback gauges count the
-callback records (pending, and delivered or given up in the last hour).
+Job gauges are bounded counts (`jobs.counts`), so a scrape costs the same with any
+number of jobs or any queue length: active jobs per (status, lane, group) series are
+counted up to `receipt_jobs_count_cap` (a series at the cap means at least that many),
+per status up to `receipt_jobs_status_count_cap`, settled jobs only in the last hour (up
+to `counts.SETTLED_CAP` per status), and the oldest queued job's age per lane is exact. Counters are the per-process `jobs_counter`
+rows summed. Callback gauges count the callback records (pending, and delivered or given
+up in the last hour).
 """
 
 from __future__ import annotations
@@ -11,18 +15,20 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from django.db.models import Count, Sum
+from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 from access.principals import BadCredentials, principal_for_request
-from jobs import callback_records
-from jobs.core.vocabulary import ACTIVE_STATUSES, TERMINAL_STATUSES
-from jobs.models import Counter, Job, LoopRun
+from jobs import callback_records, counts
+from jobs.core.vocabulary import ACTIVE_STATUSES, STATUSES, TERMINAL_STATUSES
+from jobs.models import Counter, LoopRun
 from jobs.runtime import counters, processes
 from receipts.clock import now_ms as wall_clock_ms
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 HOUR_MS = 3_600_000
+ACTIVE_ORDER = tuple(s for s in STATUSES if s in ACTIVE_STATUSES)
+TERMINAL_ORDER = tuple(s for s in STATUSES if s in TERMINAL_STATUSES)
 
 
 def _escape(value: object) -> str:
@@ -42,39 +48,75 @@ def render(now_ms: int, *, organization_id: str | None = None) -> str:
     """Every series; for an organization-bound caller only that organization's job
     gauges (processes, loops and counters are the platform's, not any organization's)."""
     out: list[str] = []
-    jobs = Job.objects.all()
-    if organization_id is not None:
-        jobs = jobs.filter(organization_id=organization_id)
-    active = (
-        jobs.filter(status__in=ACTIVE_STATUSES)
-        .values("status", "lane", "worker_group")
-        .annotate(n=Count("id"))
-    )
+    cells = counts.active_cells(organization_id=organization_id)
     out += _family(
         "receipt_jobs_active",
         "gauge",
-        "Active jobs by status, lane and routed group.",
+        f"Active jobs by status, lane and routed group, counted up to {counts.CELL_CAP} "
+        "per series: a series at receipt_jobs_count_cap means at least that many.",
         (
             _series(
                 "receipt_jobs_active",
-                {"status": r["status"], "lane": r["lane"], "group": r["worker_group"]},
-                r["n"],
+                {"status": c.status, "lane": c.lane, "group": c.group},
+                c.count.value,
             )
-            for r in active
+            for c in cells
         ),
     )
-    settled = (
-        jobs.filter(status__in=TERMINAL_STATUSES, updated_at__gte=now_ms - HOUR_MS)
-        .values("status")
-        .annotate(n=Count("id"))
+    out += _family(
+        "receipt_jobs_count_cap",
+        "gauge",
+        "Where the count of each receipt_jobs_active series stops.",
+        [_series("receipt_jobs_count_cap", {}, counts.CELL_CAP)],
+    )
+    by_status = counts.by_status(ACTIVE_ORDER, organization_id=organization_id)
+    out += _family(
+        "receipt_jobs_active_by_status",
+        "gauge",
+        f"Active jobs by status, counted up to {counts.STATUS_CAP}: a series at "
+        "receipt_jobs_status_count_cap means at least that many.",
+        (
+            _series("receipt_jobs_active_by_status", {"status": status}, n.value)
+            for status, n in by_status.items()
+        ),
+    )
+    out += _family(
+        "receipt_jobs_status_count_cap",
+        "gauge",
+        "Where the count of each receipt_jobs_active_by_status series stops.",
+        [_series("receipt_jobs_status_count_cap", {}, counts.STATUS_CAP)],
+    )
+    oldest: dict[str, int] = {}
+    for c in cells:
+        if c.oldest_created_at is not None:
+            oldest[c.lane] = min(oldest.get(c.lane, c.oldest_created_at), c.oldest_created_at)
+    out += _family(
+        "receipt_jobs_oldest_queued_age_seconds",
+        "gauge",
+        "Age of the oldest queued job, by lane (exact at any queue length).",
+        (
+            _series(
+                "receipt_jobs_oldest_queued_age_seconds",
+                {"lane": lane},
+                max(0, now_ms - created) / 1000,
+            )
+            for lane, created in sorted(oldest.items())
+        ),
+    )
+    settled = counts.by_status(
+        TERMINAL_ORDER,
+        cap=counts.SETTLED_CAP,
+        updated_since_ms=now_ms - HOUR_MS,
+        organization_id=organization_id,
     )
     out += _family(
         "receipt_jobs_settled_last_hour",
         "gauge",
-        "Jobs settled in the last hour.",
+        f"Jobs settled in the last hour, counted up to {counts.SETTLED_CAP} per status.",
         (
-            _series("receipt_jobs_settled_last_hour", {"status": r["status"]}, r["n"])
-            for r in settled
+            _series("receipt_jobs_settled_last_hour", {"status": status}, n.value)
+            for status, n in settled.items()
+            if n.value
         ),
     )
     if organization_id is not None:

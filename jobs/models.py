@@ -52,6 +52,15 @@ class Job(models.Model):
                 name="job_group_queued",
                 condition=models.Q(status="queued"),
             ),
+            # bounded counts of the dashboard, /metrics and /healthz: a range per (status,
+            # lane, group) cell, read index-only up to its cap, and each queued cell's oldest
+            # job first (partial: active rows only; the organization for org-bound metrics)
+            models.Index(
+                fields=["status", "lane", "worker_group", "created_at", "id"],
+                name="job_active_cells",
+                include=["organization_id"],
+                condition=models.Q(status__in=["queued", "leased", "running"]),
+            ),
         ]
 
     def __str__(self) -> str:

@@ -1,8 +1,12 @@
 """Open health endpoints (A-8): `/healthz` always answers 200, `/readyz` 503 without a DB.
 
-The queue block counts active jobs (an indexed range: few rows) every QUEUE_CACHE_SECONDS
-and settled ones (the bulk of a large table) only every TERMINAL_CACHE_SECONDS, per
-process, so a polling load balancer never turns health into a query storm.
+The queue block holds bounded counts (`jobs.counts`), so a probe costs the same with any
+number of jobs or any queue length: active jobs per status counted up to
+`counts.STATUS_CAP` (`capped` names the statuses that reached their cap: at least that
+many), and settled jobs only of the last hour (`settledWindowMs`, up to
+`counts.SETTLED_CAP`). Active counts are refreshed
+every QUEUE_CACHE_SECONDS and settled ones every TERMINAL_CACHE_SECONDS, per process, so
+a polling load balancer never turns health into a query storm.
 
 Anyone gets status and counts. Where things run (the database file under the data
 directory, host names, PIDs, job ids) needs a token or a staff session (Q-1): then
@@ -18,12 +22,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection
-from django.db.models import Count
 from django.http import HttpRequest, JsonResponse
 
 from access.principals import BadCredentials, principal_for_request
+from jobs import counts
 from jobs.core.vocabulary import ACTIVE_STATUSES, STATUSES, TERMINAL_STATUSES
-from jobs.models import Job
 from jobs.runtime import loops, processes
 from receipt_site.config import redact_url
 from receipts.clock import now_ms
@@ -31,29 +34,33 @@ from receipts.clock import now_ms
 _STARTED = time.monotonic()
 QUEUE_CACHE_SECONDS = 2.0
 TERMINAL_CACHE_SECONDS = 60.0
+SETTLED_WINDOW_MS = 3_600_000  # settled jobs are counted over the last hour only
 _queue_lock = threading.Lock()
 _queue_cache: dict[str, Any] = {}  # {"at": monotonic seconds, "block": {...}}
 _terminal_cache: dict[str, Any] = {}
 
 
-def _count(statuses: frozenset[str]) -> dict[str, int]:
-    counts = dict.fromkeys(sorted(statuses), 0)
-    rows = (
-        Job.objects.filter(status__in=statuses)
-        .order_by()
-        .values_list("status")
-        .annotate(n=Count("id"))
-    )
-    for status, n in rows:
-        counts[status] = n
-    return counts
-
-
 def _count_queue() -> dict[str, Any]:
+    now = now_ms()
     if not _terminal_cache or time.monotonic() - _terminal_cache["at"] > TERMINAL_CACHE_SECONDS:
-        _terminal_cache.update(at=time.monotonic(), counts=_count(TERMINAL_STATUSES))
-    counts = {**dict.fromkeys(STATUSES, 0), **_terminal_cache["counts"], **_count(ACTIVE_STATUSES)}
-    return {"total": sum(counts.values()), **counts, "updatedAt": now_ms()}
+        settled = counts.by_status(
+            sorted(TERMINAL_STATUSES),
+            cap=counts.SETTLED_CAP,
+            updated_since_ms=now - SETTLED_WINDOW_MS,
+        )
+        _terminal_cache.update(at=time.monotonic(), counts=settled)
+    found = {**_terminal_cache["counts"], **counts.by_status(sorted(ACTIVE_STATUSES))}
+    shown = {status: found.get(status, counts.Count(0)) for status in STATUSES}
+    total = sum(shown.values(), counts.Count(0))
+    return {
+        "total": total.value,
+        **{status: n.value for status, n in shown.items()},
+        "capped": [status for status, n in shown.items() if n.capped],
+        "countCap": counts.STATUS_CAP,
+        "settledCap": counts.SETTLED_CAP,
+        "settledWindowMs": SETTLED_WINDOW_MS,
+        "updatedAt": now,
+    }
 
 
 def queue_counts() -> dict[str, Any]:
@@ -68,7 +75,15 @@ def queue_counts() -> dict[str, Any]:
             stale = (
                 dict(cached)
                 if cached
-                else {"total": None, **dict.fromkeys(STATUSES), "updatedAt": None}
+                else {
+                    "total": None,
+                    **dict.fromkeys(STATUSES),
+                    "capped": [],
+                    "countCap": counts.STATUS_CAP,
+                    "settledCap": counts.SETTLED_CAP,
+                    "settledWindowMs": SETTLED_WINDOW_MS,
+                    "updatedAt": None,
+                }
             )
             return {**stale, "error": type(error).__name__}
         _queue_cache.update(at=time.monotonic(), block=block)

@@ -180,7 +180,12 @@ _HEALTH_BODY = {
         "warnings": {"type": "array", "items": {"type": "string"}},
         "uptimeSec": {"type": "integer"},
         "processRole": {"type": "string"},
-        "queue": {"type": "object", "description": "jobs by status and their total"},
+        "queue": {
+            "type": "object",
+            "description": "bounded counts: active jobs by status (up to countCap each), jobs "
+            "settled in the last settledWindowMs (up to settledCap each), their total, and "
+            "`capped`, the statuses whose count stopped at its cap (at least that many)",
+        },
         "runtime": {"type": "object", "description": "counts of processes, loops and held jobs"},
         "database": {"type": "object", "description": "{ok, vendor, target?}"},
         "detail": {

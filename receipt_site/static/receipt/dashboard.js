@@ -45,20 +45,21 @@
     return el;
   }
 
-  function usage(busy, slots) {
+  function usage(busy, slots, shown) {
+    shown = shown || String(busy);  // the busy count as text, "1,000+" when capped
     var out = document.createElement("span");
-    var bar = span("rcpt-usage" + (busy > slots ? " rcpt-usage-over" : ""), "", busy + " busy of " + slots + " slots");
+    var bar = span("rcpt-usage" + (busy > slots ? " rcpt-usage-over" : ""), "", shown + " busy of " + slots + " slots");
     var fill = span("rcpt-usage-fill", "");
     fill.style.width = (slots === 0 ? (busy ? 100 : 0) : Math.min(100, Math.round(100 * busy / slots))) + "%";
     bar.appendChild(fill);
     out.appendChild(bar);
-    out.appendChild(document.createTextNode(" " + busy + " / " + slots));
+    out.appendChild(document.createTextNode(" " + shown + " / " + slots));
     return out;
   }
 
   function cell(value, format, now, row) {
     if (format === "len") { return document.createTextNode(String((value || []).length)); }
-    if (format === "usage") { return usage(value || 0, (row && row.slots) || 0); }
+    if (format === "usage") { return usage(value || 0, (row && row.slots) || 0, row && row.busyShown); }
     if (value === null || value === undefined || value === "") { return span("rcpt-none", "—"); }
     switch (format) {
       case "num": return document.createTextNode(typeof value === "number" && Number.isInteger(value) ? value.toLocaleString("en-US") : String(value));

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from jobs import dashboard, queue
+from jobs import counts, dashboard, queue
 from jobs.core.state import Fence
 from jobs.models import WorkerProcess
 from jobs.recovery import Report
@@ -71,18 +71,27 @@ def seeded(monkeypatch) -> dict[str, str]:
 
 def test_snapshot_numbers(seeded):
     data = dashboard.snapshot(now_ms=T)
+    exact = {"capped": False}
     assert data["depth"]["cells"] == [
-        {"status": "queued", "lane": "chat", "group": "codex", "count": 1},
-        {"status": "queued", "lane": "collect", "group": "chat", "count": 2},
-        {"status": "leased", "lane": "collect", "group": "chat", "count": 1},
-        {"status": "running", "lane": "collect", "group": "control", "count": 1},
+        {"status": "queued", "lane": "chat", "group": "codex", "count": 1, "shown": "1", **exact},
+        {"status": "queued", "lane": "collect", "group": "chat", "count": 2, "shown": "2", **exact},
+        {"status": "leased", "lane": "collect", "group": "chat", "count": 1, "shown": "1", **exact},
+        {
+            "status": "running",
+            "lane": "collect",
+            "group": "control",
+            "count": 1,
+            "shown": "1",
+            **exact,
+        },
     ]
     assert data["depth"]["byStatus"] == [
-        {"status": "queued", "count": 3},
-        {"status": "leased", "count": 1},
-        {"status": "running", "count": 1},
+        {"status": "queued", "count": 3, "shown": "3", **exact},
+        {"status": "leased", "count": 1, "shown": "1", **exact},
+        {"status": "running", "count": 1, "shown": "1", **exact},
     ]
-    assert data["depth"]["total"] == 5
+    assert (data["depth"]["total"], data["depth"]["totalShown"]) == (5, "5")
+    assert data["depth"]["totalCapped"] is False
     assert data["depth"]["oldestQueued"] == [
         {"lane": "chat", "jobId": seeded["c"], "createdAt": NOW + 2 * MINUTE, "ageMs": 8 * MINUTE},
         {"lane": "collect", "jobId": seeded["a"], "createdAt": NOW, "ageMs": 10 * MINUTE},
@@ -193,16 +202,43 @@ def test_configuration_table_masks_secrets(admin_client, settings, monkeypatch):
 
 
 def test_dashboard_queries_stay_on_status_indexes(admin_client, seeded):
+    """Active jobs are counted with a LIMIT inside each COUNT (bounded at any queue length);
+    settled ones only inside the last hour."""
     with CaptureQueriesContext(connection) as queries:
         admin_client.get(DASHBOARD_JSON)
-    on_jobs = [q["sql"] for q in queries.captured_queries if '"jobs_job"' in q["sql"]]
+    on_jobs = [q["sql"].upper() for q in queries.captured_queries if "JOBS_JOB" in q["sql"].upper()]
     assert on_jobs
     for sql in on_jobs:
-        where = sql.upper().split("WHERE", 1)
-        assert len(where) == 2 and '"STATUS"' in where[1], sql  # never the whole table
-    grouped = [sql for sql in on_jobs if "GROUP BY" in sql.upper()]
-    assert len(grouped) == 3  # active depth, terminal counts and the chart of the last hour
-    assert sum('"UPDATED_AT" >=' in sql.upper() for sql in grouped) == 2
+        where = sql.split("WHERE", 1)
+        assert len(where) == 2 and "STATUS" in where[1], sql  # never the whole table
+    grouped = [sql for sql in on_jobs if "GROUP BY" in sql]
+    assert len(grouped) == 2  # terminal counts and the chart of the last hour
+    assert all('"UPDATED_AT" >=' in sql for sql in grouped)
+    bounded = [sql for sql in on_jobs if "COUNT(*) FROM (SELECT 1 FROM JOBS_JOB" in sql]
+    assert len(bounded) == 2  # the cells and the statuses: one statement each
+    assert all("LIMIT" in sql for sql in bounded)
+    assert not [sql for sql in on_jobs if "COUNT(" in sql and sql not in grouped + bounded]
+
+
+def test_counts_past_their_cap_are_shown_as_at_least(admin_client, seeded, monkeypatch):
+    """A cell or status that reached its cap reads "N+" in the JSON, the first paint and
+    every sum it feeds; counts under the cap stay exact."""
+    monkeypatch.setattr(counts, "CELL_CAP", 1)
+    monkeypatch.setattr(counts, "STATUS_CAP", 2)
+    depth = dashboard.snapshot(now_ms=T)["depth"]
+    collect = next(c for c in depth["cells"] if (c["lane"], c["group"]) == ("collect", "chat"))
+    assert (collect["count"], collect["capped"], collect["shown"]) == (1, True, "1+")
+    by_status = {row["status"]: row["shown"] for row in depth["byStatus"]}
+    assert by_status == {"queued": "2+", "leased": "1", "running": "1"}
+    assert (depth["total"], depth["totalCapped"], depth["totalShown"]) == (4, True, "4+")
+    capacity = {c["group"]: c for c in dashboard.snapshot(now_ms=T)["capacity"]}
+    assert capacity["chat"]["queuedShown"] == "1+" and capacity["codex"]["queuedShown"] == "1"
+    page = text(admin_client.get(DASHBOARD))
+    assert ["queued", "collect", "chat", "1+"] in table(page, "depth")
+    assert ["queued", "2+"] in table(page, "by-status")
+    assert table(page, "capacity")[0][:2] == ["chat", "1 / 4"]
+    assert 'id="rcpt-active-total"' in page and ">4+</strong>" in page
+    assert "counted up to" in page  # the page says the counts stop
 
 
 def test_capacity_counts_slots_of_live_processes_only(admin_client, seeded):

@@ -1,5 +1,7 @@
 """D-12 over HTTP, X-2 /metrics, A-8 runtime blocks of /healthz."""
 
+import re
+
 import pytest
 
 from access.models import ApiToken
@@ -38,6 +40,29 @@ def test_metrics_needs_a_token_and_reports_gauges_and_counters(client):
     assert 'receipt_jobs_active{status="queued",lane="chat",group="chat"} 1' in text
     assert "# TYPE receipt_attempt_outcomes_total counter" in text
     assert 'receipt_attempt_outcomes_total{status="completed"}' in text
+
+
+def test_metrics_job_gauges_are_bounded_and_say_so(client, monkeypatch):
+    """X-2 at any queue length: each active series stops at its cap, which is published
+    beside it; the oldest queued job's age is exact; settled counts cover the last hour."""
+    from jobs import counts
+
+    monkeypatch.setattr(counts, "CELL_CAP", 2)
+    monkeypatch.setattr(counts, "STATUS_CAP", 3)
+    now = now_ms()
+    for minutes in (30, 20, 10, 5):
+        queue.enqueue("factory", payload(), lane="chat", now_ms=now - minutes * 60_000)
+    old = queue.enqueue("factory", payload(), now_ms=now - 3 * 3_600_000).job.job_id
+    queue.cancel(old, reason="t", now_ms=now - 2 * 3_600_000)
+    text = client.get("/metrics", **bearer()).content.decode()
+    assert 'receipt_jobs_active{status="queued",lane="chat",group="chat"} 2' in text
+    assert "receipt_jobs_count_cap 2" in text and "counted up to 2 per series" in text
+    assert 'receipt_jobs_active_by_status{status="queued"} 3' in text
+    assert 'receipt_jobs_active_by_status{status="running"} 0' in text
+    assert "receipt_jobs_status_count_cap 3" in text
+    age = re.search(r'^receipt_jobs_oldest_queued_age_seconds\{lane="chat"\} (\S+)$', text, re.M)
+    assert age and 1800 <= float(age.group(1)) < 1900
+    assert "receipt_jobs_settled_last_hour{" not in text  # canceled two hours ago
 
 
 def test_healthz_lists_loops_and_processes_and_flags_a_fallback_role(client):

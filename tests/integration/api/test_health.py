@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from jobs import queue
+from jobs import counts, queue
 from jobs.models import WorkerProcess
 from jobs.recovery import Report
 from jobs.runtime import loops, processes
@@ -19,9 +19,15 @@ from receipts.clock import now_ms
 from tests.integration.api.conftest import payload
 
 pytestmark = pytest.mark.django_db
+MINUTE = 60_000
+HOUR = 60 * MINUTE
 
 QUEUE_KEYS = {
     "total",
+    "capped",
+    "countCap",
+    "settledCap",
+    "settledWindowMs",
     "queued",
     "leased",
     "running",
@@ -56,7 +62,9 @@ def test_queue_counts_are_cached_active_every_2s_settled_every_60s(monkeypatch):
     monkeypatch.setattr(health.time, "monotonic", lambda: clock[0])
     with CaptureQueriesContext(connection) as queries:
         assert health.queue_counts()["total"] == 0
-    assert len(queries) == 2 and all("GROUP BY" in q["sql"].upper() for q in queries)
+    assert len(queries) == 2  # each count stops at its cap + 1: a LIMIT inside the COUNT
+    assert all("LIMIT" in q["sql"].upper() for q in queries)
+    assert "GROUP BY" not in " ".join(q["sql"].upper() for q in queries)
     job = queue.enqueue("factory", payload()).job
     with CaptureQueriesContext(connection) as queries:
         clock[0] += 1.9
@@ -71,6 +79,31 @@ def test_queue_counts_are_cached_active_every_2s_settled_every_60s(monkeypatch):
     assert health.queue_counts()["canceled"] == 0  # settled counts refresh every 60 s
     clock[0] += 60
     assert health.queue_counts()["canceled"] == 1
+
+
+def test_settled_counts_cover_the_last_hour_only():
+    """A-8: a probe never counts the settled history: a job settled two hours ago is not
+    counted, one settled a minute ago is, and the block says over which window."""
+    now = now_ms()
+    old = queue.enqueue("factory", payload(), now_ms=now - 3 * HOUR).job.job_id
+    queue.cancel(old, reason="test", now_ms=now - 2 * HOUR)
+    recent = queue.enqueue("factory", payload(), now_ms=now - 2 * MINUTE).job.job_id
+    queue.cancel(recent, reason="test", now_ms=now - MINUTE)
+    queue.enqueue("factory", payload())
+    block = health.queue_counts()
+    assert (block["canceled"], block["queued"], block["total"]) == (1, 1, 2)
+    assert block["settledWindowMs"] == HOUR and block["capped"] == []
+
+
+def test_counts_past_the_cap_are_flagged(monkeypatch, anonymous):
+    """A count that reached its cap says so: `capped` names the status, the value is the
+    cap (at least that many), and the rest stay exact."""
+    monkeypatch.setattr(counts, "STATUS_CAP", 2)
+    for _ in range(3):
+        queue.enqueue("factory", payload())
+    block = anonymous.client.get("/healthz").json()["queue"]
+    assert (block["queued"], block["capped"], block["countCap"]) == (2, ["queued"], 2)
+    assert block["leased"] == 0 and block["total"] == 2
 
 
 def test_queue_counts_survive_a_database_error(monkeypatch):
