@@ -21,6 +21,29 @@ class InvalidRequest(JobsError):
         self.code = code
 
 
+class JobIdTaken(JobsError):
+    """An organization-bound enqueue named another organization's job id."""
+
+    code, status = "job_id_taken", 409
+
+    def __init__(self, job_id: str, *, index: int | None = None) -> None:
+        super().__init__(f"jobId {job_id} is already taken by another organization's job")
+        self.index = index  # which request of a batch
+
+
+class SessionKeyConflict(JobsError):
+    """An organization-bound singleton enqueue would touch another organization's jobs."""
+
+    code, status = "session_key_conflict", 409
+
+    def __init__(self, session_key: str, *, index: int | None = None) -> None:
+        super().__init__(
+            f"sessionKey {session_key!r} has active jobs of another organization; "
+            f"a singleton enqueue cannot touch them"
+        )
+        self.index = index
+
+
 class JobNotFound(JobsError):
     code, status = "job_not_found", 404
 

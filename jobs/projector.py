@@ -62,6 +62,16 @@ _LOAD = f"SELECT state FROM {Job._meta.db_table} WHERE id = %s"
 
 def load_state(job_id: str) -> JobState | None:
     rows, _ = prepared(_LOAD, [job_id])  # read on every job write: no ORM on the hot path
+    return state_from_rows(rows)
+
+
+def state_read(job_id: str) -> tuple[str, list[Any]]:
+    """The statement `load_state` runs, for `open_stream(read=...)`: the job's state read
+    under the stream lock in the same round trip."""
+    return _LOAD, [job_id]
+
+
+def state_from_rows(rows: Sequence[tuple[Any, ...]]) -> JobState | None:
     if not rows:
         return None
     wire = json.loads(rows[0][0]) if isinstance(rows[0][0], str | bytes) else rows[0][0]

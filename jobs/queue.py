@@ -51,15 +51,16 @@ from jobs.core.vocabulary import (
     validate_job_id,
 )
 from jobs.core.wire import command_to_wire, job_from_wire
-from jobs.errors import InvalidRequest, JobNotFound, JobTerminal
+from jobs.errors import InvalidRequest, JobIdTaken, JobNotFound, JobTerminal, SessionKeyConflict
 from jobs.models import Job
-from jobs.projector import CACHE_KEY, load_state
+from jobs.projector import CACHE_KEY, load_state, state_from_rows, state_read
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.core.canonical import CanonicalJSONError, check_json
 from receipts.core.chain import base36
 from receipts.errors import ExpectedPrevMismatch
 from receipts.store import NewStream, StreamHandle, append_new_streams, open_stream
+from receipts.writer import pipelined
 
 SINGLETON_CANCEL_REASON = "singleton cancel"
 ABORT_REQUESTED_REASON = "abort requested"
@@ -130,8 +131,17 @@ class EnqueueResult:
 # ---- validation (nothing is written on a refusal) --------------------------------------
 
 
+_timing_of: tuple[object, TimingSettings] | None = None
+
+
 def _timing() -> TimingSettings:
-    return TimingSettings.from_config(settings.RECEIPT)
+    """The timing settings of the current configuration (a frozen object: read once per
+    configuration, not once per write)."""
+    global _timing_of
+    config = settings.RECEIPT
+    if _timing_of is None or _timing_of[0] is not config:
+        _timing_of = (config, TimingSettings.from_config(config))
+    return _timing_of[1]
 
 
 def _check_text(code: str, name: str, value: Any, limit: int, *, required: bool) -> str | None:
@@ -237,8 +247,8 @@ def warnings_for(agent_id: str) -> list[str]:
 @contextmanager
 def _locked(job_id: str) -> Iterator[tuple[StreamHandle, JobState | None]]:
     """Lock the job's stream and read its state (call inside transaction.atomic)."""
-    with open_stream(job_stream(job_id), savepoint=False) as handle:
-        state = load_state(job_id) if handle.existed else None
+    with open_stream(job_stream(job_id), savepoint=False, read=state_read(job_id)) as handle:
+        state = state_from_rows(handle.read) if handle.existed else None
         handle.cache[CACHE_KEY] = state
         yield handle, state
     if handle.appended and mutation_listeners:
@@ -311,19 +321,27 @@ def enqueue(
 
 
 def enqueue_many(
-    requests: Sequence[EnqueueRequest], *, now_ms: int | None = None
+    requests: Sequence[EnqueueRequest],
+    *,
+    now_ms: int | None = None,
+    organization: str | None = None,
 ) -> list[EnqueueResult]:
     """Enqueue validated requests in one transaction (batch enqueue, T-1), in order.
 
     Runs of plain requests (no job id: the id is generated; no singleton decision) are
     written set-based (`_enqueue_fresh`); any other request takes the per-request path
     where it stands, so it sees every job enqueued before it in the batch.
+
+    `organization`: the caller is bound to it (Q-2). A known jobId of another
+    organization's job (J-6 would return it) or a singleton session key with another
+    organization's active jobs (J-7/J-8 would act on them) is refused, and the whole call
+    rolls back: JobIdTaken / SessionKeyConflict, naming the request's index.
     """
     now = wall_clock_ms() if now_ms is None else now_ms
     results: list[EnqueueResult] = []
-    with transaction.atomic():
+    with transaction.atomic(), pipelined():
         run: list[EnqueueRequest] = []
-        for request in requests:
+        for index, request in enumerate(requests):
             if request.job_id is None and (
                 request.session_key is None or request.singleton_mode == "allow"
             ):
@@ -331,12 +349,38 @@ def enqueue_many(
                 continue
             results += _enqueue_fresh(run, now)
             run = []
+            if organization is not None:
+                _refuse_foreign_session(index, request, organization)
             results.append(_enqueue_locked(request, now))
         results += _enqueue_fresh(run, now)
+        if organization is not None:
+            _refuse_foreign_jobs(requests, results, organization)
         created = [r.job for r in results if r.created]
         if created and on_commit_listeners:
             transaction.on_commit(lambda: [listener(created) for listener in on_commit_listeners])
     return results
+
+
+def _refuse_foreign_session(index: int, request: EnqueueRequest, organization: str) -> None:
+    if not request.session_key or request.singleton_mode == "allow":
+        return
+    _lock_session(request.session_key)  # the lock the enqueue takes (reentrant)
+    if (
+        Job.objects.filter(session_key=request.session_key, status__in=ACTIVE_STATUSES)
+        .exclude(organization_id=organization)
+        .exists()
+    ):
+        raise SessionKeyConflict(request.session_key, index=index)
+
+
+def _refuse_foreign_jobs(
+    requests: Sequence[EnqueueRequest], results: list[EnqueueResult], organization: str
+) -> None:
+    for index, (request, result) in enumerate(zip(requests, results, strict=True)):
+        if result.job.organization_id != organization:
+            if request.job_id is not None:
+                raise JobIdTaken(request.job_id, index=index)
+            raise SessionKeyConflict(request.session_key or "", index=index)
 
 
 def _enqueue_fresh(requests: Sequence[EnqueueRequest], now: int) -> list[EnqueueResult]:

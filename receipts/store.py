@@ -77,6 +77,7 @@ class StreamHandle:
     existed: bool
     writer: Writer
     cache: dict[str, Any] = field(default_factory=dict)  # shared by services and projectors
+    read: list[tuple[Any, ...]] = field(default_factory=list)  # rows of open_stream's `read`
     appended: list[Receipt] = field(default_factory=list)
 
     def append(
@@ -196,8 +197,13 @@ def _positioned(
 
 
 @contextmanager
-def open_stream(name: str, *, savepoint: bool = True) -> Iterator[StreamHandle]:
+def open_stream(
+    name: str, *, savepoint: bool = True, read: tuple[str, Sequence[Any]] | None = None
+) -> Iterator[StreamHandle]:
     """Lock `name` (creating it if new) for the rest of the current transaction.
+
+    `read`, a statement to run under the lock (a projector's row), travels with the lock
+    on PostgreSQL: its rows are on `handle.read`.
 
     Opens a transaction when none is active. Inside one, a savepoint keeps a refused
     append from poisoning the caller's transaction; services that own the whole
@@ -208,9 +214,9 @@ def open_stream(name: str, *, savepoint: bool = True) -> Iterator[StreamHandle]:
     with transaction.atomic(savepoint=savepoint):
         writer = Writer()
         try:
-            head, count = writer.lock(name)
+            head, count, rows = writer.lock(name, read)
             handle = StreamHandle(
-                name=name, head=head, count=count, existed=count > 0, writer=writer
+                name=name, head=head, count=count, existed=count > 0, writer=writer, read=rows
             )
             yield handle
             if not handle.appended and not handle.existed:

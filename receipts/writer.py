@@ -146,9 +146,15 @@ def _rows(
     return params
 
 
-def prepared(sql: str, params: Sequence[Any]) -> tuple[list[tuple[Any, ...]], int]:
+def prepared(
+    sql: str, params: Sequence[Any], *, wait: bool = True
+) -> tuple[list[tuple[Any, ...]], int]:
     """(rows, rowcount) of one hot-path statement on the current connection: prepared and
-    server-side bound on PostgreSQL (no parse and plan per call), plain on SQLite."""
+    server-side bound on PostgreSQL (no parse and plan per call), plain on SQLite.
+
+    Inside `pipelined()`, `wait=False` only sends the statement: it runs in order with
+    the rest of the transaction and its outcome is not read (([], -1) comes back), so it
+    costs no round trip of its own. `wait=True` always returns the real result."""
     if connection.vendor != "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
@@ -156,9 +162,50 @@ def prepared(sql: str, params: Sequence[Any]) -> tuple[list[tuple[Any, ...]], in
     import psycopg
 
     connection.ensure_connection()
-    with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-        cursor.execute(sql, params, prepare=True)
+    pg = connection.connection
+    with connection.wrap_database_errors, psycopg.Cursor(pg) as cursor:
+        if not wait and _in_pipeline():
+            cursor.execute(sql, params, prepare=True)
+            return [], -1
+        with _results_now(pg):
+            cursor.execute(sql, params, prepare=True)
         return (cursor.fetchall() if cursor.description else []), cursor.rowcount
+
+
+def _in_pipeline() -> bool:
+    pg = connection.connection
+    return pg is not None and bool(pg.pgconn.pipeline_status)
+
+
+@contextmanager
+def _results_now(pg: Any) -> Iterator[None]:
+    """In pipeline mode, a nested pipeline block ends with a sync: what was sent before
+    it and in it has its results when the block ends (one round trip for all of it)."""
+    if pg.pgconn.pipeline_status:
+        with pg.pipeline():
+            yield
+    else:
+        yield
+
+
+@contextmanager
+def pipelined() -> Iterator[None]:
+    """PostgreSQL: the block's statements travel without waiting for each other (psycopg
+    pipeline mode). A statement's result is waited for only when it is read (a lock's
+    head, a state read, a RETURNING); everything else goes with the next read or the end
+    of the block: a job write costs four round trips instead of seven.
+
+    Enter it inside the transaction (BEGIN then travels with the first statements): the
+    commit's on-commit hooks must not run in pipeline mode, where an ORM update's row
+    count is unknown until the next sync. Use it only around code that reads what it
+    needs (`prepared`, `Writer`, fetches), never around ORM updates. SQLite: nothing."""
+    if connection.vendor != "postgresql" or _in_pipeline():
+        yield
+        return
+    connection.close_if_health_check_failed()  # its SELECT 1 must not wait in the pipeline
+    connection.ensure_connection()
+    with connection.wrap_database_errors, connection.connection.pipeline():
+        yield
 
 
 class Writer:
@@ -174,23 +221,43 @@ class Writer:
         else:
             self._cursor = connection.cursor()
 
-    def _run(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    def _run(self, sql: str, params: Sequence[Any], *, rows: bool = True) -> list[tuple[Any, ...]]:
+        """Run a statement; its result rows when `rows` (in pipeline mode that waits for
+        them), else nothing (in pipeline mode it is only sent)."""
         # Django's wrapper turns driver errors into django.db errors, as for any query.
         with connection.wrap_database_errors:
             if self.postgres:
                 self._cursor.execute(sql, params, prepare=True)
-            else:
-                self._cursor.execute(sql, params)
+                if not rows or not (self._cursor.description or _in_pipeline()):
+                    return []
+                return self._cursor.fetchall()  # type: ignore[no-any-return]
+            self._cursor.execute(sql, params)
             return self._cursor.fetchall() if self._cursor.description else []
 
-    def execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """A statement of the append's transaction on the append's cursor (prepared on
-        PostgreSQL): projectors write their read-model rows through it."""
-        return self._run(sql, params)
+    def execute(self, sql: str, params: Sequence[Any]) -> None:
+        """A write of the append's transaction on the append's cursor (prepared on
+        PostgreSQL, only sent in pipeline mode): projectors write their read-model rows
+        through it."""
+        self._run(sql, params, rows=False)
 
-    def lock(self, name: str) -> tuple[str | None, int]:
-        head, count = self._run(_LOCK, [name])[0]
-        return head, count
+    def lock(
+        self, name: str, read: tuple[str, Sequence[Any]] | None = None
+    ) -> tuple[str | None, int, list[tuple[Any, ...]]]:
+        """Lock the stream row: (head, count, rows of `read`). `read`, a statement the
+        caller needs under the lock (its read model's row), runs right after the lock in
+        the same round trip on PostgreSQL."""
+        if read is None or not self.postgres:
+            head, count = self._run(_LOCK, [name])[0]
+            return head, count, (self._run(*read) if read is not None else [])
+        import psycopg
+
+        pg = connection.connection
+        with connection.wrap_database_errors, psycopg.Cursor(pg) as reader:
+            with _results_now(pg) if _in_pipeline() else pg.pipeline():
+                self._cursor.execute(_LOCK, [name], prepare=True)
+                reader.execute(read[0], read[1], prepare=True)
+            head, count = self._cursor.fetchone()
+            return head, count, reader.fetchall()
 
     def write(
         self,
@@ -224,7 +291,7 @@ class Writer:
                     f"{', '.join([one] * len(receipts))} RETURNING seq, stream_seq"
                 )
                 rows = self._run(sql, params)
-                self._run(_UPDATE_HEAD, [head, count, last_ts, last_ts, stream])
+                self._run(_UPDATE_HEAD, [head, count, last_ts, last_ts, stream], rows=False)
         except IntegrityError as error:
             # The stream lock makes this unreachable in normal operation; the unique
             # (stream, stream_seq) index is the last line of defence against a fork (S-4).
@@ -267,7 +334,7 @@ class Writer:
                 reserved = self.reserve_seqs(len(receipts)) if seqs is None else seqs
                 assert reserved is not None
                 placed = _first(receipts, reserved)
-                self._run(_WRITE_FIRST_PG, [_receipts_json(placed)])
+                self._run(_WRITE_FIRST_PG, [_receipts_json(placed)], rows=False)
                 return placed
             for part in chunks(receipts, 12):
                 params: list[Any] = []
@@ -322,7 +389,7 @@ class Writer:
         return placed, created
 
     def drop_if_empty(self, name: str) -> None:
-        self._run(_DROP_EMPTY, [name])
+        self._run(_DROP_EMPTY, [name], rows=False)
 
     def close(self) -> None:
         self._cursor.close()

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -23,15 +22,8 @@ from access.permissions import principal_of
 from access.principals import Principal
 from jobs import queue
 from jobs.api import schema
-from jobs.api.views import (
-    ApiView,
-    JobIdTaken,
-    SessionKeyConflict,
-    _organization_of,
-    enqueue_request,
-    read_json_object,
-)
-from jobs.errors import InvalidRequest, JobsError
+from jobs.api.views import ApiView, _organization_of, enqueue_request, read_json_object
+from jobs.errors import InvalidRequest, JobIdTaken, JobsError, SessionKeyConflict
 
 MAX_ITEMS = 1000
 
@@ -108,13 +100,12 @@ def enqueue_batch(principal: Principal, agent_id: str, items: list[Any]) -> dict
             continue
         valid.append((index, request, warnings))
     if valid:
-        with transaction.atomic():
-            written = queue.enqueue_many([request for _, request, _ in valid])
-            for (index, request, _), result in zip(valid, written, strict=True):
-                if not principal.may_see(result.job.organization_id):  # rolls everything back
-                    if request.job_id is not None:
-                        raise _named(JobIdTaken(request.job_id), index)
-                    raise _named(SessionKeyConflict(request.session_key or ""), index)
+        try:  # one transaction: a refusal only it can see rolls everything back
+            written = queue.enqueue_many(
+                [request for _, request, _ in valid], organization=principal.organization_id
+            )
+        except (JobIdTaken, SessionKeyConflict) as error:
+            raise _named(error, valid[error.index or 0][0]) from None
         for (index, _, warnings), result in zip(valid, written, strict=True):
             results[index] = {
                 "index": index,

@@ -15,7 +15,6 @@ from collections import deque
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 from django.http.request import RawPostDataException
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
@@ -45,14 +44,13 @@ from jobs.api.serializers import (
 )
 from jobs.core.contracts import contracts_table
 from jobs.core.vocabulary import (
-    ACTIVE_STATUSES,
     MAX_MAX_ATTEMPTS,
     MIN_MAX_ATTEMPTS,
     job_stream,
     validate_job_id,
 )
 from jobs.diagnosis import diagnosis
-from jobs.errors import InvalidRequest, JobNotFound, JobsError
+from jobs.errors import InvalidRequest, JobNotFound
 from jobs.models import Job
 from jobs.presenters import job_json
 from receipts import store
@@ -64,23 +62,6 @@ MAX_BY_HINT = 80
 DEFAULT_RECEIPT_LIMIT = 100
 MAX_RECEIPT_LIMIT = 1000
 MAX_POSITION = 2**53  # receipt positions; keeps SQLite and PostgreSQL integers in range
-
-
-class JobIdTaken(JobsError):
-    code, status = "job_id_taken", 409
-
-    def __init__(self, job_id: str) -> None:
-        super().__init__(f"jobId {job_id} is already taken by another organization's job")
-
-
-class SessionKeyConflict(JobsError):
-    code, status = "session_key_conflict", 409
-
-    def __init__(self, session_key: str) -> None:
-        super().__init__(
-            f"sessionKey {session_key!r} has active jobs of another organization; "
-            f"a singleton enqueue cannot touch them"
-        )
 
 
 # ---- request parsing ------------------------------------------------------------------------
@@ -249,33 +230,9 @@ def _organization_of(payload: dict[str, Any]) -> str | None:
 
 
 def enqueue_as(principal: Principal, request: queue.EnqueueRequest) -> queue.EnqueueResult:
-    """Enqueue for `principal`; an organization-bound one never touches another's jobs (Q-2).
-
-    J-6 would hand back an existing job for a known jobId and J-7/J-8 act on every job of
-    a session key, whatever its organization; for a bound principal both are checked in
-    the enqueue's transaction and refused (rolled back) instead.
-    """
-    organization = principal.organization_id
+    """Enqueue for `principal`; an organization-bound one never touches another's jobs (Q-2)."""
     require_organization(principal, _organization_of(request.payload))
-    if organization is None:
-        return queue.enqueue_many([request])[0]
-    with transaction.atomic():
-        if request.session_key and request.singleton_mode != "allow":
-            # Same lock enqueue takes (reentrant): no singleton enqueue slips in between.
-            queue._lock_session(request.session_key)
-            foreign = (
-                Job.objects.filter(session_key=request.session_key, status__in=ACTIVE_STATUSES)
-                .exclude(organization_id=organization)
-                .exists()
-            )
-            if foreign:
-                raise SessionKeyConflict(request.session_key)
-        result = queue.enqueue_many([request])[0]
-        if not principal.may_see(result.job.organization_id):  # rolls back the enqueue
-            if request.job_id is not None:
-                raise JobIdTaken(request.job_id)
-            raise SessionKeyConflict(request.session_key or "")
-    return result
+    return queue.enqueue_many([request], organization=principal.organization_id)[0]
 
 
 def enqueue_json(result: queue.EnqueueResult, warnings: list[str]) -> dict[str, Any]:

@@ -25,6 +25,7 @@ from jobs.queue import Outcome, Start
 from jobs.runtime import faults, promises
 from jobs.runtime.storage_retry import with_storage_retry
 from receipts.core.storable import storable
+from receipts.writer import pipelined
 
 _START_STATUS = {
     Start.MISSING: ("failed", "rejected"),
@@ -66,7 +67,7 @@ def _settle_promise(
     worker_id: str | None = None,
     **extra: Any,
 ) -> None:
-    promises.settle(
+    promises.settle_with_transaction(
         promise_id, state, now_ms=now_ms, result={"status": status, **extra}, worker_id=worker_id
     )
 
@@ -87,7 +88,7 @@ def begin(
 def _begin(
     promise_id: str, *, job_id: str, attempt: int, worker_id: str, now_ms: int
 ) -> Ended | Running:
-    with transaction.atomic():
+    with transaction.atomic(), pipelined():
         if not promises.claim(promise_id, worker_id):  # the same delivery is running elsewhere
             return Ended("stale_attempt", _outcome("stale_attempt", job_id, attempt))
         start, job = queue.start_attempt(
@@ -200,7 +201,8 @@ def _write_settlement(
     reason: str | None = None,
 ) -> Ended:
     job_id = job.job_id
-    with transaction.atomic(savepoint=False):  # inside begin's transaction, or its own
+    # inside begin's transaction, or its own (its writes pipelined)
+    with transaction.atomic(savepoint=False), pipelined():
         if status == "completed":
             written = queue.complete(job_id, result, fence=fence, now_ms=now_ms)
         elif status == "canceled":

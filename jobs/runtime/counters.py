@@ -7,7 +7,9 @@ import os
 import socket
 import threading
 import time
+from bisect import bisect_left
 from collections import defaultdict
+from functools import cache
 
 FLUSH_EVERY_S = 5.0
 _values: dict[tuple[str, str], float] = defaultdict(float)
@@ -36,20 +38,32 @@ HISTOGRAMS = frozenset({APPEND_SECONDS})
 def observe(name: str, seconds: float, buckets: tuple[float, ...], **labels: object) -> None:
     """One observation of a Prometheus histogram, kept as cumulative counter series
     (`<name>_bucket{le=...}`, `<name>_sum`, `<name>_count`), flushed like every counter."""
-    # every bucket is written, zero or not: a histogram lists all its bounds
-    steps = [(_le(bound), 1.0 if seconds <= bound else 0.0) for bound in buckets]
-    steps.append(("+Inf", 1.0))
+    bucket_keys, sum_key, count_key = _histogram_keys(name, buckets, tuple(labels.items()))
+    first = bisect_left(buckets, seconds)  # the buckets from here on hold the observation
     with _lock:
-        for bound, amount in steps:
-            key = (f"{name}_bucket", _labels({**labels, "le": bound}))
-            _values[key] += amount
-            _dirty.add(key)
-        for key, amount in (
-            ((f"{name}_sum", _labels(labels)), seconds),
-            ((f"{name}_count", _labels(labels)), 1.0),
-        ):
-            _values[key] += amount
-            _dirty.add(key)
+        # every bucket is written, zero or not: a histogram lists all its bounds
+        for index, key in enumerate(bucket_keys):
+            if index >= first:
+                _values[key] += 1.0
+            else:
+                _values[key] += 0.0
+        _values[sum_key] += seconds
+        _values[count_key] += 1.0
+        _dirty.update(bucket_keys)
+        _dirty.add(sum_key)
+        _dirty.add(count_key)
+
+
+@cache
+def _histogram_keys(
+    name: str, buckets: tuple[float, ...], items: tuple[tuple[str, object], ...]
+) -> tuple[tuple[tuple[str, str], ...], tuple[str, str], tuple[str, str]]:
+    """The series keys of one histogram (bucket keys in bound order, +Inf last), built
+    once per label set: an observation is on every append."""
+    labels = dict(items)
+    bounds = [_le(bound) for bound in buckets] + ["+Inf"]
+    bucket_keys = tuple((f"{name}_bucket", _labels({**labels, "le": le})) for le in bounds)
+    return bucket_keys, (f"{name}_sum", _labels(labels)), (f"{name}_count", _labels(labels))
 
 
 def _le(bound: float) -> str:

@@ -19,6 +19,7 @@ from jobs.runtime import callbacks, counters, faults, promises, transport
 from jobs.runtime.roles import cluster_for_group
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
+from receipts.writer import pipelined
 
 logger = logging.getLogger("receipt.delivery")
 EXECUTE_TASK = "jobs.runtime.tasks.execute"
@@ -91,7 +92,8 @@ def _open_many(
                 job.lease_ms or default_lease,
             )
         )
-    with transaction.atomic():
+    with transaction.atomic(), pipelined():
+        promises.recoverable_commit()
         opened = promises.create_many(new, now_ms=now)
         for execute_id, group in sorted(routes.values()):
             if execute_id in opened:  # a wake-up per cluster and transaction on the database

@@ -15,6 +15,18 @@ from receipts.writer import prepared
 TERMINAL_STATES = ("resolved", "rejected", "canceled", "timedout")
 
 
+def recoverable_commit() -> None:
+    """Call first in a transaction that writes delivery plumbing only (promises, their
+    wake-ups, callback rows; never a receipt): on PostgreSQL its commit does not wait for
+    the disk. A server crash may lose it, which loses nothing: the queued redrive opens a
+    lost dispatch again, a lost take or driver pass comes back when the promise's
+    visibility window ends, and any later commit that read its rows (a worker's begin,
+    which is durable) writes it to disk first, in WAL order."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET LOCAL synchronous_commit TO off")
+
+
 @dataclass(frozen=True)
 class PromiseView:
     id: str
@@ -200,12 +212,27 @@ def settle(
     A claimed promise that timed out while its task waited in the broker (a late
     delivery, see `claim`) is settled too: the record then says what really happened.
     """
+    _, count = _send_settle(promise_id, state, now_ms, result, worker_id, wait=True)
+    return count == 1
+
+
+def settle_with_transaction(
+    promise_id: str, state: str, *, now_ms: int, result: Any = None, worker_id: str | None = None
+) -> None:
+    """`settle` whose outcome the caller does not read: inside `pipelined()` it travels
+    with the commit instead of costing a round trip of its own."""
+    _send_settle(promise_id, state, now_ms, result, worker_id, wait=False)
+
+
+def _send_settle(
+    promise_id: str, state: str, now_ms: int, result: Any, worker_id: str | None, *, wait: bool
+) -> tuple[list[tuple[Any, ...]], int]:
     assert state in TERMINAL_STATES
-    _, count = prepared(
+    return prepared(
         _SETTLE.format(cast=_cast()),  # every attempt settles one
         [state, now_ms, None if result is None else json.dumps(result), worker_id, promise_id],
+        wait=wait,
     )
-    return count == 1
 
 
 def claim(promise_id: str, worker_id: str) -> bool:

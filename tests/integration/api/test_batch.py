@@ -7,6 +7,7 @@ import pytest
 
 from jobs import queue
 from jobs.api.batch import MAX_ITEMS
+from jobs.models import Job
 from receipts import store
 from tests.integration.api.conftest import payload, written
 
@@ -126,6 +127,31 @@ def test_another_organizations_jobid_refuses_the_whole_batch(api, api_for):
     )
     assert status == 409 and out["error"] == "job_id_taken" and "jobs[1]" in out["detail"]
     assert written() == before
+
+
+@pytest.mark.parametrize("mode", ["cancel", "steer"])
+def test_a_singleton_item_never_touches_another_organizations_session(api, api_for, mode):
+    """Q-2: the batch applies the same isolation as a single enqueue: a singleton item on a
+    session key with another organization's active job refuses the whole batch, and that
+    job is neither canceled nor steered."""
+    _, out = api.post(URL, {"jobs": [{"sessionKey": "s-2", "payload": payload(org="org-2")}]})
+    theirs = out["results"][0]["jobId"]
+    head = store.stream_info(f"jobs/{theirs}").head
+    before = written()
+    mine = api_for("org-1-svc", org="org-1")
+    status, out = mine.post(
+        URL,
+        {
+            "jobs": [
+                {"payload": payload(org="org-1")},
+                {"payload": payload(org="org-1"), "singleton": {"key": "s-2", "mode": mode}},
+            ]
+        },
+    )
+    assert status == 409 and out["error"] == "session_key_conflict" and "jobs[1]" in out["detail"]
+    assert written() == before
+    assert store.stream_info(f"jobs/{theirs}").head == head
+    assert Job.objects.get(pk=theirs).status == "queued"
 
 
 def test_the_batch_needs_the_write_scope(api_for, anonymous):
