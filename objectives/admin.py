@@ -12,14 +12,11 @@ confirmation page without JavaScript).
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.utils import quote, unquote
-from django.core.exceptions import PermissionDenied
+from django.contrib.admin.utils import quote
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
-from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 
 from jobs.core.diagnosis import human_ms
@@ -29,7 +26,15 @@ from objectives.core.state import ObjectiveState
 from objectives.core.vocabulary import objective_stream
 from objectives.errors import ObjectiveNotFound, ObjectivesError
 from objectives.models import Activity, ActivityAttempt, ObjectiveSummary, Signal, Workflow
-from receipts.admin import utc
+from receipts.admin_kit import (
+    OwnChangePage,
+    ReadOnlyAdmin,
+    parse_json_text,
+    pretty_json,
+    require,
+    stream_url,
+    utc,
+)
 
 ACTIONS = ("react", "note", "cancel", "archive", "promote", "plan")
 CONFIRMED = "yes"  # the `confirmed` field of a cancel that the operator confirmed
@@ -41,10 +46,6 @@ def job_admin_url(job_id: str) -> str:
         return reverse("admin:jobs_job_change", args=(quote(job_id),))
     except NoReverseMatch:  # the jobs admin is not installed: the same path by hand
         return f"/admin/jobs/job/{quote(job_id)}/change/"
-
-
-def _pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def can_control(request: HttpRequest) -> bool:
@@ -74,15 +75,11 @@ def available_actions(state: ObjectiveState) -> frozenset[str]:
 def parse_plan(text: str) -> tuple[Any, str | None]:
     """The plan textarea as JSON, or an error sentence; the plan itself is checked by
     `services.react` (the API's validation)."""
-    if not text.strip():
-        return None, f"Enter the tasks as a JSON list, e.g. {PLAN_EXAMPLE}."
-    try:
-        return json.loads(text), None
-    except json.JSONDecodeError as error:
-        return None, (
-            f"The tasks are not valid JSON: {error.msg} (line {error.lineno}, "
-            f"column {error.colno})."
-        )
+    return parse_json_text(
+        text,
+        missing=f"Enter the tasks as a JSON list, e.g. {PLAN_EXAMPLE}.",
+        invalid="The tasks are not valid JSON",
+    )
 
 
 def _ms(value: Any) -> str:
@@ -209,25 +206,8 @@ def audit_view(state: ObjectiveState) -> dict[str, Any] | None:
     }
 
 
-class _ReadOnly(admin.ModelAdmin):
-    actions = None
-    show_full_result_count = False
-
-    class Media:
-        css = {"all": ("receipt/admin.css",)}
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-
 @admin.register(ObjectiveSummary)
-class ObjectiveAdmin(_ReadOnly):
+class ObjectiveAdmin(OwnChangePage, ReadOnlyAdmin):
     board_template = "admin/objectives/board.html"
     page_template = "admin/objectives/objective_page.html"
     cancel_template = "admin/objectives/cancel_confirm.html"
@@ -236,8 +216,7 @@ class ObjectiveAdmin(_ReadOnly):
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         """The board: one table per section (Needs Attention, Active, Queued, ...)."""
-        if not self.has_view_permission(request):
-            raise PermissionDenied
+        require(self.has_view_permission(request))
         board = selectors.board(limit=100)
         queued = presenters.queued_by_objective(board)
         sections = [
@@ -259,26 +238,12 @@ class ObjectiveAdmin(_ReadOnly):
             }
             for key, title in SECTIONS
         ]
-        context = {
-            **self.admin_site.each_context(request),
-            "title": "Objectives",
-            "opts": self.opts,
-            "sections": sections,
-            **(extra_context or {}),
-        }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, self.board_template, context)
+        context = {"title": "Objectives", "sections": sections}
+        return self.render_page(request, self.board_template, context, extra_context)
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
+    def object_page(
+        self, request: HttpRequest, objective_id: str, extra_context: dict[str, Any] | None
     ) -> HttpResponse:
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        objective_id = unquote(object_id)
         try:
             state = selectors.visible(objective_id)
         except ObjectiveNotFound:
@@ -328,9 +293,7 @@ class ObjectiveAdmin(_ReadOnly):
             "publish": state.integration.publish_output,
         }
         context = {
-            **self.admin_site.each_context(request),
             "title": state.title,
-            "opts": self.opts,
             "state": state,
             "summary": presenters.live_status(state),
             "dag": dag_svg.render(state, job_admin_url, shown),
@@ -341,13 +304,11 @@ class ObjectiveAdmin(_ReadOnly):
                 for job in jobs
             ],
             "audit": audit_view(state),
-            "audit_json": _pretty(state.audit.summary) if state.audit.summary else None,
+            "audit_json": pretty_json(state.audit.summary) if state.audit.summary else None,
             "integration": integration_view(state),
-            "integration_json": _pretty(raw) if any(raw.values()) else None,
+            "integration_json": pretty_json(raw) if any(raw.values()) else None,
             "ledger": ledger_view(objective_id),
-            "stream_url": reverse(
-                "admin:receipts_stream_change", args=(quote(objective_stream(objective_id)),)
-            ),
+            "stream_url": stream_url(objective_stream(objective_id)),
             "created": utc(state.created_at),
             "updated": utc(state.updated_at),
             "can_control": can_control(request),
@@ -356,31 +317,25 @@ class ObjectiveAdmin(_ReadOnly):
             "plan_example": PLAN_EXAMPLE,
             "plan_error": panels.get("plan_error"),
             "plan_text": panels.get("plan_text", ""),
-            **(extra_context or {}),
         }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, self.page_template, context)
+        return self.render_page(request, self.page_template, context, extra_context)
 
     def _confirm_cancel(self, request: HttpRequest, state: ObjectiveState) -> HttpResponse:
         """The no-JavaScript confirmation step of a cancel."""
         context = {
-            **self.admin_site.each_context(request),
             "title": "Cancel objective?",
-            "opts": self.opts,
             "state": state,
             "confirmed": CONFIRMED,
             "page_url": request.path,
         }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, self.cancel_template, context)
+        return self.render_page(request, self.cancel_template, context)
 
     def _act(
         self, request: HttpRequest, state: ObjectiveState, panels: dict[str, Any]
     ) -> HttpResponse | None:
         """Run one posted action: a redirect after a write, None to show the page with an
         inline error (the plan form), or the cancel confirmation page."""
-        if not can_control(request):
-            raise PermissionDenied
+        require(can_control(request))
         objective_id = state.objective_id
         action, by = request.POST.get("action"), request.user.get_username()
         text = (request.POST.get("text") or "").strip()
@@ -431,14 +386,14 @@ class ObjectiveAdmin(_ReadOnly):
 
 
 @admin.register(Workflow)
-class WorkflowAdmin(_ReadOnly):
+class WorkflowAdmin(ReadOnlyAdmin):
     list_display = ("key", "name", "status", "revision", "updated_at")
     list_filter = ("status", "name")
     search_fields = ("=key", "=objective_id")
 
 
 @admin.register(Activity)
-class ActivityAdmin(_ReadOnly):
+class ActivityAdmin(ReadOnlyAdmin):
     list_display = (
         "key",
         "status",
@@ -452,12 +407,12 @@ class ActivityAdmin(_ReadOnly):
 
 
 @admin.register(ActivityAttempt)
-class ActivityAttemptAdmin(_ReadOnly):
+class ActivityAttemptAdmin(ReadOnlyAdmin):
     list_display = ("activity_key", "attempt", "status", "owner", "started_at", "ended_at")
     search_fields = ("=activity_key",)
 
 
 @admin.register(Signal)
-class SignalAdmin(_ReadOnly):
+class SignalAdmin(ReadOnlyAdmin):
     list_display = ("workflow_key", "name", "job_id", "created_at")
     search_fields = ("=workflow_key", "=job_id")

@@ -10,28 +10,33 @@ stream page, and a paginator that never counts a whole table.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any
 
 from django.contrib import admin
-from django.contrib.admin.utils import quote, unquote
-from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
-from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html
-from django.utils.safestring import mark_safe
 
 from observability.logs import log_event
 from receipts import audit, registry, store
+from receipts.admin_kit import (
+    NONE_HTML,
+    OwnChangePage,
+    ReadOnlyAdmin,
+    jsonable,
+    pretty_json,
+    require,
+    stream_url,
+    titled,
+    utc,
+)
 from receipts.core.chain import Receipt, Verification, fault
 from receipts.errors import ReplayRefused
 from receipts.models import Receipt as ReceiptRow
@@ -39,7 +44,6 @@ from receipts.models import Stream as StreamRow
 
 logger = logging.getLogger(__name__)
 
-NONE_HTML = mark_safe('<span class="rcpt-none">—</span>')
 PAGE_SIZE = 200  # receipts per stream page
 # Badges on a page starting past this position are checked from the receipt just before
 # the page instead of from the start of the stream: a page view must not rehash a whole
@@ -50,14 +54,6 @@ BADGE_WALK_LIMIT = 20_000
 # ---- formatting ----------------------------------------------------------------------------
 
 
-def utc(ms: int | None) -> str:
-    """Milliseconds since the epoch as `2026-11-30 12:25:01.123 UTC`."""
-    if ms is None:
-        return "—"
-    moment = datetime.fromtimestamp(ms / 1000, tz=UTC)
-    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d} UTC"
-
-
 def short_hash(value: str | None) -> str:
     """A hash cut to 12 characters, the whole of it in the tooltip."""
     if not value:
@@ -65,19 +61,8 @@ def short_hash(value: str | None) -> str:
     return format_html('<code class="rcpt-hash" title="{}">{}…</code>', value, value[:12])
 
 
-def pretty_json(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=_jsonable)
-
-
-def _jsonable(value: Any) -> Any:
-    # Reducer states are often frozen dataclasses; anything else shows as its repr.
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    return repr(value)
-
-
 def _preview(value: Any, limit: int = 80) -> str:
-    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=_jsonable)
+    text = json.dumps(value, sort_keys=True, ensure_ascii=False, default=jsonable)
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -235,29 +220,63 @@ def receipt_lines(
         if verification and not verification.ok and verification.index is not None
         else None
     )
-    lines = []
-    for r in page:
-        lines.append(
-            ReceiptLine(
-                receipt=r,
-                verified=marks.get(r.stream_seq or 0, False),
-                broken=r.stream_seq == broken_seq,
-                ts_utc=utc(r.ts),
-                body_json=pretty_json(r.body),
-                body_preview=_preview(r.body),
-                context_json=None if r.context is None else pretty_json(r.context),
-                hints_json=None if r.hints is None else pretty_json(r.hints),
-                admin_url=reverse("admin:receipts_receipt_change", args=(r.seq,)),
-            )
+    return [
+        ReceiptLine(
+            receipt=r,
+            verified=marks.get(r.stream_seq or 0, False),
+            broken=r.stream_seq == broken_seq,
+            ts_utc=utc(r.ts),
+            body_json=pretty_json(r.body),
+            body_preview=_preview(r.body),
+            context_json=None if r.context is None else pretty_json(r.context),
+            hints_json=None if r.hints is None else pretty_json(r.hints),
+            admin_url=reverse("admin:receipts_receipt_change", args=(r.seq,)),
         )
-    return lines
+        for r in page
+    ]
 
 
-def _int_param(raw: str | None, default: int) -> int:
+def position_param(raw: str | None, *, count: int, default: int) -> int:
+    """A position in a stream of `count` receipts from the query string: `default` when it
+    is missing or not a number, held to 0..count."""
     try:
-        return int(raw) if raw not in (None, "") else default
+        position = int(raw) if raw not in (None, "") else default
     except ValueError:
-        return default
+        position = default
+    return max(0, min(position, count))
+
+
+def chain_page(
+    request: HttpRequest,
+    name: str,
+    count: int,
+    *,
+    default_after: int,
+    panels: dict[str, Any],
+    replayable: bool = True,
+) -> dict[str, Any]:
+    """The chain on the stream page and the job page: a page of receipts after the query's
+    `after` with their verified badges and the positions of the pages around it, and
+    Verify chain and Replay, with the results of one just run (`panels`)."""
+    after = position_param(request.GET.get("after"), count=count, default=default_after)
+    verification = panels.get("verification")
+    page = store.read(name, after=after, limit=PAGE_SIZE)
+    marks, walked_from = chain_marks(name, page, after=after)
+    last_shown = page[-1].stream_seq if page else after
+    return {
+        "lines": receipt_lines(page, marks, verification),
+        "walked_from": walked_from,
+        "after": after,
+        "first_shown": after + 1 if page else after,
+        "last_shown": last_shown,
+        "older_after": max(0, after - PAGE_SIZE) if after > 0 else None,
+        "newer_after": last_shown if last_shown < count else None,
+        "latest_after": max(0, count - PAGE_SIZE),
+        "verification": verification,
+        "replay": panels.get("replay"),
+        "can_verify": can_verify(request),
+        "can_replay": replayable and can_replay(request),
+    }
 
 
 def state_panel(name: str, family: registry.StreamFamily, at: int) -> dict[str, Any]:
@@ -269,29 +288,54 @@ def state_panel(name: str, family: registry.StreamFamily, at: int) -> dict[str, 
         return {"at": at, "error": f"{type(error).__name__}: {error}"}
 
 
-def replay_panel(name: str, *, dry_run: bool) -> dict[str, Any]:
-    """Run `store.replay` on one stream and shape the drift report (S-8) for display."""
+def replay_on_record(
+    request: HttpRequest, name: str, *, logger: logging.Logger, event: str, message: str
+) -> dict[str, Any]:
+    """Run `store.replay` on one stream as the request asks, put it on record (U-3), log it
+    as `event` and shape the drift report (S-8) for display."""
+    by, dry_run = request.user.get_username(), request.POST.get("dry_run") == "1"
     try:
         report = store.replay(name, dry_run=dry_run)
     except ReplayRefused as error:
-        return {"refused": str(error), "dry_run": dry_run}
-    drift = [
-        {
-            "stream": d.stream,
-            "fields": [
-                {
-                    "name": field,
-                    "before": pretty_json((d.before or {}).get(field)),
-                    "after": pretty_json((d.after or {}).get(field)),
-                }
-                for field in d.fields
-            ],
-            "missing_before": d.before is None,
-            "missing_after": d.after is None,
-        }
-        for d in report.drift
-    ]
-    return {"checked": report.checked, "drift": drift, "dry_run": dry_run}
+        replay: dict[str, Any] = {"refused": str(error), "dry_run": dry_run}
+    else:
+        drift = [
+            {
+                "stream": d.stream,
+                "fields": [
+                    {
+                        "name": field,
+                        "before": pretty_json((d.before or {}).get(field)),
+                        "after": pretty_json((d.after or {}).get(field)),
+                    }
+                    for field in d.fields
+                ],
+                "missing_before": d.before is None,
+                "missing_after": d.after is None,
+            }
+            for d in report.drift
+        ]
+        replay = {"checked": report.checked, "drift": drift, "dry_run": dry_run}
+    drifted = len(replay.get("drift", []))
+    audit.record_replay(name, by=by, dry_run=dry_run, drift=drifted, refused=replay.get("refused"))
+    log_event(
+        logger,
+        event,
+        message,
+        stream=name,
+        by=by,
+        dry_run=dry_run,
+        drift=drifted,
+        refused="refused" in replay,
+    )
+    return replay
+
+
+def verify_on_record(name: str, *, by: str) -> Verification:
+    """Walk the whole chain of one stream and put the check on record (U-3)."""
+    verification = store.verify(name)
+    audit.record_verify(name, verification, by=by)
+    return verification
 
 
 def can_verify(request: HttpRequest) -> bool:
@@ -306,40 +350,28 @@ def can_replay(request: HttpRequest) -> bool:
 # ---- model admins --------------------------------------------------------------------------
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """No add, change or delete anywhere (S-3): receipts are written by the store alone."""
+class StoreAdmin(ReadOnlyAdmin):
+    """Streams and receipts, read-only (S-3): receipts are written by the store alone. The
+    lists are browsed by name prefix and never counted whole."""
 
-    actions = None
-    show_full_result_count = False
     paginator = CheapCountPaginator
     prefix_label = "Browse by prefix"
-
-    class Media:
-        css = {"all": ("receipt/admin.css",)}
-
-    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return (
-            request.user.is_active
-            and request.user.is_staff
-            and super().has_view_permission(request, obj)
-        )
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False
 
     def prefix_shortcuts(self) -> list[str]:
         """The registered families' prefixes, offered as one-click browses."""
         return [family.prefix for family in registry.families()]
 
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        """The subclass's `with_prefix`: the rows of streams whose name starts with the
+        term, found on an index."""
+        prefix = search_term.strip()
+        return (self.with_prefix(queryset, prefix) if prefix else queryset), False
+
 
 @admin.register(StreamRow)
-class StreamAdmin(ReadOnlyAdmin):
+class StreamAdmin(OwnChangePage, StoreAdmin):
     list_display = ("name", "receipt_count", "head_short", "last_ts_utc", "updated_at_utc")
     ordering = ("name",)
     sortable_by = ("name",)  # the primary key; sorting on the other columns would scan
@@ -347,13 +379,8 @@ class StreamAdmin(ReadOnlyAdmin):
     search_help_text = "Stream name prefix, e.g. jobs/ (matches the start of the name)."
     stream_template = "admin/receipts/stream/stream_page.html"
 
-    def get_search_results(
-        self, request: HttpRequest, queryset: QuerySet[StreamRow], search_term: str
-    ) -> tuple[QuerySet[StreamRow], bool]:
-        prefix = search_term.strip()
-        if not prefix:
-            return queryset, False
-        return queryset.filter(name_prefix_q("name", prefix, vendor=_vendor(queryset))), False
+    def with_prefix(self, queryset: QuerySet[StreamRow], prefix: str) -> QuerySet[StreamRow]:
+        return queryset.filter(name_prefix_q("name", prefix, vendor=_vendor(queryset)))
 
     @admin.display(description="head")
     def head_short(self, obj: StreamRow) -> str:
@@ -361,23 +388,16 @@ class StreamAdmin(ReadOnlyAdmin):
 
     @admin.display(description="last receipt (UTC)")
     def last_ts_utc(self, obj: StreamRow) -> str:
-        return format_html('<span title="{}">{}</span>', obj.last_ts or "", utc(obj.last_ts))
+        return titled(utc(obj.last_ts), obj.last_ts or "")
 
     @admin.display(description="updated (UTC)")
     def updated_at_utc(self, obj: StreamRow) -> str:
-        return format_html('<span title="{}">{}</span>', obj.updated_at, utc(obj.updated_at))
+        return titled(utc(obj.updated_at), obj.updated_at)
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
+    def object_page(
+        self, request: HttpRequest, name: str, extra_context: dict[str, Any] | None
     ) -> HttpResponse:
         """The stream page: the chain, its verification, time travel and replay (U-4)."""
-        if not self.has_view_permission(request):
-            raise PermissionDenied
-        name = unquote(object_id)
         info = store.stream_info(name)
         if info is None:
             raise Http404(f"stream {name!r} not found")
@@ -385,74 +405,42 @@ class StreamAdmin(ReadOnlyAdmin):
         has_reducer = bool(family and family.reducer)
         has_projector = bool(family and family.projector)
 
-        verification = replay = None
+        panels: dict[str, Any] = {}
         if request.method == "POST":
-            action = request.POST.get("action")
+            action, by = request.POST.get("action"), request.user.get_username()
             if action == "verify":
-                if not can_verify(request):
-                    raise PermissionDenied
-                verification = store.verify(name)
-                audit.record_verify(name, verification, by=request.user.get_username())
+                require(can_verify(request))
+                panels["verification"] = verify_on_record(name, by=by)
             elif action == "replay":
-                if not (has_projector and can_replay(request)):
-                    raise PermissionDenied
-                dry_run = request.POST.get("dry_run") == "1"
-                replay = replay_panel(name, dry_run=dry_run)
-                audit.record_replay(
+                require(has_projector and can_replay(request))
+                panels["replay"] = replay_on_record(
+                    request,
                     name,
-                    by=request.user.get_username(),
-                    dry_run=dry_run,
-                    drift=len(replay.get("drift", [])),
-                    refused=replay.get("refused"),
-                )
-                log_event(
-                    logger,
-                    "admin.stream_replayed",
-                    f"replayed {name} from the admin",
-                    stream=name,
-                    by=request.user.get_username(),
-                    dry_run=dry_run,
-                    drift=len(replay.get("drift", [])),
-                    refused="refused" in replay,
+                    logger=logger,
+                    event="admin.stream_replayed",
+                    message=f"replayed {name} from the admin",
                 )
             else:
                 return HttpResponseBadRequest("unknown stream action")
 
-        after = max(0, min(_int_param(request.GET.get("after"), 0), info.count))
-        page = store.read(name, after=after, limit=PAGE_SIZE)
-        marks, walked_from = chain_marks(name, page, after=after)
-        at = max(0, min(_int_param(request.GET.get("at"), info.count), info.count))
-        last_shown = page[-1].stream_seq if page else after
+        at = position_param(request.GET.get("at"), count=info.count, default=info.count)
         context = {
-            **self.admin_site.each_context(request),
             "title": name,
-            "opts": self.opts,
             "app_label": self.opts.app_label,
             "stream": info,
             "head_ts": utc(info.last_ts),
             "family": family,
             "has_reducer": has_reducer,
-            "can_verify": can_verify(request),
-            "can_replay": has_projector and can_replay(request),
-            "verification": verification,
-            "replay": replay,
-            "lines": receipt_lines(page, marks, verification),
-            "walked_from": walked_from,
-            "after": after,
-            "first_shown": after + 1 if page else after,
-            "last_shown": last_shown,
-            "older_after": max(0, after - PAGE_SIZE) if after > 0 else None,
-            "newer_after": last_shown if last_shown < info.count else None,
-            "latest_after": max(0, info.count - PAGE_SIZE),
+            **chain_page(
+                request, name, info.count, default_after=0, panels=panels, replayable=has_projector
+            ),
             "state": state_panel(name, family, at) if family and has_reducer else None,
-            **(extra_context or {}),
         }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, self.stream_template, context)
+        return self.render_page(request, self.stream_template, context, extra_context)
 
 
 @admin.register(ReceiptRow)
-class ReceiptAdmin(ReadOnlyAdmin):
+class ReceiptAdmin(StoreAdmin):
     list_display = ("seq", "stream_link", "stream_seq", "type_badge", "ts_utc")
     list_display_links = ("seq",)
     ordering = ("-seq",)
@@ -476,24 +464,22 @@ class ReceiptAdmin(ReadOnlyAdmin):
     )
     readonly_fields = fields
 
-    def get_search_results(
-        self, request: HttpRequest, queryset: QuerySet[ReceiptRow], search_term: str
-    ) -> tuple[QuerySet[ReceiptRow], bool]:
-        prefix = search_term.strip()
-        if not prefix:
-            return queryset, False
+    def with_prefix(self, queryset: QuerySet[ReceiptRow], prefix: str) -> QuerySet[ReceiptRow]:
         # Through the stream table's name index, then the (stream, stream_seq) unique
         # index: receipt.stream has no pattern index of its own.
         names = StreamRow.objects.filter(name_prefix_q("name", prefix, vendor=_vendor(queryset)))
-        return queryset.filter(stream__in=names.values("name")), False
+        return queryset.filter(stream__in=names.values("name"))
 
     @admin.display(description="stream")
     def stream_link(self, obj: ReceiptRow) -> str:
         """The stream page opened at this receipt's row."""
-        url = reverse("admin:receipts_stream_change", args=(quote(obj.stream),))
         after = (obj.stream_seq - 1) // PAGE_SIZE * PAGE_SIZE
         return format_html(
-            '<a href="{}?after={}#r{}">{}</a>', url, after, obj.stream_seq, obj.stream
+            '<a href="{}?after={}#r{}">{}</a>',
+            stream_url(obj.stream),
+            after,
+            obj.stream_seq,
+            obj.stream,
         )
 
     @admin.display(description="type")
@@ -502,7 +488,7 @@ class ReceiptAdmin(ReadOnlyAdmin):
 
     @admin.display(description="ts (UTC)")
     def ts_utc(self, obj: ReceiptRow) -> str:
-        return format_html('<span title="{}">{}</span>', obj.ts, utc(obj.ts))
+        return titled(utc(obj.ts), obj.ts)
 
     @admin.display(description="prev")
     def prev_full(self, obj: ReceiptRow) -> str:

@@ -7,8 +7,8 @@ import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.test import Client
 
-from jobs import admin as jobs_admin
 from jobs import queue
+from jobs.admin import actions
 from jobs.models import DeliveryPromise, Job
 from receipts import store
 from receipts.models import Receipt as ReceiptRow
@@ -238,7 +238,7 @@ def test_bulk_redrive_starts_queued_jobs_and_skips_the_rest(admin_client):
 
 
 def test_bulk_actions_refuse_more_than_the_limit(admin_client, monkeypatch):
-    monkeypatch.setattr(jobs_admin, "BULK_LIMIT", 2)
+    monkeypatch.setattr(actions, "BULK_LIMIT", 2)
     ids = [enqueue(now_ms=NOW + i) for i in range(3)]
     response = admin_client.post(
         CHANGELIST,

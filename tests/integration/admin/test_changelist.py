@@ -11,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 
 from jobs import admin as jobs_admin
 from jobs import queue, selectors
+from jobs.admin import changelist
 from jobs.core import contracts
 from jobs.core.state import Fence
 from jobs.models import Job
@@ -91,7 +92,7 @@ def test_changelist_lists_newest_first_with_columns(admin_client, jobs):
 def test_routed_group_column_flags_a_contract_mismatch(admin_client, jobs):
     response = admin_client.get(CHANGELIST)
     rows = {job.id: job for job in response.context["cl"].result_list}
-    flagged = jobs_admin.group_cell(rows[jobs["dispatch"]].worker_group, "control")
+    flagged = changelist.group_cell(rows[jobs["dispatch"]].worker_group, "control")
     assert "⚠ contract control" in flagged
     page = text(response)
     row = re.search(rf"<tr>.*?{re.escape(jobs['dispatch'])}.*?</tr>", page, re.S).group(0)
@@ -163,7 +164,7 @@ def test_kind_filter_offers_the_deployments_own_kinds(admin_client, jobs):
 
 
 def test_list_shows_the_first_line_of_the_last_error_and_ages(admin_client, jobs, monkeypatch):
-    monkeypatch.setattr(jobs_admin, "wall_clock_ms", lambda: NOW + 10 * 60_000)
+    monkeypatch.setattr(changelist, "wall_clock_ms", lambda: NOW + 10 * 60_000)
     error = "ValueError: bad input\n" + "  File x.py, line 1\n" * 100
     assert queue.fail(jobs["codex"], error, fence=Fence("codex:h:1", 1), now_ms=NOW + 9000).applied
     page = text(admin_client.get(CHANGELIST))
@@ -171,7 +172,7 @@ def test_list_shows_the_first_line_of_the_last_error_and_ages(admin_client, jobs
     cell = re.search(r'<span class="rcpt-error" title="(.*?)">(.*?)</span>', row, re.S)
     assert cell.group(2) == "ValueError: bad input"
     assert cell.group(1).startswith(error[:100])
-    assert len(cell.group(1)) == jobs_admin.ERROR_TOOLTIP_CHARS  # cut in the database
+    assert len(cell.group(1)) == changelist.ERROR_TOOLTIP_CHARS  # cut in the database
     assert '<span class="rcpt-ago" title="2030-03-17 17:46:43.000 UTC">9 min ago</span>' in row
     quiet = row_of(page, jobs["dispatch"])
     assert "rcpt-error" not in quiet  # never failed: a dash, not "null"
@@ -244,7 +245,7 @@ def test_changelist_has_no_add_link_and_links_the_dashboard(admin_client, jobs):
 
 def test_pages_stop_at_the_page_cap(admin_client, jobs, monkeypatch):
     monkeypatch.setattr(jobs_admin.JobAdmin, "list_per_page", 2)
-    monkeypatch.setattr(jobs_admin.JobPaginator, "max_pages", 2)
+    monkeypatch.setattr(changelist.JobPaginator, "max_pages", 2)
     assert listed(admin_client.get(f"{CHANGELIST}?p=2")) == [jobs["control"], jobs["codex"]]
     response = admin_client.get(f"{CHANGELIST}?p=3")  # a third page exists but is not offered
     assert response.status_code == 302 and "e=1" in response["Location"]

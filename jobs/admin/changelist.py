@@ -1,0 +1,356 @@
+"""The jobs list (U-1): filters, search, columns, the page cap, and the dashboard beside it
+(U-6). Nothing here writes.
+
+The list stays on an index at a million jobs: filter choices from code (the agent list
+adds a loose index scan of `job_agent_newest`, never a DISTINCT over the table),
+exact-match search, newest-first on `job_newest`, and the streams browser's paginator,
+which never counts a whole table.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import Case, Q, QuerySet, When
+from django.db.models.fields.json import KT
+from django.db.models.functions import Substr
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+
+from jobs import dashboard, handlers, selectors
+from jobs.core.contracts import WORKER_GROUPS, all_kinds, contract_group, routing_by_design
+from jobs.core.vocabulary import LANES, STATUSES
+from jobs.dashboard_tables import DASHBOARD_TABLES, render_chart, render_table, status_badge
+from jobs.models import Job
+from receipts.admin import CheapCountPaginator
+from receipts.admin_kit import NONE_HTML, OperatorAdmin, require, titled, utc
+from receipts.clock import now_ms as wall_clock_ms
+
+ERROR_TOOLTIP_CHARS = 600  # of a job's last error, read for the changelist's tooltip
+# Search terms `<prefix>:<value>`: one exact column each. A bare term matches id,
+# session key or objective id exactly (three indexed equality lookups, OR-ed).
+SEARCH_PREFIXES = {
+    "id": "id",
+    "session": "session_key",
+    "objective": "objective_id",
+    "org": "organization_id",
+    "organization": "organization_id",
+    "agent": "agent_id",
+}
+
+
+def group_cell(routed: str, contract: str | None, *, by_design: bool = False) -> str:
+    """The routed group, flagged when the kind's contract names another group (K-5); a
+    difference the built-in agents make by design is a quiet note, not a warning."""
+    if contract is None or contract == routed:
+        return format_html("{}", routed)
+    if by_design:
+        return format_html(
+            '{} <span class="rcpt-route-note" title="contract group {}; built-in agents '
+            'route by agent id first, so this is expected">contract {}</span>',
+            routed,
+            contract,
+            contract,
+        )
+    return format_html(
+        '{} <span class="rcpt-mismatch" title="contract group {} differs from routed group {} '
+        '(routing is by agent id first)">⚠ contract {}</span>',
+        routed,
+        contract,
+        routed,
+        contract,
+    )
+
+
+def parse_search(term: str) -> Q | None:
+    """`org:acme` -> one exact column; a bare term -> id, session key or objective id."""
+    term = term.strip()
+    if not term:
+        return None
+    prefix, sep, value = term.partition(":")
+    if sep and prefix.lower() in SEARCH_PREFIXES and value.strip():
+        return Q(**{SEARCH_PREFIXES[prefix.lower()]: value.strip()})
+    return Q(pk=term) | Q(session_key=term) | Q(objective_id=term)
+
+
+# ---- filters: choices from the vocabulary, the contracts and the agent index ---------------
+
+
+class FixedChoicesFilter(admin.SimpleListFilter):
+    """One exact column against a list known in code: no query builds the choices."""
+
+    column: str
+    known: tuple[str, ...] = ()  # (`choices` is a ListFilter method)
+
+    def values(self) -> tuple[str, ...]:
+        return self.known
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(value, value) for value in self.values()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        value = self.value()
+        return queryset.filter(**{self.column: value}) if value else queryset
+
+
+class StatusFilter(FixedChoicesFilter):
+    title, parameter_name, column = "status", "status", "status"
+    known = tuple(STATUSES)
+
+
+class LaneFilter(FixedChoicesFilter):
+    title, parameter_name, column = "lane", "lane", "lane"
+    known = tuple(LANES)
+
+
+class AgentFilter(FixedChoicesFilter):
+    """Agent ids with a handler or with jobs, so a failing unknown agent can be picked too.
+    Past the index scan's cap, any other id is reached through the search `agent:<id>`."""
+
+    title, parameter_name, column = "agent", "agent", "agent_id"
+
+    def values(self) -> tuple[str, ...]:
+        return tuple(sorted({*handlers.registered_agent_ids(), *selectors.agent_ids()}))
+
+
+class KindFilter(FixedChoicesFilter):
+    """The built-in kinds and the deployment's own, registered with its handlers."""
+
+    title, parameter_name, column = "kind", "kind", "kind"
+
+    def values(self) -> tuple[str, ...]:
+        return all_kinds()
+
+
+class RoutedGroupFilter(FixedChoicesFilter):
+    title, parameter_name, column = "routed group", "group", "worker_group"
+    known = tuple(WORKER_GROUPS)
+
+
+class OrganizationFilter(admin.SimpleListFilter):
+    """A text box: organization ids are open-ended, so there is no list to offer."""
+
+    title, parameter_name = "organization", "org"
+    template = "admin/jobs/job/input_filter.html"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return []
+
+    def has_output(self) -> bool:
+        return True
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
+        value = (self.value() or "").strip()
+        return queryset.filter(organization_id=value) if value else queryset
+
+    def choices(self, changelist: Any) -> Any:
+        keep = [
+            (name, value)
+            for name, values in changelist.filter_params.items()
+            if name != self.parameter_name
+            for value in values
+        ]
+        yield {
+            "value": self.value() or "",
+            "parameter_name": self.parameter_name,
+            "keep": keep,
+            "clear_url": changelist.get_query_string(remove=[self.parameter_name]),
+        }
+
+
+class JobPaginator(CheapCountPaginator):
+    """At most `max_pages` pages: a deeper page is an OFFSET that walks (or, on PostgreSQL,
+    sorts) every row before it. Older jobs are reached by filtering, not by paging."""
+
+    max_pages = 100
+
+    @cached_property
+    def num_pages(self) -> int:
+        return min(super().num_pages, self.max_pages)
+
+
+class JobChangeList(ChangeList):
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        # Two keys of the page's folds: the last error is cut in the database, since a
+        # handler's error can be 8,000 characters and a page shows a hundred of them.
+        # (SQLite's KT reads a JSON null as the text 'null': the When keeps it NULL.)
+        self.result_list = self.result_list.annotate(
+            max_attempts=KT("state__maxAttempts"),
+            last_error=Case(
+                When(
+                    ~Q(state__lastError=None),
+                    then=Substr(KT("state__lastError"), 1, ERROR_TOOLTIP_CHARS),
+                )
+            ),
+        )
+
+
+def clipped(value: str | None, css: str = "rcpt-clip") -> str:
+    """A value cut to its column's width, the whole of it in the tooltip; a dash for none."""
+    return NONE_HTML if value is None else titled(value, value, css=css)
+
+
+def error_cell(error: str | None) -> str:
+    """The first line of a job's last error; more of it in the tooltip."""
+    if not error:
+        return NONE_HTML
+    first = error.strip().splitlines()[0] if error.strip() else error
+    return titled(first, error, css="rcpt-error")
+
+
+def ago_text(ms: int) -> str:
+    """A short age for a narrow column: 12 s, 3 min, 5 h, 2 d."""
+    seconds = max(0, ms) // 1000
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    if seconds < 48 * 3600:
+        return f"{seconds // 3600} h"
+    return f"{seconds // 86400} d"
+
+
+def ago_cell(at_ms: int, *, now_ms: int) -> str:
+    """An age like "3 min ago", with the UTC time in the tooltip."""
+    return titled(f"{ago_text(now_ms - at_ms)} ago", utc(at_ms), css="rcpt-ago")
+
+
+class JobList(OperatorAdmin):
+    """The changelist and the dashboard of `JobAdmin`."""
+
+    list_display = (
+        "id_col",
+        "status_col",
+        "agent_col",
+        "kind_col",
+        "lane",
+        "group_col",
+        "attempts_col",
+        "org_col",
+        "created_col",
+        "updated_col",
+        "error_col",
+    )
+    list_display_links = ("id_col",)
+    list_filter = (
+        StatusFilter,
+        LaneFilter,
+        AgentFilter,
+        KindFilter,
+        RoutedGroupFilter,
+        OrganizationFilter,
+    )
+    search_fields = ("id",)  # shows the box; get_search_results makes every term exact
+    search_help_text = (
+        "Exact match. One column: id:, session:, objective:, org: or agent: before the value."
+    )
+    ordering = ("-created_at", "-id")
+    sortable_by = ()  # any other order would sort the whole table
+    show_facets = admin.ShowFacets.NEVER  # facet counts are one COUNT per choice
+    paginator = JobPaginator
+    list_per_page = 100
+    list_max_show_all = 100
+    dashboard_template = "admin/jobs/job/dashboard.html"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
+        # The fold can carry a 1 MiB payload; a page needs only maxAttempts from it, which
+        # JobChangeList adds to the page's query (not to the paginator's capped count).
+        return super().get_queryset(request).defer("state")
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return JobChangeList
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
+    ) -> tuple[QuerySet[Job], bool]:
+        condition = parse_search(search_term)
+        return (queryset if condition is None else queryset.filter(condition)), False
+
+    @admin.display(description="id")
+    def id_col(self, obj: Job) -> str:
+        return clipped(obj.id, "rcpt-id")
+
+    @admin.display(description="status")
+    def status_col(self, obj: Job) -> str:
+        return status_badge(obj.status)
+
+    @admin.display(description="agent")
+    def agent_col(self, obj: Job) -> str:
+        return clipped(obj.agent_id)
+
+    @admin.display(description="kind")
+    def kind_col(self, obj: Job) -> str:
+        return clipped(obj.kind)
+
+    @admin.display(description="group")
+    def group_col(self, obj: Job) -> str:
+        return group_cell(
+            obj.worker_group,
+            contract_group(obj.kind),
+            by_design=routing_by_design(obj.agent_id, obj.kind),
+        )
+
+    @admin.display(description="tries")
+    def attempts_col(self, obj: Job) -> str:
+        return f"{obj.attempt}/{getattr(obj, 'max_attempts', None) or '?'}"
+
+    @admin.display(description="org")
+    def org_col(self, obj: Job) -> str:
+        return clipped(obj.organization_id, "rcpt-clip rcpt-org")
+
+    @admin.display(description="age")
+    def created_col(self, obj: Job) -> str:
+        return ago_cell(obj.created_at, now_ms=wall_clock_ms())
+
+    @admin.display(description="updated")
+    def updated_col(self, obj: Job) -> str:
+        return ago_cell(obj.updated_at, now_ms=wall_clock_ms())
+
+    @admin.display(description="last error")
+    def error_col(self, obj: Job) -> str:
+        return error_cell(getattr(obj, "last_error", None))
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        extra = {
+            "title": "Jobs",
+            "dashboard_url": reverse("admin:jobs_job_dashboard"),
+            # the app menu would take a quarter of a laptop screen from the table
+            "is_nav_sidebar_enabled": False,
+            **(extra_context or {}),
+        }
+        return super().changelist_view(request, extra)
+
+    def get_urls(self) -> list[URLPattern]:
+        wrap = self.admin_site.admin_view
+        own = [
+            path("dashboard/", wrap(self.dashboard_view), name="jobs_job_dashboard"),
+            path("dashboard.json", wrap(self.dashboard_json_view), name="jobs_job_dashboard_json"),
+        ]
+        return own + super().get_urls()
+
+    def dashboard_view(self, request: HttpRequest) -> HttpResponse:
+        require(self.has_view_permission(request))
+        data = dashboard.snapshot()
+        context = {
+            "title": "Jobs dashboard",
+            "data": data,
+            "tables": [render_table(table, data) for table in DASHBOARD_TABLES],
+            "chart": render_chart(data),
+            "is_nav_sidebar_enabled": False,  # the panels need the whole width of a laptop
+            "json_url": reverse("admin:jobs_job_dashboard_json"),
+            "changelist_url": reverse("admin:jobs_job_changelist"),
+            "statuses": STATUSES,
+            "utc_now": utc(data["now"]),
+        }
+        return self.render_page(request, self.dashboard_template, context)
+
+    def dashboard_json_view(self, request: HttpRequest) -> JsonResponse:
+        require(self.has_view_permission(request))
+        return JsonResponse(dashboard.shared_snapshot())

@@ -1,0 +1,184 @@
+"""The job page (U-2): the fold, contract and routing, diagnosis, the verified receipt
+timeline with time travel, promises, commands, progress, callbacks, the operator actions on
+record and what other apps add through `page_sections`. Its POSTs run in `actions`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import Http404, HttpRequest, HttpResponse
+from django.urls import reverse
+
+from jobs import callback_records, dashboard, page_sections, queue, selectors
+from jobs.admin.actions import JobActions
+from jobs.core.contracts import contract_for, routing_by_design
+from jobs.core.state import JobState
+from jobs.core.vocabulary import job_stream
+from jobs.dashboard_tables import status_badge
+from jobs.diagnosis import diagnosis
+from jobs.presenters import job_json
+from jobs.runtime import promises
+from receipts import audit, store
+from receipts.admin import PAGE_SIZE, chain_page, position_param
+from receipts.admin_kit import NONE_HTML, OwnChangePage, pretty_json, stream_url, utc
+from receipts.clock import now_ms as wall_clock_ms
+
+
+def state_at_panel(job_id: str, at: int, count: int) -> dict[str, Any]:
+    """The job after its first `at` receipts (S-7), as the API's job JSON."""
+    try:
+        state: JobState | None = store.state_at(job_stream(job_id), at)
+    except Exception as error:  # a reducer refusing a corrupt chain must not hide the page
+        return {"at": at, "count": count, "error": f"{type(error).__name__}: {error}"}
+    if state is None:
+        return {"at": at, "count": count, "json": pretty_json(None), "status": None}
+    return {"at": at, "count": count, "json": pretty_json(job_json(state)), "status": state.status}
+
+
+def promise_rows(job_id: str, *, now_ms: int) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": p.id,
+            "function": p.function,
+            "attempt": p.attempt,
+            "group": p.target_group,
+            "state": p.state,
+            "worker": p.worker_id,
+            "dispatch_key": p.dispatch_key,
+            "created": utc(p.created_at),
+            "settled": utc(p.settled_at),
+            "timeout": utc(p.timeout_at),
+            "result": None if p.result is None else pretty_json(p.result),
+        }
+        for p in promises.for_job(job_id, now_ms=now_ms)
+    ]
+
+
+def command_rows(job: JobState) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": c.id,
+            "command": c.command,
+            "lane": c.lane,
+            "by": c.by,
+            "created": utc(c.created_at),
+            "consumed": utc(c.consumed_at) if c.consumed_at else None,
+            "payload": pretty_json(c.payload),
+            "pending": c.pending,
+        }
+        for c in reversed(job.commands)
+    ]
+
+
+def progress_panel(job_id: str) -> dict[str, Any] | None:
+    """The latest progress report; a task's stdout and stderr tails shown as text."""
+    progress = selectors.last_progress(job_id)
+    if progress is None:
+        return None
+    report = progress.report if isinstance(progress.report, dict) else {}
+    stdout, stderr = report.get("stdoutTail"), report.get("stderrTail")
+    return {
+        "at": utc(progress.at),
+        "attempt": progress.attempt,
+        "worker": progress.worker_id,
+        "stdout": stdout if isinstance(stdout, str) else None,
+        "stderr": stderr if isinstance(stderr, str) else None,
+        "json": pretty_json(progress.report),
+    }
+
+
+def operator_actions(stream: str) -> list[dict[str, Any]]:
+    """Redrives, replays and verifications recorded on the job's audit stream, newest first."""
+    return [
+        {"by": r.body.get("by"), "at": utc(r.ts), "text": audit.describe(r.body)}
+        for r in reversed(audit.history(stream))
+    ]
+
+
+class JobPage(OwnChangePage, JobActions):
+    """The job page part of `JobAdmin`, with the actions it runs."""
+
+    job_template = "admin/jobs/job/job_page.html"
+
+    def object_page(
+        self, request: HttpRequest, job_id: str, extra_context: dict[str, Any] | None
+    ) -> HttpResponse:
+        if queue.get(job_id) is None:
+            from jobs import pruned_page  # a job retention removed shows its tombstone
+
+            answer = pruned_page.page(self, request, job_id) if request.method == "GET" else None
+            if answer is not None:
+                return answer
+            raise Http404(f"job {job_id} not found")
+        panels: dict[str, Any] = {}
+        if request.method == "POST":
+            answer = self._act(request, job_id, panels)
+            if answer is not None:
+                return answer
+        return self._render(request, job_id, panels, extra_context)
+
+    def _render(
+        self,
+        request: HttpRequest,
+        job_id: str,
+        panels: dict[str, Any],
+        extra_context: dict[str, Any] | None,
+    ) -> HttpResponse:
+        now = wall_clock_ms()
+        job = queue.get(job_id)
+        if job is None:  # a replay may have removed the row (no receipts)
+            raise Http404(f"job {job_id} not found")
+        stream = job_stream(job_id)
+        info = store.stream_info(stream)
+        count = info.count if info else 0
+        wire = job_json(job)
+        contract = contract_for(job.kind)
+        diagnosed = diagnosis(job_id, now_ms=now)
+        page_links, page_parts, page_errors = page_sections.collect(job)
+        at_raw = request.GET.get("at")
+        state_at = (
+            state_at_panel(job_id, position_param(at_raw, count=count, default=count), count)
+            if at_raw not in (None, "")
+            else None
+        )
+        context = {
+            "title": f"Job {job_id}",
+            "app_label": self.opts.app_label,
+            "job": job,
+            "wire": wire,
+            "fold_json": pretty_json(wire),
+            "status_badge": status_badge(job.status),
+            "contract": contract.to_wire() if contract else None,
+            "route_by_design": routing_by_design(job.agent_id, job.kind),
+            "diagnosis": diagnosed,
+            "diagnosis_facts": pretty_json(diagnosed["facts"]),
+            "stream": info,
+            "stream_url": stream_url(stream),
+            "receipt_count": count,
+            "created_utc": utc(job.created_at),
+            "updated_utc": utc(job.updated_at),
+            "lease_utc": utc(job.lease_until) if job.lease_until else None,
+            **chain_page(
+                request, stream, count, default_after=max(0, count - PAGE_SIZE), panels=panels
+            ),
+            "state_at": state_at,
+            "promises": promise_rows(job_id, now_ms=now),
+            "commands": command_rows(job),
+            "pending_commands": len(job.pending_commands),
+            "progress": progress_panel(job_id),
+            "operator_actions": operator_actions(stream),
+            "audit_stream_url": stream_url(audit.stream_for(stream)),
+            "page_links": page_links,
+            "page_sections": page_parts,
+            "page_errors": page_errors,
+            "callbacks": dashboard.callbacks_block(),
+            "callback_rows": callback_records.admin_rows(job_id),
+            "command_error": panels.get("command_error"),
+            "can_act": self.can_act(request),
+            "events_url": reverse("job-events", args=(job_id,)),
+            "changelist_url": reverse("admin:jobs_job_changelist"),
+            "dashboard_url": reverse("admin:jobs_job_dashboard"),
+            "none_html": NONE_HTML,
+        }
+        return self.render_page(request, self.job_template, context, extra_context)
