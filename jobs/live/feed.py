@@ -3,13 +3,14 @@
 One advancer task turns wake-ups (PostgreSQL NOTIFY through `listener`, a timer on
 SQLite, an A-7 callback) into a moving stable horizon (`horizon`) and reads, once for
 the whole process, the positions of the receipts that became final. They go into a ring
-of recent entries. Waiting clients are woken through events: a client of one stream
-(job events, wait) waits on that stream's event, set only when the stream has news, so
-an append to one job wakes that job's clients and not the thousand others; clients of a
-prefix wait on the shared event. A woken client picks its own entries from the ring, so
-an idle client costs a cursor and no database connection, and an append costs one query
-per process, not one per client. Clients that fell behind the ring read the database
-instead (`follower`).
+of recent entries (indexed by stream too). Waiting clients are woken through signals: a
+client of one stream (job events, wait) waits on that stream's signal, set only when the
+stream has news, so an append to one job wakes that job's clients and not the thousand
+others; clients of a prefix wait on the shared signal. A woken client picks its own
+entries from the ring, so an idle client costs a cursor and no database connection, and
+an append costs one query per process, not one per client. Clients woken together share
+the filtering and rendering of the same batch (`shared`). Clients that fell behind the
+ring read the database instead (`follower`).
 
 Must not: start at import (the test client and WSGI never pay for it), touch a client's
 request context, or deliver a sequence above the stable horizon.
@@ -22,9 +23,12 @@ import bisect
 import contextvars
 import json
 import logging
+import operator
+import time
 import weakref
-from collections import deque
-from typing import NamedTuple
+from collections import Counter, deque
+from collections.abc import Callable, Hashable
+from typing import NamedTuple, TypeVar, cast
 
 from django.db import connections
 
@@ -37,13 +41,49 @@ logger = logging.getLogger("receipt.live")
 PENDING_RECHECK_S = 0.05  # a candidate horizon waits on open writers; aborts send no NOTIFY
 PG_SAFETY_POLL_S = 2.0  # NOTIFY is the wake-up on PostgreSQL; this only bounds the worst case
 MIN_INTERVAL_S = 0.005  # coalesces a burst of notifications into one probe
+# After a pass that woke clients, the next pass waits as long as the loop spent on their
+# wake-ups, up to MAX_COALESCE_S (T-6): with a thousand clients each wake-up is a poll and
+# a socket write per client, so under a steady stream of receipts the feed puts more
+# receipts in each wake-up instead of spending the whole loop on wake-ups (other requests
+# keep at least half of it); with few clients it stays at MIN_INTERVAL_S.
+MAX_COALESCE_S = 0.1
 READY_TIMEOUT_S = 10.0
 INVALIDATIONS_KEPT = 1024
 MAX_BACKOFF_S = 5.0
 
 
+T = TypeVar("T")
+_SEQ = operator.itemgetter(0)  # Entry.seq, for bisect
+_MISSING = object()
+
+
 class FeedUnavailable(Exception):
     """The feed could not read the database in time (503 `live_unavailable`)."""
+
+
+class Signal:
+    """Set once, on the next news, waking every future added to it. Followers bring their
+    own futures and deadlines (`follower.Follower.wait`): `asyncio.Event` under
+    `asyncio.timeout` costs a new timer per wait, and a thousand clients wait again after
+    every batch (T-6)."""
+
+    __slots__ = ("__weakref__", "_waiters", "is_set")
+
+    def __init__(self) -> None:
+        self.is_set = False
+        self._waiters: dict[asyncio.Future[bool], None] = {}
+
+    def add(self, waiter: asyncio.Future[bool]) -> None:
+        self._waiters[waiter] = None
+
+    def discard(self, waiter: asyncio.Future[bool]) -> None:
+        self._waiters.pop(waiter, None)
+
+    def set(self) -> None:
+        self.is_set = True
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(True)
 
 
 class Invalidation(NamedTuple):
@@ -61,19 +101,21 @@ class Feed:
         self.floor = 0  # the ring holds every entry with floor < seq <= horizon
         self.invalidation_count = 0
         self._entries: list[Entry] = []
+        self._streams: dict[str, list[Entry]] = {}  # the ring by stream, for stream followers
         self._invalidations: deque[Invalidation] = deque(maxlen=INVALIDATIONS_KEPT)
         self._tracker = horizon.Horizon()
-        self._changed = asyncio.Event()  # any news (clients of a prefix)
+        self._changed = Signal()  # any news (clients of a prefix)
         # news on one stream; weak: a client that went away leaves nothing behind
-        self._by_stream: weakref.WeakValueDictionary[str, asyncio.Event] = (
-            weakref.WeakValueDictionary()
-        )
+        self._by_stream: weakref.WeakValueDictionary[str, Signal] = weakref.WeakValueDictionary()
         self._nudged = asyncio.Event()
         self._ready = asyncio.Event()
         self._resync = False
         self._passes_started = 0
         self._passes_done = 0
         self._pass_done = asyncio.Event()
+        self._woke = False  # the last pass woke clients
+        self._coalescing = False  # passes are spaced by their fan-out (MAX_COALESCE_S)
+        self._shared: dict[object, object] = {}  # see `shared`; emptied when the horizon moves
         self._tasks: list[asyncio.Task[None]] = []
 
     # ---- lifecycle ---------------------------------------------------------------------------
@@ -127,35 +169,37 @@ class Feed:
 
     # ---- what clients read (event loop only) -----------------------------------------------
 
-    def entries_after(self, cursor: int) -> list[Entry] | None:
-        """Final entries with seq > cursor, or None when the ring no longer reaches back."""
+    def entries_after(self, cursor: int, *, stream: str | None = None) -> list[Entry] | None:
+        """Final entries with seq > cursor (of `stream` only, if given), or None when the
+        ring no longer reaches back."""
         if cursor < self.floor:
             return None
-        start = bisect.bisect_right(self._entries, cursor, key=lambda e: e.seq)
-        return self._entries[start:]
+        entries = self._entries if stream is None else self._streams.get(stream, [])
+        return entries[bisect.bisect_right(entries, cursor, key=_SEQ) :]
 
     def invalidations_after(self, number: int) -> list[Invalidation]:
+        if not self._invalidations or self._invalidations[-1].number <= number:
+            return []
         return [i for i in self._invalidations if i.number > number]
 
-    def signal(self, stream: str | None) -> asyncio.Event:
+    def shared(self, key: Hashable, compute: Callable[[], T]) -> T:
+        """`compute()`, once per horizon for every client asking with the same key. The key
+        must determine the value given final entries (a cursor range and a filter): clients
+        woken by one pass mostly read the same range, so they share its work and its bytes."""
+        found = self._shared.get(key, _MISSING)
+        if found is _MISSING:
+            found = self._shared[key] = compute()
+        return cast(T, found)
+
+    def signal(self, stream: str | None) -> Signal:
         """The event set on the next news for `stream` (None: any news). Take it *before*
         reading the ring, then wait on it: nothing published in between can be missed."""
         if stream is None:
             return self._changed
         event = self._by_stream.get(stream)
         if event is None:
-            event = self._by_stream[stream] = asyncio.Event()
+            event = self._by_stream[stream] = Signal()
         return event
-
-    @staticmethod
-    async def wait(signal: asyncio.Event, timeout: float) -> bool:
-        """Until `signal` is set (True) or `timeout` passes (False)."""
-        try:
-            async with asyncio.timeout(max(0.0, timeout)):
-                await signal.wait()
-        except TimeoutError:
-            return False
-        return True
 
     # ---- what moves it (event loop only) -------------------------------------------------------
 
@@ -188,8 +232,9 @@ class Feed:
 
     def _wake(self, streams: list[str] | None) -> None:
         """Wake clients of `streams` and of any prefix; None wakes every client."""
+        self._woke = True
         self._changed.set()
-        self._changed = asyncio.Event()
+        self._changed = Signal()
         if streams is None:
             events = list(self._by_stream.values())
             self._by_stream.clear()
@@ -225,7 +270,16 @@ class Feed:
                 delay = min(delay * 2, MAX_BACKOFF_S)
                 continue
             delay = PENDING_RECHECK_S
-            await asyncio.sleep(MIN_INTERVAL_S)
+            pause = MIN_INTERVAL_S
+            if self._woke:
+                self._woke = False
+                woke_at = time.thread_time()
+                await asyncio.sleep(0)  # queued behind every client this pass woke
+                # the loop's own CPU time: on a busy machine the wall time also counts the
+                # time other processes had the CPU, and pausing for that only adds latency
+                pause = min(max(pause, time.thread_time() - woke_at), MAX_COALESCE_S)
+            self._coalescing = pause > MIN_INTERVAL_S
+            await asyncio.sleep(pause)
             timeout = PENDING_RECHECK_S if self._tracker.pending else idle_s
             try:
                 async with asyncio.timeout(timeout):
@@ -235,6 +289,12 @@ class Feed:
 
     async def _advance(self) -> None:
         stable = self._tracker.observe(await db.run(horizon.probe))
+        if self._coalescing and self._tracker.pending and self._ready.is_set():
+            # The writers that probe saw usually end within milliseconds. Passes are far
+            # apart now, so look once more before publishing: what committed before this
+            # pass goes out with it, not a whole fan-out and pause later.
+            await asyncio.sleep(MIN_INTERVAL_S)
+            stable = self._tracker.observe(await db.run(horizon.probe))
         if stable is None:
             return
         if not self._ready.is_set():
@@ -254,14 +314,24 @@ class Feed:
         truncated = len(entries) >= self.ring_size
         if truncated:  # a burst larger than the ring: keep its tail
             self._entries = entries
+            self._streams = {}
             self.floor = entries[0].seq - 1
         else:
             self._entries.extend(entries)
-            if len(self._entries) > self.ring_size * 5 // 4:  # trim in chunks, not per append
-                drop = len(self._entries) - self.ring_size
-                self.floor = self._entries[drop - 1].seq
-                del self._entries[:drop]
+        for entry in entries:
+            self._streams.setdefault(entry.stream, []).append(entry)
+        if len(self._entries) > self.ring_size * 5 // 4:  # trim in chunks, not per append
+            drop = len(self._entries) - self.ring_size
+            self.floor = self._entries[drop - 1].seq
+            for stream, count in Counter(e.stream for e in self._entries[:drop]).items():
+                kept = self._streams[stream]
+                if len(kept) == count:
+                    del self._streams[stream]
+                else:
+                    del kept[:count]  # a stream's entries are in seq order: the oldest go
+            del self._entries[:drop]
         self.horizon = stable
+        self._shared = {}
         # Everyone after a truncation or a reconnect: their cursors may now be behind.
         self._wake(None if truncated or self._resync else [e.stream for e in entries])
         self._resync = False

@@ -36,6 +36,9 @@ _PG_PROBE = (
     "SELECT COALESCE((SELECT max(seq) FROM receipt_receipt), 0), "
     "ARRAY(SELECT DISTINCT virtualtransaction FROM pg_locks "
     "      WHERE relation = 'receipt_receipt'::regclass AND granted "
+    # pg_locks covers every database; a copy of this one (a template clone) has the same
+    # table oid, and its writers must not hold this horizon back
+    "        AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
     "        AND mode = ANY(%s) AND pid <> pg_backend_pid())"
 )
 

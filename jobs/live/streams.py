@@ -45,36 +45,40 @@ async def job_events(request: HttpRequest, job_id: str) -> HttpResponse:
 async def _job_frames(
     follower: Follower, job_id: str, missed: tuple[list[reads.Entry], list[feed.Invalidation]]
 ) -> AsyncIterator[bytes]:
-    # The cursor was taken before this read, so no receipt can slip between the two.
-    job = await snapshots.job(job_id, since=follower.polled_at)
-    if job is None:
-        return
-    yield (
-        sse.frame("job-refresh", "init", id=follower.cursor) + sse.json_frame("job", job_json(job))
-    )
-    receipts, invalidations = missed
-    if job.is_terminal and not receipts:
-        return  # decision: the stream ends once the job is terminal (docs/live-events.md)
-    last_write = time.monotonic()
-    while True:
-        if receipts or invalidations:
-            chunk = [sse.frame("job-refresh", e.type, id=e.seq) for e in receipts]
-            chunk += [sse.frame("job-refresh", i.type) for i in invalidations]
-            job = await snapshots.job(job_id, since=follower.polled_at)
-            if job is None:
-                return
-            yield b"".join([*chunk, sse.json_frame("job", job_json(job))])
-            last_write = time.monotonic()
-            if job.is_terminal:
-                return
-        else:
+    try:
+        # The cursor was taken before this read, so no receipt can slip between the two.
+        job = await snapshots.job(job_id, since=follower.polled_at)
+        if job is None:
+            return
+        yield (
+            sse.frame("job-refresh", "init", id=follower.cursor)
+            + sse.json_frame("job", job_json(job))
+        )
+        receipts, invalidations = missed
+        if job.is_terminal and not receipts:
+            return  # decision: the stream ends once the job is terminal (docs/live-events.md)
+        last_write = time.monotonic()
+        while True:
+            if receipts or invalidations:
+                chunk = [sse.frame("job-refresh", e.type, id=e.seq) for e in receipts]
+                chunk += [sse.frame("job-refresh", i.type) for i in invalidations]
+                job = await snapshots.job(job_id, since=follower.polled_at)
+                if job is None:
+                    return
+                yield b"".join([*chunk, sse.json_frame("job", job_json(job))])
+                last_write = time.monotonic()
+                if job.is_terminal:
+                    return
+            # straight to waiting, as in _receipt_frames: one poll per wake-up
             idle = time.monotonic() - last_write
             if idle >= checks.keepalive_s():
                 yield sse.ping(follower.cursor)
                 last_write = time.monotonic()
             else:
                 await follower.wait(checks.keepalive_s() - idle)
-        receipts, invalidations = await follower.poll()
+            receipts, invalidations = await follower.poll()
+    finally:
+        follower.close()  # its keepalive timer
 
 
 # ---- E-2 GET /receipt/stream[?prefix=] --------------------------------------------------------
@@ -103,20 +107,31 @@ async def receipt_stream(request: HttpRequest) -> HttpResponse:
 
 
 async def _receipt_frames(follower: Follower) -> AsyncIterator[bytes]:
-    yield sse.ping(follower.cursor)  # carries the starting position: resumable at once
-    last_write = time.monotonic()
-    while True:
-        receipts, invalidations = await follower.poll()
-        if receipts or invalidations:
-            chunk = [sse.frame("receipt-refresh", e.stream, id=e.seq) for e in receipts]
-            # an invalidation has no id: it is not a position in the sequence
-            chunk += [sse.frame("receipt-refresh", i.stream) for i in invalidations]
-            yield b"".join(chunk)
-            last_write = time.monotonic()
-            continue
-        idle = time.monotonic() - last_write
-        if idle >= checks.keepalive_s():
-            yield sse.ping(follower.cursor)
-            last_write = time.monotonic()
-        else:
-            await follower.wait(checks.keepalive_s() - idle)
+    try:
+        yield sse.ping(follower.cursor)  # carries the starting position: resumable at once
+        last_write = time.monotonic()
+        while True:
+            receipts, invalidations = await follower.poll()
+            if receipts or invalidations:
+                # Followers woken together mostly have the same batch: render it once (T-6).
+                chunk = follower.feed.shared(
+                    ("receipt-refresh", follower.batch),
+                    lambda receipts=receipts: b"".join(
+                        sse.frame("receipt-refresh", e.stream, id=e.seq) for e in receipts
+                    ),
+                )
+                # an invalidation has no id: it is not a position in the sequence
+                yield chunk + b"".join(
+                    sse.frame("receipt-refresh", i.stream) for i in invalidations
+                )
+                last_write = time.monotonic()
+            # straight to waiting: the signal taken by that poll is already set if anything
+            # came since, so there is no second poll per wake-up
+            idle = time.monotonic() - last_write
+            if idle >= checks.keepalive_s():
+                yield sse.ping(follower.cursor)
+                last_write = time.monotonic()
+            else:
+                await follower.wait(checks.keepalive_s() - idle)
+    finally:
+        follower.close()  # its keepalive timer

@@ -45,16 +45,19 @@ async def wait_job(request: HttpRequest, job_id: str) -> HttpResponse:
         deadline = time.monotonic() + timeout_ms / 1000
         follower = Follower(live, cursor=live.horizon, filter=Filter(stream=job.stream))
         # read after the cursor was taken: nothing slips between the two
-        job = await snapshots.job(job_id, since=follower.polled_at) or job
-        while not job.is_terminal:
-            receipts, invalidations = await follower.poll()
-            if receipts or invalidations:
-                job = await snapshots.job(job_id, since=follower.polled_at) or job
-                continue
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            await follower.wait(remaining)
+        try:
+            job = await snapshots.job(job_id, since=follower.polled_at) or job
+            while not job.is_terminal:
+                receipts, invalidations = await follower.poll()
+                if receipts or invalidations:
+                    job = await snapshots.job(job_id, since=follower.polled_at) or job
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                await follower.wait(remaining)
+        finally:
+            follower.close()
     response = JsonResponse({"ok": True, "job": job_json(job)})
     response["Deprecation"] = "true"
     response["Link"] = f'</jobs/{job_id}/events>; rel="successor-version"'
