@@ -38,7 +38,12 @@ class Job(models.Model):
             models.Index(fields=["lane", "-created_at", "-id"], name="job_lane_newest"),
             # recovery loops (L-1, L-2) and singleton scans (J-7..J-9)
             models.Index(fields=["status", "updated_at"], name="job_status_updated"),
-            models.Index(fields=["status", "lease_until"], name="job_status_lease"),
+            # lease expiry scans only look at held leases (partial: settled rows add nothing)
+            models.Index(
+                fields=["status", "lease_until"],
+                name="job_status_lease",
+                condition=models.Q(status__in=["leased", "running"]),
+            ),
             models.Index(fields=["session_key", "status"], name="job_session_status"),
             # capacity in diagnosis: a group's busy jobs and the queue ahead of a job, oldest
             # first, without walking the settled history (partial: active rows only)

@@ -60,7 +60,6 @@ from receipts.core.canonical import CanonicalJSONError, check_json
 from receipts.core.chain import base36
 from receipts.errors import ExpectedPrevMismatch
 from receipts.store import NewStream, StreamHandle, append_new_streams, open_stream
-from receipts.writer import pipelined
 
 SINGLETON_CANCEL_REASON = "singleton cancel"
 ABORT_REQUESTED_REASON = "abort requested"
@@ -339,7 +338,9 @@ def enqueue_many(
     """
     now = wall_clock_ms() if now_ms is None else now_ms
     results: list[EnqueueResult] = []
-    with transaction.atomic(), pipelined():
+    # Not pipelined: a taken id is caught here and redone under a savepoint, and statements
+    # prepared after a failure inside one pipeline do not exist on the server.
+    with transaction.atomic():
         run: list[EnqueueRequest] = []
         for index, request in enumerate(requests):
             if request.job_id is None and (

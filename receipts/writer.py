@@ -36,6 +36,16 @@ _LOCK = (
     "ON CONFLICT (name) DO UPDATE SET name = excluded.name "
     "RETURNING head, receipt_count"
 )
+# PostgreSQL: an existing stream (every append but a stream's first) is locked with FOR
+# UPDATE, which writes no new row version; only a missing one takes the upsert above (two
+# creators meet in its ON CONFLICT, as before). One statement, one round trip.
+_LOCK_PG = (
+    "WITH found AS (SELECT head, receipt_count FROM receipt_stream WHERE name = %s FOR UPDATE), "
+    "created AS (INSERT INTO receipt_stream (name, head, receipt_count, last_ts, updated_at) "
+    "SELECT %s, NULL, 0, NULL, 0 WHERE NOT EXISTS (SELECT 1 FROM found) "
+    "ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING head, receipt_count) "
+    "SELECT head, receipt_count FROM found UNION ALL SELECT head, receipt_count FROM created"
+)
 _UPDATE_HEAD = (
     "UPDATE receipt_stream SET head = %s, receipt_count = %s, last_ts = %s, "
     "updated_at = %s WHERE name = %s"
@@ -198,7 +208,10 @@ def pipelined() -> Iterator[None]:
     Enter it inside the transaction (BEGIN then travels with the first statements): the
     commit's on-commit hooks must not run in pipeline mode, where an ORM update's row
     count is unknown until the next sync. Use it only around code that reads what it
-    needs (`prepared`, `Writer`, fetches), never around ORM updates. SQLite: nothing."""
+    needs (`prepared`, `Writer`, fetches), never around ORM updates, and never around code
+    that recovers from a failed statement under a savepoint and goes on: statements
+    prepared after the failure were skipped by the server but are believed prepared.
+    SQLite: nothing."""
     if connection.vendor != "postgresql" or _in_pipeline():
         yield
         return
@@ -240,6 +253,9 @@ class Writer:
         through it."""
         self._run(sql, params, rows=False)
 
+    def _lock_statement(self, name: str) -> tuple[str, list[str]]:
+        return (_LOCK_PG, [name, name]) if self.postgres else (_LOCK, [name])
+
     def lock(
         self, name: str, read: tuple[str, Sequence[Any]] | None = None
     ) -> tuple[str | None, int, list[tuple[Any, ...]]]:
@@ -247,14 +263,14 @@ class Writer:
         caller needs under the lock (its read model's row), runs right after the lock in
         the same round trip on PostgreSQL."""
         if read is None or not self.postgres:
-            head, count = self._run(_LOCK, [name])[0]
+            head, count = self._run(*self._lock_statement(name))[0]
             return head, count, (self._run(*read) if read is not None else [])
         import psycopg
 
         pg = connection.connection
         with connection.wrap_database_errors, psycopg.Cursor(pg) as reader:
             with _results_now(pg) if _in_pipeline() else pg.pipeline():
-                self._cursor.execute(_LOCK, [name], prepare=True)
+                self._cursor.execute(*self._lock_statement(name), prepare=True)
                 reader.execute(read[0], read[1], prepare=True)
             head, count = self._cursor.fetchone()
             return head, count, reader.fetchall()

@@ -32,6 +32,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _dispatch_thread_released_before_teardown(request: pytest.FixtureRequest) -> Any:
+    """The dispatch outbox's thread keeps its connection for a few idle seconds: stop it
+    before pytest-django drops the test database (which refuses while a session is open).
+    Registered after the database set-up, so this finalizer runs before its teardown."""
+    request.getfixturevalue("django_db_setup")
+    yield
+    from jobs.runtime import dispatch
+
+    dispatch.OUTBOX.stop()
+
+
 def run_in_threads(count: int, target: Callable[[int], Any]) -> list[Any]:
     """Run `target(i)` in `count` threads released together; re-raise the first error.
 

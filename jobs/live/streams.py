@@ -70,12 +70,10 @@ async def _job_frames(
                 if job.is_terminal:
                     return
             # straight to waiting, as in _receipt_frames: one poll per wake-up
-            idle = time.monotonic() - last_write
-            if idle >= checks.keepalive_s():
-                yield sse.ping(follower.cursor)
+            ping = await _ping_or_wait(follower, last_write)
+            if ping is not None:
+                yield ping
                 last_write = time.monotonic()
-            else:
-                await follower.wait(checks.keepalive_s() - idle)
             receipts, invalidations = await follower.poll()
     finally:
         follower.close()  # its keepalive timer
@@ -127,11 +125,19 @@ async def _receipt_frames(follower: Follower) -> AsyncIterator[bytes]:
                 last_write = time.monotonic()
             # straight to waiting: the signal taken by that poll is already set if anything
             # came since, so there is no second poll per wake-up
-            idle = time.monotonic() - last_write
-            if idle >= checks.keepalive_s():
-                yield sse.ping(follower.cursor)
+            ping = await _ping_or_wait(follower, last_write)
+            if ping is not None:
+                yield ping
                 last_write = time.monotonic()
-            else:
-                await follower.wait(checks.keepalive_s() - idle)
     finally:
         follower.close()  # its keepalive timer
+
+
+async def _ping_or_wait(follower: Follower, last_write: float) -> bytes | None:
+    """A keepalive ping when the stream has been quiet for the keepalive interval; else
+    wait (at most until then) for the follower's next wake-up and return None."""
+    idle = time.monotonic() - last_write
+    if idle >= checks.keepalive_s():
+        return sse.ping(follower.cursor)
+    await follower.wait(checks.keepalive_s() - idle)
+    return None

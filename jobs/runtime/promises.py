@@ -168,19 +168,30 @@ def create_many(new: list[NewPromise], *, now_ms: int) -> set[str]:
 
 
 def settle_many(settlements: list[tuple[str, Any]], state: str, *, now_ms: int) -> None:
-    """Settle several promises (id, result) the same way; one round trip on PostgreSQL
-    (psycopg pipelines executemany)."""
+    """Settle several promises (id, result) the same way: one statement on PostgreSQL (the
+    rows as one JSON parameter, prepared), executemany on SQLite."""
     if not settlements:
         return
     assert state in TERMINAL_STATES
+    if connection.vendor == "postgresql":
+        rows = [{"i": pid, "r": json.dumps(result)} for pid, result in settlements]
+        prepared(_SETTLE_MANY_PG, [state, now_ms, json.dumps(rows)], wait=False)
+        return
     sql = (
-        f"UPDATE jobs_delivery_promise SET state = %s, settled_at = %s, result = %s{_cast()} "
+        "UPDATE jobs_delivery_promise SET state = %s, settled_at = %s, result = %s "
         "WHERE id = %s AND settled_at IS NULL AND state IN ('pending', 'timedout')"
     )
     with connection.cursor() as cursor:
         cursor.executemany(
             sql, [[state, now_ms, json.dumps(result), pid] for pid, result in settlements]
         )
+
+
+_SETTLE_MANY_PG = (
+    "UPDATE jobs_delivery_promise AS p SET state = %s, settled_at = %s, result = v.r::jsonb "
+    "FROM json_to_recordset(%s::json) AS v(i text, r text) "
+    "WHERE p.id = v.i AND p.settled_at IS NULL AND p.state IN ('pending', 'timedout')"
+)
 
 
 def get_many(promise_ids: list[str], *, now_ms: int) -> dict[str, PromiseView]:
