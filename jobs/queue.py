@@ -244,10 +244,15 @@ def warnings_for(agent_id: str) -> list[str]:
 
 
 @contextmanager
-def _locked(job_id: str) -> Iterator[tuple[StreamHandle, JobState | None]]:
-    """Lock the job's stream and read its state (call inside transaction.atomic)."""
-    with open_stream(job_stream(job_id), savepoint=False, read=state_read(job_id)) as handle:
-        state = state_from_rows(handle.read) if handle.existed else None
+def _locked(job_id: str, *, new: bool = False) -> Iterator[tuple[StreamHandle, JobState | None]]:
+    """Lock the job's stream and read its state (call inside transaction.atomic). `new`:
+    a freshly generated id, whose stream and row almost surely do not exist yet."""
+    read = None if new else state_read(job_id)
+    with open_stream(job_stream(job_id), savepoint=False, read=read, new=new) as handle:
+        if not handle.existed:
+            state = None
+        else:  # read under the lock; a generated id that exists after all reads it now
+            state = state_from_rows(handle.read) if read else load_state(job_id)
         handle.cache[CACHE_KEY] = state
         yield handle, state
     if handle.appended and mutation_listeners:
@@ -437,7 +442,7 @@ def _enqueue_locked(request: EnqueueRequest, now: int) -> EnqueueResult:
         if steered is not None:
             return EnqueueResult(steered, created=False, steered=True, warnings=warnings)
     job_id = request.job_id or new_job_id(now)
-    with _locked(job_id) as (handle, state):
+    with _locked(job_id, new=request.job_id is None) as (handle, state):
         if state is not None:  # a concurrent enqueue with the same explicit id won
             return EnqueueResult(state, created=False, warnings=warnings)
         body = {

@@ -198,12 +198,17 @@ def _positioned(
 
 @contextmanager
 def open_stream(
-    name: str, *, savepoint: bool = True, read: tuple[str, Sequence[Any]] | None = None
+    name: str,
+    *,
+    savepoint: bool = True,
+    read: tuple[str, Sequence[Any]] | None = None,
+    new: bool = False,
 ) -> Iterator[StreamHandle]:
     """Lock `name` (creating it if new) for the rest of the current transaction.
 
     `read`, a statement to run under the lock (a projector's row), travels with the lock
-    on PostgreSQL: its rows are on `handle.read`.
+    on PostgreSQL: its rows are on `handle.read`. `new`: the name was just generated, so
+    the stream is most likely new (only which lock statement is cheaper depends on it).
 
     Opens a transaction when none is active. Inside one, a savepoint keeps a refused
     append from poisoning the caller's transaction; services that own the whole
@@ -214,7 +219,7 @@ def open_stream(
     with transaction.atomic(savepoint=savepoint):
         writer = Writer()
         try:
-            head, count, rows = writer.lock(name, read)
+            head, count, rows = writer.lock(name, read, new=new)
             handle = StreamHandle(
                 name=name, head=head, count=count, existed=count > 0, writer=writer, read=rows
             )

@@ -253,24 +253,25 @@ class Writer:
         through it."""
         self._run(sql, params, rows=False)
 
-    def _lock_statement(self, name: str) -> tuple[str, list[str]]:
-        return (_LOCK_PG, [name, name]) if self.postgres else (_LOCK, [name])
+    def _lock_statement(self, name: str, new: bool) -> tuple[str, list[str]]:
+        return (_LOCK_PG, [name, name]) if self.postgres and not new else (_LOCK, [name])
 
     def lock(
-        self, name: str, read: tuple[str, Sequence[Any]] | None = None
+        self, name: str, read: tuple[str, Sequence[Any]] | None = None, *, new: bool = False
     ) -> tuple[str | None, int, list[tuple[Any, ...]]]:
         """Lock the stream row: (head, count, rows of `read`). `read`, a statement the
         caller needs under the lock (its read model's row), runs right after the lock in
-        the same round trip on PostgreSQL."""
+        the same round trip on PostgreSQL. `new`: the stream is most likely new (a fresh
+        id), so the upsert alone is the cheaper lock; either statement is correct."""
         if read is None or not self.postgres:
-            head, count = self._run(*self._lock_statement(name))[0]
+            head, count = self._run(*self._lock_statement(name, new))[0]
             return head, count, (self._run(*read) if read is not None else [])
         import psycopg
 
         pg = connection.connection
         with connection.wrap_database_errors, psycopg.Cursor(pg) as reader:
             with _results_now(pg) if _in_pipeline() else pg.pipeline():
-                self._cursor.execute(*self._lock_statement(name), prepare=True)
+                self._cursor.execute(*self._lock_statement(name, new), prepare=True)
                 reader.execute(read[0], read[1], prepare=True)
             head, count = self._cursor.fetchone()
             return head, count, reader.fetchall()
