@@ -18,10 +18,10 @@ TERMINAL_STATES = ("resolved", "rejected", "canceled", "timedout")
 def recoverable_commit() -> None:
     """Call first in a transaction that writes delivery plumbing only (promises, their
     wake-ups, callback rows; never a receipt): on PostgreSQL its commit does not wait for
-    the disk. A server crash may lose it, which loses nothing: the queued redrive opens a
-    lost dispatch again, a lost take or driver pass comes back when the promise's
-    visibility window ends, and any later commit that read its rows (a worker's begin,
-    which is durable) writes it to disk first, in WAL order."""
+    the disk. Used by the driver pass. A server crash may lose it, which loses nothing: a
+    lost driver pass comes back when its promise's visibility window ends, and any later
+    commit that read its rows (a worker's begin, which is durable) writes it to disk
+    first, in WAL order."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SET LOCAL synchronous_commit TO off")
