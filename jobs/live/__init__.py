@@ -1,5 +1,5 @@
 """Live events (SPEC 10, A-6, A-7): SSE streams, the long poll and the invalidation callback.
 
-One shared change feed per process (`feed`) wakes every client; clients read only what the
-feed proved final (`horizon`), so a resume by global sequence never loses a receipt.
+The HTTP side only: every client follows the process's one change feed, which lives in
+`receipts.live` because it knows receipts by global sequence and nothing of jobs.
 """

@@ -14,7 +14,7 @@ from jobs import selectors
 from jobs.api.errors import error_response
 from jobs.core.state import JobState
 from jobs.errors import JobNotFound
-from jobs.live import db
+from receipts.live import db
 
 READ_SCOPE = "jobs:read"
 CHALLENGE = {"WWW-Authenticate": 'Bearer realm="receipt"'}

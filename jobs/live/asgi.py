@@ -6,7 +6,7 @@ keeps it until the response ends. For an SSE stream or a long poll that is one i
 thread per client for minutes (E-3, T-6). Live paths keep that context only while the
 response is being produced (middleware, the view's checks), so connecting clients are
 still served in parallel; the thread ends before the first byte is streamed. Their
-database reads run on the live pool (`jobs.live.db`).
+database reads run on the live pool (`receipts.live.db`).
 
 Every other request is handled as Django does, except where its thread comes from (T-2):
 Django starts a fresh single-thread executor per request and joins it afterwards, a
@@ -38,7 +38,7 @@ from django.core.handlers.asgi import ASGIHandler as DjangoASGIHandler
 from django.core.handlers.base import BaseHandler
 from django.http import HttpRequest, HttpResponseBase
 
-from jobs.live import db
+from receipts.live import db
 
 LIVE_PATHS = re.compile(r"/jobs/[^/]+/(?:events|wait)$|/receipt/stream$")
 IDLE_THREADS = 64  # request threads kept for reuse; more are started under a burst

@@ -12,10 +12,11 @@ from django.db import connections
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from jobs.live import access, checks, db, feed, reads
+from jobs.live import access, checks
 from jobs.live.access import Refused, refuse
-from jobs.live.listener import INVALIDATE_CHANNEL
 from receipts.errors import InvalidEvent
+from receipts.live import db, feed, reads
+from receipts.live.listener import INVALIDATE_CHANNEL
 from receipts.store import check_stream_name
 
 MAX_EVENT_TYPE = 100

@@ -7,9 +7,9 @@ import re
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest
 
-from jobs.live import feed
 from jobs.live.access import refuse
-from jobs.live.config import CONFIG
+from receipts.live import feed
+from receipts.live.config import CONFIG
 
 _SEQ = re.compile(r"\d{1,19}")
 

@@ -14,8 +14,9 @@ import time
 import weakref
 from typing import NamedTuple
 
+from jobs import queue
 from jobs.core.state import JobState
-from jobs.live import db, reads
+from receipts.live import db
 
 
 class _Read(NamedTuple):
@@ -34,7 +35,7 @@ class JobReads:
             started = time.monotonic()
             # Its own task: a follower that disconnects must not cancel the others' read.
             task = asyncio.get_running_loop().create_task(
-                db.run(reads.job, job_id), context=contextvars.Context()
+                db.run(queue.get, job_id), context=contextvars.Context()
             )
             current = self._inflight[job_id] = _Read(started, task)
             task.add_done_callback(lambda done, read=current: self._finished(job_id, read))

@@ -12,10 +12,11 @@ from collections.abc import AsyncIterator
 from django.http import HttpRequest, HttpResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from jobs.live import access, checks, feed, reads, snapshots, sse
+from jobs.live import access, checks, snapshots, sse
 from jobs.live.access import Refused, refuse
-from jobs.live.follower import Filter, Follower
 from jobs.presenters import job_json
+from receipts.live import feed, reads
+from receipts.live.follower import Filter, Follower
 
 # ---- E-1 GET /jobs/<id>/events --------------------------------------------------------------
 

@@ -10,8 +10,8 @@ from django.views.decorators.csrf import csrf_exempt
 
 from jobs.live import access, checks, snapshots
 from jobs.live.access import Refused, refuse
-from jobs.live.follower import Filter, Follower
 from jobs.presenters import job_json
+from receipts.live.follower import Filter, Follower
 
 WAIT_DEFAULT_MS = 15_000
 WAIT_MAX_MS = 120_000

@@ -12,8 +12,8 @@ from django.conf import settings
 from django.db import connection, connections
 
 from jobs import queue
-from jobs.live.config import CONFIG
 from receipts import store
+from receipts.live.config import CONFIG
 from tests.conftest import wait_for
 from tests.integration.live.conftest import enqueue
 from tests.integration.live.sse_client import Frame, aparse

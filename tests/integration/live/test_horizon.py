@@ -1,8 +1,8 @@
-"""The stable horizon fold (jobs.live.horizon.Horizon): pure, no database."""
+"""The stable horizon fold (receipts.live.horizon.Horizon): pure, no database."""
 
 from __future__ import annotations
 
-from jobs.live.horizon import Horizon, Probe
+from receipts.live.horizon import Horizon, Probe
 
 
 def probe(max_seq: int, *writers: str) -> Probe:

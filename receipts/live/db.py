@@ -21,7 +21,7 @@ from typing import ParamSpec, TypeVar
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connection
 
-from jobs.live.config import CONFIG
+from receipts.live.config import CONFIG
 
 P = ParamSpec("P")
 R = TypeVar("R")

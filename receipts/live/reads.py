@@ -10,8 +10,6 @@ from typing import NamedTuple
 
 from django.db.models.fields.json import KT
 
-from jobs import queue
-from jobs.core.state import JobState
 from receipts.models import Receipt as ReceiptRow
 
 
@@ -58,7 +56,3 @@ def stream_organization(stream: str) -> str | None:
         .first()
     )
     return org if isinstance(org, str) else None
-
-
-def job(job_id: str) -> JobState | None:
-    return queue.get(job_id)

@@ -1,6 +1,6 @@
 """Tuning of live events, read once from the environment.
 
-Kept here rather than in receipt_site.config while only this package reads it; an
+Kept here rather than in receipt_site.config while only live events read it; an
 invalid value stops startup naming the variable, like every other setting (SPEC 13).
 """
 

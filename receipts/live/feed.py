@@ -32,10 +32,10 @@ from typing import NamedTuple, TypeVar, cast
 
 from django.db import connections
 
-from jobs.live import db, horizon, listener, reads
-from jobs.live.config import CONFIG
-from jobs.live.reads import Entry
 from observability.logs import log_event
+from receipts.live import db, horizon, listener, reads
+from receipts.live.config import CONFIG
+from receipts.live.reads import Entry
 
 logger = logging.getLogger("receipt.live")
 PENDING_RECHECK_S = 0.05  # a candidate horizon waits on open writers; aborts send no NOTIFY
@@ -97,7 +97,7 @@ class Feed:
     def __init__(self, *, postgres: bool, ring_size: int = CONFIG.ring_size) -> None:
         self.postgres = postgres
         self.ring_size = ring_size
-        self.horizon = 0  # every seq <= horizon is final (jobs.live.horizon)
+        self.horizon = 0  # every seq <= horizon is final (receipts.live.horizon)
         self.floor = 0  # the ring holds every entry with floor < seq <= horizon
         self.invalidation_count = 0
         self._entries: list[Entry] = []

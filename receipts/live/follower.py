@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.live import db, reads
-from jobs.live.feed import Feed, Invalidation, Signal
-from jobs.live.reads import Entry
+from receipts.live import db, reads
+from receipts.live.feed import Feed, Invalidation, Signal
+from receipts.live.reads import Entry
 
 PAGE = 500  # receipts per database read, and per flush to the client
 
