@@ -22,8 +22,8 @@ from jobs.core.vocabulary import JOB_STREAM_PREFIX, job_id_from_stream
 from jobs.core.wire import job_from_wire, job_to_wire
 from jobs.models import Job
 from jobs.runtime import callbacks
-from receipts import registry
 from receipts.core.chain import Receipt
+from receipts.projection import RowProjector
 from receipts.store import StreamHandle
 from receipts.writer import prepared
 
@@ -50,13 +50,6 @@ def row_for(state: JobState) -> dict[str, Any]:
     }
 
 
-def job_id_of(stream: str) -> str:
-    job_id = job_id_from_stream(stream)
-    if job_id is None:
-        raise ValueError(f"stream {stream!r} does not name a job")
-    return job_id
-
-
 _LOAD = f"SELECT state FROM {Job._meta.db_table} WHERE id = %s"
 
 
@@ -78,32 +71,23 @@ def state_from_rows(rows: Sequence[tuple[Any, ...]]) -> JobState | None:
     return job_from_wire(wire)
 
 
-class JobProjector:
-    name = "jobs"
+class JobProjector(RowProjector[JobState]):
+    """The hot path of every job write: the state read by a prepared statement, the row
+    written by one (new jobs' rows a chunk per statement), no ORM; and the D-8 callback
+    of each settlement, recorded as the projector sees it."""
 
-    def apply(self, handle: StreamHandle, receipts: Sequence[Receipt]) -> None:
-        job_id = job_id_of(handle.name)
-        if CACHE_KEY in handle.cache:
-            before = handle.cache[CACHE_KEY]
-        else:
-            before = load_state(job_id) if handle.count > len(receipts) else None
-        after = before
-        for receipt in receipts:
-            after = reduce(after, receipt)
-        handle.cache[CACHE_KEY] = after
-        if after is None:
-            return  # J-3: a late failure/expiry of a job that never existed leaves no row
+    def project(
+        self, handle: StreamHandle, key: str, before: JobState | None, after: JobState
+    ) -> None:
         event = settlement_event(before, after)
         if event is not None:  # D-8: every settlement, whoever wrote it, with its receipt
             callbacks.record([(event, after, after.updated_at)], execute=handle.writer.execute)
         row = row_for(after)
         if before is None:
             _insert([row])
-        else:  # the hot path of every job write: one prepared statement, no ORM
+        else:
             keys = tuple(k for k in row if k != "id")
-            handle.writer.execute(
-                _update_sql(connection.vendor, keys), [*_values(row, keys), job_id]
-            )
+            handle.writer.execute(_update_sql(connection.vendor, keys), [*_values(row, keys), key])
 
     def apply_many(self, batch: Sequence[tuple[StreamHandle, Sequence[Receipt]]]) -> None:
         """`apply` for many streams at once (`store.append_new_streams`): the rows of new
@@ -126,24 +110,6 @@ class JobProjector:
                 rows = []
         if rows:
             _insert(rows)
-
-    def snapshot(self, stream: str) -> dict[str, Any] | None:
-        job_id = job_id_of(stream)
-        row = Job.objects.filter(pk=job_id).values(*row_fields()).first()
-        return dict(row) if row else None
-
-    def compute(self, stream: str, receipts: Sequence[Receipt]) -> dict[str, Any] | None:
-        state = fold_job(receipts)
-        return row_for(state) if state is not None else None
-
-    def write(self, stream: str, row: dict[str, Any] | None) -> None:
-        job_id = job_id_of(stream)
-        if row is None:
-            Job.objects.filter(pk=job_id).delete()
-            return
-        Job.objects.update_or_create(
-            pk=job_id, defaults={k: v for k, v in row.items() if k != "id"}
-        )
 
 
 _CHUNK = 250  # new rows per INSERT (14 variables each on SQLite, under its 32766)
@@ -200,23 +166,18 @@ def _update_sql(vendor: str, keys: tuple[str, ...]) -> str:
     return f"UPDATE {Job._meta.db_table} SET {sets} WHERE id = %s"
 
 
-def row_fields() -> list[str]:
-    return [f.name for f in Job._meta.get_fields()]
-
-
-PROJECTOR = JobProjector()
+PROJECTOR = JobProjector(
+    name="jobs",
+    model=Job,
+    cache_key=CACHE_KEY,
+    noun="a job",
+    id_from_stream=job_id_from_stream,
+    reduce=reduce,
+    fold=fold_job,
+    row_for=row_for,
+    load_state=load_state,
+)
 
 
 def register() -> None:
-    def describe(state: JobState | None) -> Any:
-        return job_to_wire(state) if state is not None else None
-
-    registry.register(
-        registry.StreamFamily(
-            prefix=JOB_STREAM_PREFIX,
-            label="job",
-            reducer=reduce,
-            projector=PROJECTOR,
-            describe=describe,
-        )
-    )
+    PROJECTOR.register(JOB_STREAM_PREFIX, "job", job_to_wire)

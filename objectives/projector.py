@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from objectives.core.board import section_for, task_counts
@@ -17,7 +16,7 @@ from objectives.core.vocabulary import (
 from objectives.models import ObjectiveSummary
 from receipts import registry
 from receipts.core.chain import Receipt
-from receipts.store import StreamHandle
+from receipts.projection import RowProjector
 
 CACHE_KEY = "objective"
 
@@ -48,67 +47,22 @@ def row_for(state: ObjectiveState) -> dict[str, Any]:
     }
 
 
-def objective_id_of(stream: str) -> str:
-    objective_id = objective_id_from_stream(stream)
-    if objective_id is None:
-        raise ValueError(f"stream {stream!r} does not name an objective")
-    return objective_id
-
-
 def load_state(objective_id: str) -> ObjectiveState | None:
     wire = ObjectiveSummary.objects.filter(pk=objective_id).values_list("state", flat=True).first()
     return objective_from_wire(wire) if wire is not None else None
 
 
-class ObjectiveProjector:
-    name = "objectives"
-
-    def apply(self, handle: StreamHandle, receipts: Sequence[Receipt]) -> None:
-        objective_id = objective_id_of(handle.name)
-        if CACHE_KEY in handle.cache:
-            before = handle.cache[CACHE_KEY]
-        else:
-            before = load_state(objective_id) if handle.count > len(receipts) else None
-        after = before
-        for receipt in receipts:
-            after = reduce(after, receipt)
-        handle.cache[CACHE_KEY] = after
-        assert after is not None
-        row = row_for(after)
-        if before is None:
-            ObjectiveSummary.objects.create(**row)
-        else:
-            ObjectiveSummary.objects.filter(pk=objective_id).update(
-                **{k: v for k, v in row.items() if k != "id"}
-            )
-
-    def snapshot(self, stream: str) -> dict[str, Any] | None:
-        row = (
-            ObjectiveSummary.objects.filter(pk=objective_id_of(stream))
-            .values(*row_fields())
-            .first()
-        )
-        return dict(row) if row else None
-
-    def compute(self, stream: str, receipts: Sequence[Receipt]) -> dict[str, Any] | None:
-        state = fold_objective(receipts)
-        return row_for(state) if state is not None else None
-
-    def write(self, stream: str, row: dict[str, Any] | None) -> None:
-        objective_id = objective_id_of(stream)
-        if row is None:
-            ObjectiveSummary.objects.filter(pk=objective_id).delete()
-            return
-        ObjectiveSummary.objects.update_or_create(
-            pk=objective_id, defaults={k: v for k, v in row.items() if k != "id"}
-        )
-
-
-def row_fields() -> list[str]:
-    return [f.name for f in ObjectiveSummary._meta.get_fields()]
-
-
-PROJECTOR = ObjectiveProjector()
+PROJECTOR = RowProjector(
+    name="objectives",
+    model=ObjectiveSummary,
+    cache_key=CACHE_KEY,
+    noun="an objective",
+    id_from_stream=objective_id_from_stream,
+    reduce=reduce,
+    fold=fold_objective,
+    row_for=row_for,
+    load_state=load_state,
+)
 
 
 def _run_reducer(state: dict[str, Any] | None, receipt: Receipt) -> dict[str, Any]:
@@ -125,18 +79,7 @@ def _run_reducer(state: dict[str, Any] | None, receipt: Receipt) -> dict[str, An
 
 
 def register() -> None:
-    def describe(state: ObjectiveState | None) -> Any:
-        return objective_to_wire(state) if state is not None else None
-
-    registry.register(
-        registry.StreamFamily(
-            prefix=OBJECTIVE_STREAM_PREFIX,
-            label="objective",
-            reducer=reduce,
-            projector=PROJECTOR,
-            describe=describe,
-        )
-    )
+    PROJECTOR.register(OBJECTIVE_STREAM_PREFIX, "objective", objective_to_wire)
     registry.register(
         registry.StreamFamily(prefix=RUN_STREAM_PREFIX, label="factory run", reducer=_run_reducer)
     )
