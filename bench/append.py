@@ -28,6 +28,7 @@ import os
 import statistics
 import sys
 import time
+from typing import Any
 from urllib.parse import urlsplit
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -195,7 +196,7 @@ def measure(test: str, n: int, warmup: int, rep: int) -> dict:
     elapsed = time.perf_counter() - t0
     cpu, mach = time.process_time() - cpu0, busy_jiffies()
     srv1 = backend_cpu()
-    rec = {
+    rec: dict[str, Any] = {
         "bench": "receipt",
         "test": test,
         "n": n,

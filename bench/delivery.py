@@ -296,7 +296,8 @@ def latency(n: int, logs: Path, seed: int = 1001, warmup: int = 5) -> dict:
     rnd = random.Random(seed)
     procs = launch(marker, logs)
     noise = Noise(server_roots())
-    samples, warm = [], []
+    samples: list[float] = []
+    warm: list[float] = []
     try:
         for i in range(n + warmup):
             seen = marker_count(marker)

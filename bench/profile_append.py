@@ -307,14 +307,12 @@ def run_variants(
                 cur.execute("CHECKPOINT")
             for i in range(200):
                 one_es(raw, 1 + i % 1000)
-            out.append(
-                timed(
-                    "es-python",
-                    lambda k: [one_es(raw, 1 + (i * 7919) % 1000) for i in range(k)],
-                    n,
-                    raw.pid,
-                )
-            )
+
+            def es_python(k: int) -> None:
+                for i in range(k):
+                    one_es(raw, 1 + (i * 7919) % 1000)
+
+            out.append(timed("es-python", es_python, n, raw.pid))
         finally:
             raw.close()
     return out
@@ -391,7 +389,9 @@ def cprofile(n: int) -> list[str]:
     stats = pstats.Stats(prof)
     layers: dict[str, float] = defaultdict(float)
     total = 0.0
-    for (path, line, func), (_cc, _nc, tottime, _ct, _callers) in stats.stats.items():
+    # Stats.stats is undocumented, and typeshed leaves it out
+    entries = stats.stats.items()  # type: ignore[attr-defined]
+    for (path, line, func), (_cc, _nc, tottime, _ct, _callers) in entries:
         key = f"{path}:{line}({func})"
         total += tottime
         for name, pattern in LAYERS:

@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 HERE = Path(__file__).resolve().parent
@@ -246,6 +247,7 @@ def run_child(
         )
 
         def pump() -> None:
+            assert proc.stdout is not None  # stdout=PIPE
             for line in proc.stdout:
                 lines.append(line.rstrip("\n"))
                 if echo:
@@ -367,7 +369,9 @@ class Peers:
             log(f"created database {self.a.peers_db}")
         # runner.py's "foreign CPU" treats the postmaster (and our Redis) as ours, as with its
         # own cluster: record the server's pid where it looks for it (same machine only).
-        backend = admin.execute("SELECT pg_backend_pid()").fetchone()[0]
+        pid_row = admin.execute("SELECT pg_backend_pid()").fetchone()
+        assert pid_row is not None  # a SELECT without FROM: one row
+        backend = pid_row[0]
         admin.close()
         sys.path.insert(0, str(HERE))
         from noise import parent_of
@@ -542,7 +546,8 @@ def report(records: list[dict], a) -> str:
     systems: list[str] = []
     errors: list[str] = []
     for rec in records:
-        system, test = rec.get("system"), rec.get("test")
+        # the records this script wrote: each names its system and test
+        system, test = cast(str, rec.get("system")), cast(str, rec.get("test"))
         if system in ("machine", "meta") or test in ("settings", "noise"):
             continue
         if not _valid(rec):
@@ -672,15 +677,13 @@ def meta(a, peers: Peers | None) -> dict:
             autocommit=True,
             dbname="postgres",
         )
+        row = conn.execute(
+            "SELECT version(), current_setting('fsync'), current_setting('synchronous_commit'), "
+            "current_setting('shared_buffers')"
+        ).fetchone()
+        assert row is not None  # a SELECT without FROM: one row
         info.update(
-            zip(
-                ("server", "fsync", "synchronous_commit", "shared_buffers"),
-                conn.execute(
-                    "SELECT version(), current_setting('fsync'), current_setting('synchronous_commit'), "
-                    "current_setting('shared_buffers')"
-                ).fetchone(),
-                strict=True,
-            )
+            zip(("server", "fsync", "synchronous_commit", "shared_buffers"), row, strict=True)
         )
         conn.close()
     except Exception as error:
@@ -764,7 +767,7 @@ def main() -> None:
             for x in Path(path).read_text().splitlines()
             if x.strip()
         ]
-        args = next((r["args"] for r in records if r.get("system") == "meta"), {})
+        args: dict[str, Any] = next((r["args"] for r in records if r.get("system") == "meta"), {})
         for key in ("n", "enqueue_n", "latency_n"):
             setattr(a, key, args.get(key, "?"))
         a.reps = len({r.get("rep") for r in records if r.get("rep")})

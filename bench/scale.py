@@ -728,7 +728,7 @@ def main() -> None:
     unknown = [s for s in sizes if s not in SIZES]
     if unknown:
         parser.error(f"unknown sizes {unknown}; choose from {', '.join(SIZES)}")
-    sizes = sorted(sizes, key=SIZES.get)
+    sizes = sorted(sizes, key=SIZES.__getitem__)
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     if set(scenarios) - set(SCENARIOS):
         parser.error(f"unknown scenarios {scenarios}; choose from {', '.join(SCENARIOS)}")

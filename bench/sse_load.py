@@ -45,6 +45,7 @@ import argparse
 import array
 import asyncio
 import contextlib
+import functools
 import itertools
 import json
 import os
@@ -54,6 +55,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+if TYPE_CHECKING:
+    import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from delivery import reset, server_roots, setup_django, sql
@@ -99,13 +104,13 @@ class Client(asyncio.Protocol):
         self.ready = asyncio.get_running_loop().create_future()
         self.lost = False
         self.reads = 0
-        self.transport: asyncio.Transport | None = None
+        self.transport: asyncio.BaseTransport | None = None
 
-    def connection_made(self, transport) -> None:  # type: ignore[no-untyped-def]
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
-        transport.write(self.request)
+        cast(asyncio.Transport, transport).write(self.request)  # a TCP connection's
 
-    def connection_lost(self, exc) -> None:  # type: ignore[no-untyped-def]
+    def connection_lost(self, exc: Exception | None) -> None:
         self.lost = True
         if not self.ready.done():
             self.ready.set_exception(ConnectionError(f"closed before the first frame: {exc}"))
@@ -191,7 +196,7 @@ async def open_clients(
         for path, job in plan[i : i + CONNECT_BATCH]:
             request = request_bytes(host, port, path, secret)
             _, client = await loop.create_connection(
-                lambda r=request, j=job: Client(r, job=j), host, port
+                functools.partial(Client, request, job=job), host, port
             )
             batch.append(client)
         async with asyncio.timeout(60):
@@ -289,7 +294,7 @@ def run_driver(args: argparse.Namespace, jobs: list[str]) -> subprocess.Popen:
 # ---- server-side figures -----------------------------------------------------------------------
 
 
-def pg_connections(server) -> dict[str, int]:  # type: ignore[no-untyped-def]
+def pg_connections(server: psutil.Process) -> dict[str, int]:
     """The server's PostgreSQL connections by application_name (its sockets' client ports)."""
     ports = [
         c.laddr.port for c in server.net_connections(kind="tcp") if c.raddr and c.raddr.port == 5432

@@ -118,7 +118,7 @@ def by_status(
     """
     cap = STATUS_CAP if cap is None else cap
     names = list(statuses)
-    extra, params = "", []
+    extra, params = "", list[object]()
     if updated_since_ms is not None:
         extra, params = " AND j.updated_at >= %s", [updated_since_ms]
     if organization_id is not None:

@@ -425,7 +425,12 @@ def _enqueue_fresh(requests: Sequence[EnqueueRequest], now: int) -> list[Enqueue
             (result.job, handle.appended[-1].body)
             for result, handle in zip(results, handles, strict=True)
         ]
-        transaction.on_commit(lambda: [_notify(JOB_ENQUEUED, job, body) for job, body in written])
+
+        def notify() -> None:
+            for job, body in written:
+                _notify(JOB_ENQUEUED, job, body)
+
+        transaction.on_commit(notify)
     return results
 
 

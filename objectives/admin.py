@@ -90,7 +90,7 @@ def integration_view(state: ObjectiveState) -> dict[str, Any]:
     """Integration as tables: each check with its latest result, the failure, publication."""
     integration = state.integration
     results = integration.results if isinstance(integration.results, list) else []
-    by_name = {r.get("name"): r for r in results if isinstance(r, dict)}
+    by_name: dict[Any, dict[str, Any]] = {r.get("name"): r for r in results if isinstance(r, dict)}
     names = [c.name for c in state.checks] + [
         n for n in by_name if n not in {c.name for c in state.checks}
     ]
@@ -104,7 +104,9 @@ def integration_view(state: ObjectiveState) -> dict[str, Any]:
                 "command": commands.get(name),
                 "ran": result is not None,
                 "exit_code": result.get("exitCode") if result else None,
-                "ok": bool(result) and result.get("exitCode") == 0 and not result.get("timedOut"),
+                "ok": result is not None
+                and result.get("exitCode") == 0
+                and not result.get("timedOut"),
                 "timed_out": bool(result and result.get("timedOut")),
                 "duration": _ms(result.get("durationMs")) if result else "—",
                 "output": (result or {}).get("outputTail") or None,

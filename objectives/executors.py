@@ -77,7 +77,7 @@ class Executor(Protocol):
 
 def executor_for(request: TaskRequest) -> Executor:
     path = settings.RECEIPT.factory_executor
-    return import_string(path) if path else LocalExecutor()  # type: ignore[no-any-return]
+    return import_string(path) if path else LocalExecutor()
 
 
 def timeout_s_for(timeout_ms: int | None, ctx: HandlerContext) -> float:

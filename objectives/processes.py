@@ -108,7 +108,7 @@ def run(
     stdin: bytes | None = None,
     timeout_s: float | None = None,
     aborted: threading.Event | None = None,
-    on_start: Callable[[int], None] | None = None,
+    on_start: Callable[[int], object] | None = None,
     on_output: Callable[[str, str], None] | None = None,
 ) -> ProcessResult:
     """Run `command` to its end, its timeout or an abort; see the module docstring."""

@@ -59,7 +59,7 @@ class Mutation:
     effects: Sequence[Effect] = ()
     result: Any = None
     guard: Callable[[], None] | None = None  # runs in the transaction, before the append
-    after_commit: list[Callable[[], None]] = field(default_factory=list)
+    after_commit: list[Callable[[], object]] = field(default_factory=list)  # results unused
 
 
 @dataclass(frozen=True)
@@ -215,7 +215,7 @@ def request_control(
             after_commit=[lambda: ensure_control_enqueued(objective_id)],
         )
 
-    return mutate(objective_id, decide, actor=actor).result  # type: ignore[no-any-return]
+    return mutate(objective_id, decide, actor=actor).result
 
 
 def _control_payload(state: ObjectiveState, request_id: int, reason: str) -> dict[str, Any]:

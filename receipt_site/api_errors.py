@@ -79,11 +79,11 @@ def describe(exc: BaseException) -> tuple[int, str, str, dict[str, str]] | None:
             headers["WWW-Authenticate"] = exc.auth_header
         if isinstance(exc, drf.Throttled) and exc.wait is not None:
             headers["Retry-After"] = str(int(exc.wait))
-        code = _DRF_CODES.get(type(exc))
-        if code is None:
+        drf_code = _DRF_CODES.get(type(exc))
+        if drf_code is None:
             codes = exc.get_codes()
-            code = codes if isinstance(codes, str) else exc.default_code
-        return exc.status_code, str(code), _sentence(exc.detail), headers
+            drf_code = codes if isinstance(codes, str) else exc.default_code
+        return exc.status_code, str(drf_code), _sentence(exc.detail), headers
     return None
 
 

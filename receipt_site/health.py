@@ -72,7 +72,7 @@ def queue_counts() -> dict[str, Any]:
         try:
             block = _count_queue()
         except Exception as error:  # health answers whatever the database does
-            stale = (
+            stale: dict[str, Any] = (
                 dict(cached)
                 if cached
                 else {

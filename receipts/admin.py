@@ -240,7 +240,7 @@ def position_param(raw: str | None, *, count: int, default: int) -> int:
     """A position in a stream of `count` receipts from the query string: `default` when it
     is missing or not a number, held to 0..count."""
     try:
-        position = int(raw) if raw not in (None, "") else default
+        position = int(raw) if raw else default
     except ValueError:
         position = default
     return max(0, min(position, count))
@@ -262,7 +262,7 @@ def chain_page(
     verification = panels.get("verification")
     page = store.read(name, after=after, limit=PAGE_SIZE)
     marks, walked_from = chain_marks(name, page, after=after)
-    last_shown = page[-1].stream_seq if page else after
+    last_shown = (page[-1].stream_seq or after + len(page)) if page else after
     return {
         "lines": receipt_lines(page, marks, verification),
         "walked_from": walked_from,

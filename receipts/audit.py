@@ -56,7 +56,9 @@ def record(
 
 
 def record_verify(target: str, verification: Verification, *, by: str) -> Receipt:
-    extra = {} if verification.ok else {"index": verification.index, "reason": verification.reason}
+    extra: dict[str, Any] = (
+        {} if verification.ok else {"index": verification.index, "reason": verification.reason}
+    )
     return record(target, VERIFIED, by=by, ok=verification.ok, count=verification.count, **extra)
 
 

@@ -243,7 +243,7 @@ class Writer:
                 self._cursor.execute(sql, params, prepare=True)
                 if not rows or not (self._cursor.description or _in_pipeline()):
                     return []
-                return self._cursor.fetchall()  # type: ignore[no-any-return]
+                return self._cursor.fetchall()
             self._cursor.execute(sql, params)
             return self._cursor.fetchall() if self._cursor.description else []
 
@@ -387,9 +387,9 @@ class Writer:
         that waits for the names created. A receipt whose stream row existed shows as its
         name missing from those, or as an IntegrityError (then, or later in the block)."""
         if not self.postgres:
-            created = self.create_streams(receipts)
+            names = self.create_streams(receipts)
             placed = self.write_first(receipts)
-            return placed, lambda: created
+            return placed, lambda: names
         import psycopg
 
         assert seqs is not None

@@ -174,6 +174,8 @@ class JobPaginator(CheapCountPaginator):
 
 
 class JobChangeList(ChangeList):
+    result_list: Any  # the page's queryset, set by ChangeList.get_results
+
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
         # Two keys of the page's folds: the last error is cut in the database, since a

@@ -7,6 +7,8 @@ in one place so the schema and the code cannot drift apart.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import django_filters
 from django.conf import settings
 from django.contrib.auth.views import redirect_to_login
@@ -83,7 +85,13 @@ def filter_parameters(filterset: type[django_filters.FilterSet]) -> list[OpenApi
     return out
 
 
-class JsonErrorsMixin:
+if TYPE_CHECKING:  # the mixin goes before an APIView: typed as one for super() and self.request
+    from rest_framework.views import APIView as _ViewBase
+else:
+    _ViewBase = object
+
+
+class JsonErrorsMixin(_ViewBase):
     """Errors of a view whose success is YAML or HTML still render as the JSON error shape."""
 
     def handle_exception(self, exc: Exception) -> Response:

@@ -598,7 +598,7 @@ class _CommandView(ApiView):
         return Response({"ok": True, "command": result.command}, status=202)
 
 
-_COMMAND_SCHEMA = {
+_COMMAND_SCHEMA: dict[str, Any] = {
     "tags": ["commands"],
     "parameters": [schema.JOB_ID],
     "request": CommandRequestSerializer,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 import time
 import weakref
 from typing import NamedTuple
@@ -38,10 +39,10 @@ class JobReads:
                 db.run(queue.get, job_id), context=contextvars.Context()
             )
             current = self._inflight[job_id] = _Read(started, task)
-            task.add_done_callback(lambda done, read=current: self._finished(job_id, read))
+            task.add_done_callback(functools.partial(self._finished, job_id, current))
         return await asyncio.shield(current.task)
 
-    def _finished(self, job_id: str, read: _Read) -> None:
+    def _finished(self, job_id: str, read: _Read, _task: object = None) -> None:
         if self._inflight.get(job_id) is read:
             del self._inflight[job_id]
         if not read.task.cancelled():

@@ -6,6 +6,7 @@ it into frames (docs/live-events.md has the formats and the resume rules).
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import AsyncIterator
 
@@ -115,9 +116,7 @@ async def _receipt_frames(follower: Follower) -> AsyncIterator[bytes]:
                 # Followers woken together mostly have the same batch: render it once (T-6).
                 chunk = follower.feed.shared(
                     ("receipt-refresh", follower.batch),
-                    lambda receipts=receipts: b"".join(
-                        sse.frame("receipt-refresh", e.stream, id=e.seq) for e in receipts
-                    ),
+                    functools.partial(_refresh_frames, receipts),
                 )
                 # an invalidation has no id: it is not a position in the sequence
                 yield chunk + b"".join(
@@ -142,3 +141,7 @@ async def _ping_or_wait(follower: Follower, last_write: float) -> bytes | None:
         return sse.ping(follower.cursor)
     await follower.wait(checks.keepalive_s() - idle)
     return None
+
+
+def _refresh_frames(receipts: list[reads.Entry]) -> bytes:
+    return b"".join(sse.frame("receipt-refresh", e.stream, id=e.seq) for e in receipts)

@@ -105,7 +105,7 @@ def _cluster_class() -> type:
 
     from django_q.cluster import Cluster as QCluster
 
-    class Cluster(QCluster):  # type: ignore[misc]
+    class Cluster(QCluster):
         """django_q.cluster.Cluster whose processes die with their parents (see module)."""
 
         def start(self) -> int:

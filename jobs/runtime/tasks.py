@@ -52,16 +52,16 @@ def _guarded(label: str, promise_id: Any, call: Any, *args: Any, **kwargs: Any) 
 def drive(promise_id: str) -> dict[str, Any]:
     from jobs.runtime import driver
 
-    return _guarded("drive", promise_id, driver.drive, promise_id)  # type: ignore[no-any-return]
+    return _guarded("drive", promise_id, driver.drive, promise_id)
 
 
 def drive_many(promise_ids: list[str]) -> list[dict[str, Any]]:
     from jobs.runtime import driver
 
-    return _guarded("drive", promise_ids, driver.drive_many, promise_ids)  # type: ignore[no-any-return]
+    return _guarded("drive", promise_ids, driver.drive_many, promise_ids)
 
 
 def execute(promise_id: str, **known: Any) -> dict[str, Any]:
     from jobs.runtime import worker
 
-    return _guarded("execute", promise_id, worker.execute, promise_id, **known)  # type: ignore[no-any-return]
+    return _guarded("execute", promise_id, worker.execute, promise_id, **known)

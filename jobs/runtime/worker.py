@@ -138,7 +138,7 @@ class _Attempt:
             if self._settled:
                 return None
             self._settled = True
-        return decide()  # type: ignore[no-any-return]
+        return decide()
 
 
 def _run(running: attempts.Running) -> dict[str, Any]:

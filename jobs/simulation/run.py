@@ -29,6 +29,7 @@ work. It runs in one transaction, rolled back unless `keep`.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import time
 import traceback
@@ -351,7 +352,7 @@ def _drain(world: World, run: Runner) -> bool:
         if task is None:
             return True
         world.broker.queues[task.cluster].remove(task)
-        if not run("deliver", lambda w, t=task: actions.deliver(w, t)):
+        if not run("deliver", functools.partial(actions.deliver, task=task)):
             return False
         if not all(run("handler_ok", _returns_ok(a)) for a in world.attempts()):
             return False

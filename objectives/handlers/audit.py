@@ -29,7 +29,7 @@ MAX_JOBS = 5_000
 def summarize(
     state: ObjectiveState, jobs: list[JobState], verified: dict[str, Any]
 ) -> dict[str, Any]:
-    tasks = {}
+    tasks: dict[str, dict[str, Any]] = {}
     for task in state.tasks:
         durations = [(r.settled_at or r.dispatched_at) - r.dispatched_at for r in task.runs]
         tasks[task.id] = {

@@ -35,7 +35,8 @@ def actor(job: JobState) -> str:
 
 
 def create_from(job: JobState, payload: dict[str, Any]) -> Result:
-    raw = payload.get("objective") if isinstance(payload.get("objective"), dict) else payload
+    objective = payload.get("objective")
+    raw = objective if isinstance(objective, dict) else payload
     spec = {k: raw[k] for k in CREATE_KEYS if k in raw}
     objective_id = payload.get("objectiveId") or objective_id_for(job.job_id)
     state, created = services.create(

@@ -9,6 +9,7 @@ any id it was sent (E-2 `Last-Event-ID`) gets exactly what came after it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -72,7 +73,7 @@ class Follower:
                 else:  # followers woken by the same pass mostly share a cursor: read once
                     found += self.feed.shared(
                         ("match", self.cursor, self.feed.horizon, self.filter.key()),
-                        lambda cursor=self.cursor: self._matching(cursor),
+                        functools.partial(self._matching, self.cursor),
                     )
                 self.cursor = max(self.cursor, self.feed.horizon)
                 break

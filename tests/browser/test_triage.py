@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -73,9 +74,9 @@ def open_at(chromium: Browser, web, admin_user) -> Iterator[object]:
 
 
 @pytest.fixture
-def mixed_jobs() -> dict[str, str]:
+def mixed_jobs() -> dict[str, Any]:
     """30 jobs: queued, completed, and failures of a known and of an unknown agent."""
-    made = {"queued": [enqueue() for _ in range(20)]}
+    made: dict[str, Any] = {"queued": [enqueue() for _ in range(20)]}
     made["done"] = [enqueue() for _ in range(5)]
     for job_id in made["done"]:
         complete(job_id)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.conf import settings
@@ -56,11 +58,11 @@ def start(stack, *roles: str, **extra_env: str) -> None:
     from jobs.models import WorkerProcess
 
     for role, proc in zip(roles, procs, strict=True):
-        wait_for(
-            lambda p=proc: WorkerProcess.objects.filter(pid=p.pid).exists() or p.poll() is not None,
-            timeout=30,
-            message=f"{role} to register",
-        )
+
+        def up(p: subprocess.Popen[bytes] = proc) -> bool:
+            return WorkerProcess.objects.filter(pid=p.pid).exists() or p.poll() is not None
+
+        wait_for(up, timeout=30, message=f"{role} to register")
         assert proc.poll() is None, stack.log(role)
 
 
@@ -113,7 +115,8 @@ def marked(task_id: str, log: Path, *, seconds: float = 0.0) -> str:
 
 
 def spans(log: Path) -> dict[str, tuple[float, float]]:
-    starts, ends = {}, {}
+    starts: dict[str, float] = {}
+    ends: dict[str, float] = {}
     for line in log.read_text().splitlines():
         kind, task, at = line.split()
         (starts if kind == "start" else ends)[task] = float(at)
@@ -238,7 +241,7 @@ def test_killed_codex_and_control_workers_still_complete_each_command_once(facto
     start(factory, "control", RECEIPT_FAULTS="factory_control_after_commit")
     start(factory, "codex")
     done, began = tmp_path / "done.log", tmp_path / "began.log"
-    tasks = [
+    tasks: list[dict[str, Any]] = [
         {
             "id": t,
             "title": t.upper(),

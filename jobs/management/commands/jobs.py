@@ -57,6 +57,7 @@ class Command(BaseCommand):
         enqueue.add_argument("--singleton-mode", choices=["allow", "cancel", "steer"])
         listing = sub.add_parser("list", help="newest jobs first")
         for option, api_name in LIST_FILTERS.items():
+            hint: str | None
             if api_name == "kind":  # an open set: the deployment may register its own
                 hint = "a built-in kind or one the deployment registered"
             else:

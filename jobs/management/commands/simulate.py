@@ -78,7 +78,7 @@ class Command(BaseCommand):
             self.stdout.write(json.dumps(report.to_wire(trace=options["trace"]), indent=2))
         else:
             self._summary(report, trace=options["trace"])
-        if not report.ok:
+        if report.violation is not None:
             if options["json"]:
                 self.stdout.write(f"replay: {report.replay}")
             raise CommandError(

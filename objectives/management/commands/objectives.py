@@ -180,7 +180,7 @@ def planned_tasks(given: Any) -> list[dict[str, Any]]:
     """The tasks an objective was filed with, shaped like planned ones, before planning."""
     if not isinstance(given, list) or not all(isinstance(t, dict) for t in given):
         return []
-    tasks = [
+    tasks: list[dict[str, Any]] = [
         {
             "id": str(t.get("id") or f"t{i}"),
             "title": str(t.get("title") or t.get("prompt") or t.get("command") or ""),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from jobs.core.reducer import fold_job
+from jobs.core.state import JobState
 from jobs.core.wire import job_to_wire
 from jobs.models import Job
 from jobs.projector import row_for
@@ -35,7 +36,7 @@ def assert_read_model_matches_receipts(job_id: str) -> None:
 def terminal_receipts(job_id: str) -> list[str]:
     """Receipt types that actually settled the job (at most one may exist)."""
     settled = []
-    state = None
+    state: JobState | None = None
     from jobs.core.reducer import reduce
 
     for receipt in store.read(f"jobs/{job_id}"):

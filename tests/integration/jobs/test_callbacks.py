@@ -19,6 +19,7 @@ from receipts import store
 from tests.integration.api.conftest import api, issue  # noqa: F401
 from tests.integration.jobs.callback_receiver import Receiver
 from tests.integration.jobs.helpers import payload
+from tests.support import present
 
 pytestmark = pytest.mark.django_db
 T = 1_800_000_000_000
@@ -82,8 +83,8 @@ def test_each_event_posts_its_exact_body_with_the_bearer_token(hooked):
     """D-8: dispatched, completed, failed and canceled each POST exactly
     {event, jobId, stream, status, attempt, agentId, kind, at}, as JSON, with
     `Authorization: Bearer $RECEIPT_CALLBACK_TOKEN`."""
-    started = dispatch.start_driver(queue.get(enqueue("cb-dispatched")), now_ms=T + 1)
-    assert driver.drive(started.promise_id, now_ms=T + 2)["status"] == "dispatched"
+    started = dispatch.start_driver(present(queue.get(enqueue("cb-dispatched"))), now_ms=T + 1)
+    assert driver.drive(present(started.promise_id), now_ms=T + 2)["status"] == "dispatched"
     assert len(hooked.posts) == 1  # the driver's quick try, right after its commit
     queue.complete(enqueue("cb-completed"), {"ok": 1}, fence=leased("cb-completed"), now_ms=T + 11)
     queue.fail(
@@ -118,7 +119,8 @@ def test_a_batch_driver_pass_records_and_posts_each_dispatch(hooked):
     it opens in one transaction, and posts them together."""
     ids = [enqueue(f"cb-batch-{n}") for n in range(3)]
     promise_ids = [
-        dispatch.start_driver(queue.get(job_id), now_ms=T + 1).promise_id for job_id in ids
+        present(dispatch.start_driver(present(queue.get(job_id)), now_ms=T + 1).promise_id)
+        for job_id in ids
     ]
     results = driver.drive_many(promise_ids, now_ms=T + 2)
     assert [r["status"] for r in results] == ["dispatched"] * 3
@@ -142,8 +144,8 @@ def test_a_worker_settlement_is_posted_right_after_its_commit(hooked):
     """D-8, D-5: the worker makes the first try itself; here a job whose agent has no
     handler is failed by `begin` and the callback arrives before execute returns."""
     job_id = queue.enqueue("nobody-cb", payload(), job_id="cb-worker", now_ms=T).job.job_id
-    started = dispatch.start_driver(queue.get(job_id), now_ms=T + 1)
-    execute_id = driver.drive(started.promise_id, now_ms=T + 2)["execute"]
+    started = dispatch.start_driver(present(queue.get(job_id)), now_ms=T + 1)
+    execute_id = driver.drive(present(started.promise_id), now_ms=T + 2)["execute"]
     assert worker.execute(execute_id)["status"] == "failed"
     bodies = hooked.bodies()
     failed = bodies[(job_id, "failed")]
@@ -209,8 +211,10 @@ def test_the_driver_canceling_an_abort_requested_job_posts_canceled(hooked):
     leased(job_id)
     queue.command(job_id, "abort", reason="stop", now_ms=T + 20)
     queue.expire_lease(job_id, now_ms=T + 10**9)  # requeued with the abort still pending
-    started = dispatch.start_driver(queue.get(job_id), dispatch_key="k-1", now_ms=T + 10**9)
-    assert driver.drive(started.promise_id, now_ms=T + 10**9 + 1)["status"] == "canceled"
+    started = dispatch.start_driver(
+        present(queue.get(job_id)), dispatch_key="k-1", now_ms=T + 10**9
+    )
+    assert driver.drive(present(started.promise_id), now_ms=T + 10**9 + 1)["status"] == "canceled"
     assert recorded(job_id) == [("canceled", "delivered")]
     assert hooked.bodies()[(job_id, "canceled")]["status"] == "canceled"
 

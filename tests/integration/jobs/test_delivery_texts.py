@@ -11,6 +11,7 @@ from jobs.runtime import attempt, driver, promises, storage_retry
 from jobs.runtime.dispatch import DeliveryRecoveryExceeded, start_driver
 from receipts import store
 from tests.integration.jobs.helpers import assert_read_model_matches_receipts, payload
+from tests.support import present
 
 pytestmark = pytest.mark.django_db
 T0 = 1_800_000_000_000
@@ -38,7 +39,9 @@ def test_settled_deliveries_advance_generations_and_stop_after_32():
         started = start_driver(job, now_ms=T0)
         assert started.created
         opened.append(started.promise_id)
-        promises.settle(started.promise_id, "resolved", now_ms=T0, result={"status": "test"})
+        promises.settle(
+            present(started.promise_id), "resolved", now_ms=T0, result={"status": "test"}
+        )
     assert opened == [job.job_id] + [f"{job.job_id}:recovery:{g}" for g in range(1, 33)]
     with pytest.raises(DeliveryRecoveryExceeded) as refused:
         start_driver(job, now_ms=T0)
@@ -49,7 +52,7 @@ def test_a_lapsed_lease_is_failed_under_its_own_fence_with_the_exact_text():
     """D-4: the driver fails the attempt whose lease passed, then stops."""
     job = _job()
     queue.lease(job.job_id, worker_id="w-gone", lease_ms=1_000, now_ms=T0)
-    promise_id = start_driver(job, now_ms=T0).promise_id
+    promise_id = present(start_driver(job, now_ms=T0).promise_id)
     outcome = driver.drive(promise_id, now_ms=T0 + 5_000)
     assert outcome == {"status": "stale_lease_failed", "jobId": job.job_id}
     after = queue.get(job.job_id)
@@ -62,7 +65,7 @@ def test_a_lapsed_lease_is_failed_under_its_own_fence_with_the_exact_text():
 
 
 def _running(job_id: str) -> attempt.Running:
-    start_driver(queue.get(job_id), now_ms=T0)
+    start_driver(present(queue.get(job_id)), now_ms=T0)
     driver.drive(job_id, now_ms=T0)
     began = attempt.begin(
         f"{job_id}:attempt:1", job_id=job_id, attempt=1, worker_id="w-1", now_ms=T0

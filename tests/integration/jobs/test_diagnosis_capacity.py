@@ -13,6 +13,7 @@ from jobs.models import DeliveryPromise
 from jobs.runtime import processes
 from jobs.runtime.processes import BEAT_MS, GONE_AFTER_BEATS
 from tests.integration.jobs.helpers import payload
+from tests.support import present
 
 pytestmark = pytest.mark.django_db
 NOW = 2_000_000_000_000
@@ -145,10 +146,12 @@ def test_settling_the_holder_frees_the_slot(codex_full):
 def test_counts_stop_at_the_cap_and_stay_on_the_status_index(codex_full):
     later = [codex(NOW - (100 - i) * SECOND) for i in range(4)]
     cap = 2
-    capped = capacity_of(queue.get(later[-1]), slots=1, cap=cap)
+    capped = capacity_of(present(queue.get(later[-1])), slots=1, cap=cap)
     assert capped.queued_ahead == cap + 1  # 5 are ahead; the count stopped at cap + 1
-    assert capacity_of(queue.get(later[0]), slots=1, cap=cap).queued_ahead == cap  # exactly 2
-    assert capacity_of(queue.get(codex_full["second"]), slots=1, cap=cap).queued_ahead == 1
+    first = capacity_of(present(queue.get(later[0])), slots=1, cap=cap)
+    assert first.queued_ahead == cap  # exactly 2
+    second = capacity_of(present(queue.get(codex_full["second"])), slots=1, cap=cap)
+    assert second.queued_ahead == 1
 
     with CaptureQueriesContext(connection) as queries:
         diagnosis(later[-1], now_ms=NOW)

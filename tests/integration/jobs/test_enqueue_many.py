@@ -18,6 +18,7 @@ from receipts import store
 from receipts.core.chain import base36
 from tests.integration.jobs.helpers import AUTH, assert_read_model_matches_receipts, payload
 from tests.integration.receipts.test_append_new_streams import Randomness
+from tests.support import present
 
 pytestmark = pytest.mark.django_db
 T0 = 1_800_000_000_000
@@ -115,11 +116,11 @@ def test_plain_jobs_get_fresh_ids_and_the_read_model_is_the_fold():
     ids = [r.job.job_id for r in results]
     assert len(set(ids)) == 40 and all(r.created and r.job.status == "queued" for r in results)
     assert all(i.startswith(f"{base36(T0)}-") and len(i.split("-")[1]) == 12 for i in ids)
-    seqs = [store.read(f"jobs/{i}")[0].seq for i in ids]
+    seqs = [present(store.read(f"jobs/{i}")[0].seq) for i in ids]
     assert seqs == sorted(seqs)  # written in request order
     for job_id in ids:
         assert_read_model_matches_receipts(job_id)
-        assert Job.objects.get(pk=job_id).state == job_to_wire(queue.get(job_id))
+        assert Job.objects.get(pk=job_id).state == job_to_wire(present(queue.get(job_id)))
 
 
 def test_chunked_runs_change_nothing(monkeypatch):
@@ -281,7 +282,7 @@ def test_dispatch_opens_one_driver_promise_per_created_job_with_one_insert(monke
             job.job_id,
             "pending",
         )
-        assert p.timeout_at - p.created_at == driver_timeout_ms(job.lease_ms)
+        assert p.timeout_at - p.created_at == driver_timeout_ms(present(job.lease_ms))
 
 
 def test_dispatch_of_a_job_whose_key_exists_goes_through_start_driver(monkeypatch):

@@ -4,12 +4,14 @@ exception is the handler's failure."""
 
 from __future__ import annotations
 
+from typing import cast
+
 import pytest
 from django.db import OperationalError
 
 from jobs import handlers
 from jobs.runtime import worker
-from jobs.runtime.context import JobResult
+from jobs.runtime.context import HandlerContext, JobResult
 
 pytestmark = pytest.mark.django_db
 
@@ -19,6 +21,11 @@ class _Ctx:
         import threading
 
         self.aborted = threading.Event()
+
+
+def _ctx() -> HandlerContext:
+    """A stand-in with only what `_call_handler` reads."""
+    return cast(HandlerContext, _Ctx())
 
 
 class _Job:
@@ -37,7 +44,7 @@ def test_transient_database_errors_rerun_the_handler_in_the_same_attempt(monkeyp
 
     monkeypatch.setitem(handlers._HANDLERS, "test-transient", flaky)
     monkeypatch.setattr(worker.time, "sleep", lambda s: None)
-    result, error = worker._call_handler(_Job(), _Ctx())
+    result, error = worker._call_handler(_Job(), _ctx())
     assert error is None and result.result == "done" and len(calls) == 3
 
 
@@ -49,7 +56,7 @@ def test_a_handler_bug_is_its_own_failure_at_once(monkeypatch):
         raise KeyError("missing")
 
     monkeypatch.setitem(handlers._HANDLERS, "test-transient", broken)
-    result, error = worker._call_handler(_Job(), _Ctx())
+    result, error = worker._call_handler(_Job(), _ctx())
     assert isinstance(error, KeyError) and result is None and len(calls) == 1
 
 
@@ -59,5 +66,5 @@ def test_transient_errors_that_persist_fail_the_attempt(monkeypatch):
 
     monkeypatch.setitem(handlers._HANDLERS, "test-transient", down)
     monkeypatch.setattr(worker.time, "sleep", lambda s: None)
-    result, error = worker._call_handler(_Job(), _Ctx())
+    result, error = worker._call_handler(_Job(), _ctx())
     assert isinstance(error, OperationalError) and result is None

@@ -17,7 +17,7 @@ class Frame:
 
 
 def parse(lines: Iterator[str]) -> Iterator[Frame]:
-    event, data, ident = "message", [], None
+    event, ident, data = "message", None, list[str]()
     for line in lines:
         if line == "":
             if data:
@@ -94,7 +94,7 @@ class Stream:
 
 async def aparse(lines: AsyncIterator[str]) -> AsyncIterator[Frame]:
     """`parse` for httpx's async line iterator."""
-    event, data, ident = "message", [], None
+    event, ident, data = "message", None, list[str]()
     async for line in lines:
         if line == "":
             if data:

@@ -4,6 +4,7 @@ LISTEN connection; one append reaches all of them. Memory is printed, never asse
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import httpx
 import psutil
@@ -17,6 +18,7 @@ from receipts.live.config import CONFIG
 from tests.conftest import wait_for
 from tests.integration.live.conftest import enqueue
 from tests.integration.live.sse_client import Frame, aparse
+from tests.support import present
 
 pytestmark = pytest.mark.django_db(transaction=True)
 CLIENTS = 200
@@ -113,12 +115,12 @@ async def fan_out(server, reader: str, job_id: str, report: dict[str, object]) -
 
 def lease_and_seq(job_id: str) -> int:
     queue.lease(job_id, worker_id="w-fanout")
-    return store.read(f"jobs/{job_id}")[-1].seq
+    return present(store.read(f"jobs/{job_id}")[-1].seq)
 
 
 def test_two_hundred_clients_share_one_feed_and_all_get_the_broadcast(server, reader):
     job = enqueue()
-    report: dict[str, object] = {}
+    report: dict[str, Any] = {}
     frames = asyncio.run(fan_out(server, reader, job.job_id, report))
     assert [(f.id, f.data) for f in frames] == [(report["seq"], "job.leased")] * CLIENTS
     before, after = report["rss_before"], report["rss_connected"]

@@ -108,7 +108,7 @@ async def fan_out(server, reader: str, prefix: str, job_ids: list[str]):
     total = len(plan)
     limits = httpx.Limits(max_connections=total + 10, max_keepalive_connections=total + 10)
     async with httpx.AsyncClient(limits=limits, timeout=httpx.Timeout(60.0)) as client:
-        ready, counter = asyncio.Event(), []
+        ready, counter = asyncio.Event(), list[int]()
         final: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         tasks = [
             asyncio.create_task(collect(client, url, headers, ready, counter, final))

@@ -10,12 +10,13 @@ from jobs import queue
 from jobs.core.state import Fence
 from receipts import store
 from tests.integration.live.conftest import enqueue
+from tests.support import present
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def last_seq(stream: str) -> int:
-    return store.read(stream)[-1].seq
+    return present(store.read(stream)[-1].seq)
 
 
 def test_connect_sends_init_then_the_job(server, http, reader):
@@ -88,7 +89,7 @@ def test_resume_replays_what_was_missed_then_ends_at_the_terminal_state(server, 
     leased = queue.lease(job.job_id, worker_id="w-1").job
     queue.heartbeat(job.job_id, fence=Fence("w-1", leased.attempt))
     queue.complete(job.job_id, None, fence=Fence("w-1", leased.attempt))
-    missed = [(r.seq, r.type) for r in store.read(job.stream) if r.seq > enqueued]
+    missed = [(r.seq, r.type) for r in store.read(job.stream) if present(r.seq) > enqueued]
     with server.stream(
         http, f"/jobs/{job.job_id}/events", reader, Last_Event_ID=str(enqueued)
     ) as sse:

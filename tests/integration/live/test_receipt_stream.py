@@ -14,6 +14,7 @@ from receipts import store
 from receipts.models import Receipt as ReceiptRow
 from tests.integration.live.conftest import token
 from tests.integration.live.sse_client import Frame
+from tests.support import present
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -151,7 +152,7 @@ def test_a_receipt_that_commits_late_is_delivered_before_later_sequences(server,
     def slow_writer() -> None:
         try:
             with transaction.atomic():
-                held.append(store.append(f"{prefix}slow", {"type": "t"})[0].seq)
+                held.append(present(store.append(f"{prefix}slow", {"type": "t"})[0].seq))
                 appended.set()
                 release.wait(timeout=30)
         finally:
@@ -164,7 +165,7 @@ def test_a_receipt_that_commits_late_is_delivered_before_later_sequences(server,
         try:
             assert appended.wait(timeout=10)
             fast = store.append(f"{prefix}fast", {"type": "t"})[0]
-            assert fast.seq > held[0]
+            assert present(fast.seq) > held[0]
             # Three keepalives later the committed higher seq has still not been sent:
             # the position stays below the open one.
             pings = 0

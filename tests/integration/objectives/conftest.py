@@ -22,6 +22,7 @@ from jobs.runtime.context import HandlerContext, JobResult
 from objectives import selectors
 from objectives.core import vocabulary as v
 from tests.integration.api.conftest import anonymous, api, api_for, issue  # noqa: F401
+from tests.support import present
 
 AUTH = {"userId": "u-1", "organizationId": "org-1"}
 SKIP_BY_DEFAULT = frozenset({v.KIND_MONITOR})
@@ -44,9 +45,9 @@ def work(job_id: str, *, worker: str = "test:worker", deadline_s: float = 60.0) 
     """Run one queued job to settlement; returns the settled job."""
     leased = queue.lease(job_id, worker_id=worker)
     assert leased.applied, (job_id, leased.outcome)
-    job = leased.job
+    job = present(leased.job)
     fence = Fence(worker, job.attempt)
-    job = queue.heartbeat(job_id, fence=fence).job
+    job = present(queue.heartbeat(job_id, fence=fence).job)
     ctx = HandlerContext(
         job=job,
         fence=fence,
@@ -57,12 +58,12 @@ def work(job_id: str, *, worker: str = "test:worker", deadline_s: float = 60.0) 
     if job.abort_requested:
         return queue.cancel(job_id, reason=job.abort_reason or "abort", fence=fence).job
     try:
-        result = handlers.handler_for(job.agent_id)(job, ctx)
+        result = present(handlers.handler_for(job.agent_id))(job, ctx)
     except Exception as error:  # a handler exception is a retryable failure (D-7)
         result = JobResult.failure(f"{type(error).__name__}: {error}")
     current = queue.get(job_id)
     if current.abort_requested:
-        return queue.cancel(job_id, reason=current.abort_reason, fence=fence).job
+        return queue.cancel(job_id, reason=present(current.abort_reason), fence=fence).job
     if result.ok:
         return queue.complete(job_id, result.result, fence=fence).job
     return queue.fail(
@@ -85,7 +86,7 @@ def queued(skip: frozenset[str] = SKIP_BY_DEFAULT) -> list[str]:
 
 def drain(*, rounds: int = 200, skip: frozenset[str] = SKIP_BY_DEFAULT) -> list[str]:
     """Run queued jobs (oldest first) until none is left; returns the ids run."""
-    ran = []
+    ran: list[str] = []
     for _ in range(rounds):
         ids = queued(skip)
         if not ids:

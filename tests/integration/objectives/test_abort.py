@@ -10,6 +10,7 @@ from jobs.models import Job
 from objectives.core import vocabulary as v
 from objectives.handlers import watchdog
 from tests.integration.objectives.conftest import create, dispatch, drain, objective, queued, work
+from tests.support import present
 
 pytestmark = pytest.mark.django_db(transaction=True)
 ONE_TASK = [{"id": "t", "title": "T", "command": "true"}]
@@ -38,7 +39,7 @@ def test_aborting_a_running_task_job_through_the_api_blocks_the_task(factory, ap
     status, _ = api.post(f"/jobs/{job_id}/abort", {"reason": "wrong branch"})
     assert status == 202
     aborted = queue.get(job_id)
-    queue.cancel(job_id, reason=aborted.abort_reason, by="w:1", fence=Fence("w:1", 1))
+    queue.cancel(job_id, reason=present(aborted.abort_reason), by="w:1", fence=Fence("w:1", 1))
     drain()  # the control pass the settlement requested
     state = objective(oid)
     task = state.task("t")

@@ -148,7 +148,7 @@ def test_process_output_is_reported_at_most_once_a_second(tmp_path):
 
 def test_abort_kills_the_whole_process_group(tmp_path):
     aborted = threading.Event()
-    pids = []
+    pids: list[int] = []
     threading.Timer(0.5, aborted.set).start()
     result = processes.run(
         f"sleep 30 & echo $! > {tmp_path}/child; sleep 30",

@@ -8,12 +8,13 @@ import pytest
 
 from jobs.core import callbacks
 from jobs.core.reducer import fold_job
+from jobs.core.vocabulary import Status
 from receipts.core.chain import seal
 
 T = 1_800_000_000_000
 
 
-def job(status: str, attempt: int = 1):
+def job(status: Status, attempt: int = 1):
     enqueued = seal(
         stream="jobs/j-1",
         prev=None,

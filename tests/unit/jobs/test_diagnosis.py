@@ -5,6 +5,7 @@ from dataclasses import replace
 from jobs.core.diagnosis import Facts, PendingDelivery, diagnose
 from jobs.core.reducer import fold_job
 from receipts.core.chain import seal
+from tests.support import present
 
 NOW = 2_000_000_000_000
 LIVE = {"driver": 1, "worker-chat": 1, "worker-codex": 1, "worker-control": 1}
@@ -25,7 +26,7 @@ def job(**changes):
     state = fold_job(
         [seal(stream="jobs/j1", prev=None, body=body, ts=NOW - 60_000, random_hex16="0" * 16)]
     )
-    return replace(state, **changes)
+    return replace(present(state), **changes)
 
 
 def codes(**facts):

@@ -25,7 +25,13 @@ class Chain:
     def __init__(self, objective_id: str = OID) -> None:
         self.stream = v.objective_stream(objective_id)
         self.receipts: list[Receipt] = []
-        self.state: ObjectiveState | None = None
+        self._state: ObjectiveState | None = None
+
+    @property
+    def state(self) -> ObjectiveState:
+        """The fold so far (a chain is read after its first append)."""
+        assert self._state is not None
+        return self._state
 
     def append(self, *bodies: dict[str, Any], ts: int = 1_000) -> ObjectiveState:
         for body in bodies:
@@ -34,8 +40,7 @@ class Chain:
                 stream=self.stream, prev=prev, body=body, ts=ts, random_hex16=secrets.token_hex(8)
             )
             self.receipts.append(receipt)
-            self.state = reduce(self.state, receipt)
-        assert self.state is not None
+            self._state = reduce(self._state, receipt)
         return self.state
 
 
@@ -79,7 +84,6 @@ def run_pass(
     **extra: Any,
 ) -> PassPlan:
     state = chain.state
-    assert state is not None
     plan = extra.pop("plan", None)
     if plan is None and state.status == "planning" and state.input_tasks is not None:
         plan = plan_of(state)

@@ -6,6 +6,7 @@ import pytest
 
 from objectives.core import vocabulary as v
 from objectives.core.board import section_for, task_counts, task_shown, with_queued
+from tests.support import present
 from tests.unit.objectives.helpers import Chain, created, diamond, fact, run_pass
 
 
@@ -50,7 +51,7 @@ def test_a_task_whose_job_is_still_queued_is_shown_queued():
     """U-5, O-3: dispatched is not running; the job's status tells them apart."""
     chain = _dispatched()
     job = v.task_job_id("obj-1", "a", 1)
-    task = chain.state.task("a")
+    task = present(chain.state.task("a"))
     assert task.status == "running"
     assert task_shown(task, chain.state, "queued") == "queued"
     assert task_shown(task, chain.state, "leased") == "running"
@@ -64,7 +65,7 @@ def test_a_canceled_objective_shows_no_running_task():
     chain = _dispatched()
     job = v.task_job_id("obj-1", "a", 1)
     chain.append({"type": v.CANCELED, "reason": "stopped by the user"})
-    task = chain.state.task("a")
+    task = present(chain.state.task("a"))
     assert task_shown(task, chain.state, "running") == "stopped"
     assert task_counts(chain.state) == {"stopped": 1, "pending": 3}
     assert task_counts(chain.state, {job: "canceled"}) == {"stopped": 1, "pending": 3}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from objectives.core import vocabulary as v
 from objectives.core.control import Abort, Enqueue, PlanOutcome
+from tests.support import present
 from tests.unit.objectives.helpers import Chain, created, diamond, fact, run_pass
 
 T = v.task_job_id
@@ -39,6 +40,7 @@ def test_first_pass_plans_takes_a_slot_and_dispatches_the_roots():
     ]
     assert enqueued(plan) == [T("obj-1", "a", 1), v.monitor_job_id("obj-1", "a", 1)]
     task_run = plan.effects[0]
+    assert isinstance(task_run, Enqueue)
     assert task_run.agent_id == "codex" and task_run.payload["kind"] == "factory.task.run"
     assert task_run.payload["command"] == "true" and task_run.payload["authContext"]["userId"]
     assert chain.state.status == "executing" and not chain.state.pending_requests
@@ -103,7 +105,9 @@ def test_checks_run_before_promotion_and_a_failure_blocks():
         },
     )
     assert types(plan) == [v.INTEGRATION_VALIDATION_FAILED]
-    assert chain.state.status == "blocked" and "lease expired" in chain.state.blocked_reason
+    assert chain.state.status == "blocked" and "lease expired" in present(
+        chain.state.blocked_reason
+    )
 
 
 def test_without_auto_promote_the_objective_waits_for_promote():
@@ -137,7 +141,7 @@ def test_investigation_takes_no_slot_runs_no_checks_and_never_promotes():
         v.COMPLETED,
         v.AUDIT_REQUESTED,
     ]
-    assert "found it" in chain.state.result_summary
+    assert "found it" in present(chain.state.result_summary)
     assert chain.state.integration.status == "none"
 
 
@@ -167,7 +171,7 @@ def test_failing_task_blocks_the_objective_after_its_passes():
     assert enqueued(plan)[0] == T("obj-1", "a", 2)
     plan = run_pass(chain, done(T("obj-1", "a", 2), "failed", **failed))
     assert types(plan) == [v.TASK_OUTCOME, v.OBJECTIVE_BLOCKED]
-    assert "stderr tail: missing file" in chain.state.blocked_reason
+    assert "stderr tail: missing file" in present(chain.state.blocked_reason)
 
 
 def test_a_recorded_job_that_does_not_exist_is_enqueued_again():

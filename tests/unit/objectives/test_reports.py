@@ -4,6 +4,7 @@ O-13): a superseded job's late verdict is inert."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -18,7 +19,7 @@ RUN = CommandRun(
 )
 
 
-def _state(status: str, **integration: str):
+def _state(status: str, **integration: Any):
     state = Chain().append(created())
     return replace(state, integration=Integration(status=status, **integration))
 

@@ -5,6 +5,7 @@ import datetime
 import hashlib
 import json
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -91,7 +92,8 @@ def test_shared_but_acyclic_objects_are_fine():
 
 
 def test_depth_limit_is_enforced_when_asked():
-    deep = current = {}
+    deep: dict[str, Any] = {}
+    current = deep
     for _ in range(10):
         current["n"] = {}
         current = current["n"]
