@@ -15,7 +15,12 @@ from jobs.diagnosis import diagnosis
 from jobs.models import WorkerProcess
 from receipts import store
 from tests.conftest import wait_for
-from tests.runtime.helpers import assert_settled_once, enqueue, wait_status
+from tests.runtime.helpers import (
+    assert_settled_once,
+    enqueue,
+    freeze_outside_transactions,
+    wait_status,
+)
 
 pytestmark = [pytest.mark.runtime, pytest.mark.django_db(transaction=True)]
 
@@ -73,7 +78,7 @@ def test_a_holder_declared_gone_that_is_alive_loses_its_fence(stack):
     frozen = stack.start("codex", name="codex-frozen")
     job = _codex_job(sleepMs=25_000, laterSleepMs=10, max_attempts=2)
     wait_for(lambda: stack.marks("start", job.job_id), message="attempt to start", timeout=60)
-    os.kill(frozen.pid, signal.SIGSTOP)  # its keeper stops beating; its handler runs on
+    freeze_outside_transactions(frozen.pid)  # its keeper stops beating; its handler runs on
     try:
         wait_for(
             lambda: "job.lease_expired" in [r.type for r in store.read(job.stream)],
