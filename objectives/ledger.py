@@ -103,6 +103,10 @@ ON CONFLICT (key) DO UPDATE SET
 WHERE (w.job_created_at, w.job_id, w.position)
     < (excluded.job_created_at, excluded.job_id, excluded.position)
 """
+# Ledger rows are bookkeeping beside the authoritative receipts (W-3: best-effort): on
+# PostgreSQL their commits do not wait for the disk. A server crash may lose the last
+# few, as a failed write would; a row catches up at its job's next mutation.
+_NO_FLUSH = "SET LOCAL synchronous_commit TO off"
 # Heartbeats, progress and consumed commands change nothing a workflow row shows unless
 # the attempt or worker changed: this process skips re-writing what it wrote last.
 _QUIET = frozenset({"job.heartbeat", "job.progress", "queue.command.consumed"})
@@ -157,9 +161,11 @@ def _workflow(job: JobState, kind: str, body: dict[str, Any], name: str) -> None
         now,
         now if job.is_terminal else None,
     ]
-    json_param = "%s::jsonb" if connection.vendor == "postgresql" else "%s"
-    with connection.cursor() as cursor:
-        cursor.execute(_UPSERT.format(j=json_param), params)
+    upsert = _UPSERT.format(j="%s::jsonb" if connection.vendor == "postgresql" else "%s")
+    with connection.cursor() as cursor:  # one round trip: both run in one implicit transaction
+        if connection.vendor == "postgresql" and not connection.in_atomic_block:
+            upsert = f"{_NO_FLUSH}; {upsert}"
+        cursor.execute(upsert, params)
     if len(_last_written) > _LAST_WRITTEN_MAX:
         _last_written.clear()
     _last_written[key] = shown
@@ -169,7 +175,11 @@ def _activity(job: JobState, kind: str, body: dict[str, Any]) -> None:
     """The activity row and its attempt rows, from the job's state after the write (a write
     may append several receipts, e.g. a lease with its first heartbeat)."""
     key, now = activity_key(job.job_id), job.updated_at
+    own_transaction = not connection.in_atomic_block  # never relax a caller's commit
     with transaction.atomic():
+        if own_transaction and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute(_NO_FLUSH)
         row, _ = Activity.objects.select_for_update().get_or_create(
             key=key,
             defaults={

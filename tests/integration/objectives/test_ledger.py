@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+from django.db import connection
 
 from jobs import queue
 from objectives import ledger
@@ -61,6 +62,19 @@ def test_a_run_workflow_and_signals_for_queue_commands(factory):
     assert Workflow.objects.get(key=key).status == "running"
     signal = Signal.objects.get(workflow_key=key)
     assert (signal.name, signal.job_id, signal.payload) == ("steer", job.job_id, {"say": "hi"})
+
+
+@pytest.mark.postgres_only
+def test_ledger_rows_skip_the_disk_wait_but_receipts_never_do(factory):
+    """Ledger writes relax their own commit only: the connection's next transaction, which
+    may append a receipt, waits for the disk again."""
+    payload = {"kind": v.KIND_RUN, "authContext": dict(AUTH), "runId": "r-8", "prompt": "x"}
+    job = queue.enqueue(v.FACTORY_AGENT, payload).job
+    queue.lease(job.job_id, worker_id="w:1")
+    assert Workflow.objects.get(key=ledger.run_key(v.run_stream("r-8"), "r-8")).status == "running"
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        assert cursor.fetchone()[0] == "on"
 
 
 def test_a_ledger_failure_is_logged_and_never_fails_the_receipt_write(factory, monkeypatch, caplog):
