@@ -50,29 +50,32 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
+def uvicorn_command(port: int, workers: int) -> list[str]:
+    command = [sys.executable, "-m", "uvicorn", "receipt_site.asgi:application"]
+    command += ["--port", str(port), "--no-access-log", "--log-level", "warning"]
+    return command + (["--workers", str(workers)] if workers > 1 else [])
+
+
+def gunicorn_command(port: int, workers: int) -> list[str]:
+    """The API under WSGI (no live events there: those need the ASGI server)."""
+    command = [sys.executable, "-m", "gunicorn", "receipt_site.wsgi:application"]
+    command += ["--bind", f"127.0.0.1:{port}", "--workers", str(workers), "--threads", "8"]
+    return [*command, "--worker-class", "gthread", "--log-level", "warning"]
+
+
+SERVERS = {"uvicorn": uvicorn_command, "gunicorn": gunicorn_command}
+
+
 @contextlib.contextmanager
-def uvicorn_server(*, workers: int, args: tuple[str, ...] = ()):
-    """-> (base_url, psutil.Process of the server) for a uvicorn on a free port."""
+def uvicorn_server(*, workers: int, args: tuple[str, ...] = (), kind: str = "uvicorn"):
+    """-> (base_url, psutil.Process of the server) for a server on a free port."""
     import httpx
     import psutil
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    command = [
-        sys.executable,
-        "-m",
-        "uvicorn",
-        "receipt_site.asgi:application",
-        "--port",
-        str(port),
-        "--no-access-log",
-        "--log-level",
-        "warning",
-    ]
-    if workers > 1:
-        command += ["--workers", str(workers)]
-    command += args
+    command = SERVERS[kind](port, workers) + list(args)
     server = subprocess.Popen(
         command,
         cwd=ROOT,
@@ -181,8 +184,9 @@ def main() -> None:
     parser.add_argument("--clients", default="1,8,64")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--reps", type=int, default=1)
+    parser.add_argument("--server", choices=sorted(SERVERS), default="uvicorn")
     parser.add_argument(
-        "--uvicorn-args", default="", help='more uvicorn flags, e.g. "--loop asyncio --http h11"'
+        "--uvicorn-args", default="", help='more server flags, e.g. "--loop asyncio --http h11"'
     )
     args = parser.parse_args()
     setup_django(args.database_url, "orm")
@@ -193,13 +197,14 @@ def main() -> None:
 
     _, secret = ApiToken.issue(name="bench-load")
     extra = tuple(args.uvicorn_args.split())
-    with uvicorn_server(workers=args.workers, args=extra) as (base_url, server):
+    with uvicorn_server(workers=args.workers, args=extra, kind=args.server) as (base_url, server):
         for rep in range(args.reps):
             for clients in (int(c) for c in args.clients.split(",")):
                 record = level(
                     base_url, server, secret, n=args.n, clients=clients, workers=args.workers
                 )
                 record["rep"] = rep
+                record["server"] = args.server
                 record["uvicorn_args"] = args.uvicorn_args
                 print(json.dumps(record), flush=True)
 
