@@ -62,25 +62,28 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
+def _command(port: int, wsgi: bool) -> list[str]:
+    if wsgi:  # the request/response API under gunicorn, as the production layout allows
+        return [
+            *(sys.executable, "-m", "gunicorn", "receipt_site.wsgi:application"),
+            *("--bind", f"127.0.0.1:{port}", "--worker-class", "gthread", "--threads", "4"),
+            *("--graceful-timeout", "2", "--log-level", "warning"),
+        ]
+    return [
+        *(sys.executable, "-m", "uvicorn", "receipt_site.asgi:application"),
+        *("--host", "127.0.0.1", "--port", str(port), "--no-access-log"),
+        *("--timeout-graceful-shutdown", "2"),
+    ]
+
+
 @contextlib.contextmanager
-def serve(tmp: Path, **env: str) -> Iterator[Server]:
+def serve(tmp: Path, *, wsgi: bool = False, **env: str) -> Iterator[Server]:
+    """uvicorn on the ASGI app, or with `wsgi` gunicorn on the WSGI app."""
     port = _free_port()
-    log = tmp / f"uvicorn-{port}.log"
+    log = tmp / f"server-{port}.log"
     with open(log, "ab") as out:
         proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "uvicorn",
-                "receipt_site.asgi:application",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--no-access-log",
-                "--timeout-graceful-shutdown",
-                "2",
-            ],
+            _command(port, wsgi),
             cwd=ROOT,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -101,7 +104,7 @@ def serve(tmp: Path, **env: str) -> Iterator[Server]:
         return False
 
     try:
-        wait_for(up, timeout=30, message="uvicorn to answer /readyz")
+        wait_for(up, timeout=30, message="the server to answer /readyz")
         yield server
     finally:
         if proc.poll() is None:

@@ -1,4 +1,5 @@
-"""T-2: plain API requests under uvicorn answer exactly as under Django's test client.
+"""T-2: plain API requests over HTTP answer exactly as under Django's test client, under
+uvicorn (ASGI) and under gunicorn (WSGI, the production layout's API server).
 
 The ASGI handler (jobs.live.asgi) runs non-live requests through the middleware chain in
 sync mode, on a pooled request thread, and WhiteNoise behind an async-capable wrapper
@@ -28,9 +29,10 @@ TRANSPORT_HEADERS = {"date", "server", "content-length", "transfer-encoding", "c
 BODY = {"kind": "factory.dispatch", "authContext": AUTH}
 
 
-@pytest.fixture(scope="module")
-def server(django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Server]:
-    with django_db_blocker.unblock(), serve(tmp_path_factory.mktemp("t2")) as running:
+@pytest.fixture(scope="module", params=["uvicorn", "gunicorn"])
+def server(request, django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Server]:
+    wsgi = request.param == "gunicorn"
+    with django_db_blocker.unblock(), serve(tmp_path_factory.mktemp("t2"), wsgi=wsgi) as running:
         yield running
 
 
@@ -39,7 +41,7 @@ def _headers(items) -> dict[str, str]:
 
 
 def both(server, http, method: str, path: str, *, body: bytes | None = None, **headers: str):
-    """(uvicorn response, test-client response) to the same request."""
+    """(server response, test-client response) to the same request."""
     live = http.request(method, server.url + path, content=body, headers=headers)
     meta = {f"HTTP_{k.upper().replace('-', '_')}": v for k, v in headers.items()}
     if "HTTP_CONTENT_TYPE" in meta:
@@ -48,7 +50,7 @@ def both(server, http, method: str, path: str, *, body: bytes | None = None, **h
     return live, local
 
 
-def test_an_enqueue_answers_the_same_over_uvicorn(server, http):
+def test_an_enqueue_answers_the_same_over_http(server, http):
     secret = token(name="t2")
     live, local = both(
         server,
@@ -75,7 +77,7 @@ def test_an_enqueue_answers_the_same_over_uvicorn(server, http):
         ("GET", "/jobs/missing-job", None, {}),
     ],
 )
-def test_refusals_are_identical_over_uvicorn(server, http, method, path, body, headers):
+def test_refusals_are_identical_over_http(server, http, method, path, body, headers):
     if "Authorization" not in headers and path != "/no/such/route":
         headers = {**headers, "Authorization": f"Bearer {token(name='t2-refusals')}"}
     live, local = both(server, http, method, path, body=body, **headers)
