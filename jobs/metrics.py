@@ -16,10 +16,11 @@ import re
 from collections.abc import Iterable
 
 from django.db.models import Sum
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse
 
 from access.principals import BadCredentials, principal_for_request
 from jobs import callback_records, counts
+from jobs.api.errors import error_response
 from jobs.core.vocabulary import ACTIVE_STATUSES, STATUSES, TERMINAL_STATUSES
 from jobs.models import Counter, LoopRun
 from jobs.runtime import counters, processes
@@ -44,64 +45,50 @@ def _family(name: str, kind: str, help_text: str, lines: Iterable[str]) -> list[
     return [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *lines]
 
 
+def _gauge(
+    name: str, help_text: str, samples: Iterable[tuple[dict[str, object], float]]
+) -> list[str]:
+    """A gauge family: one series per (labels, value) sample."""
+    series = (_series(name, labels, value) for labels, value in samples)
+    return _family(name, "gauge", help_text, series)
+
+
 def render(now_ms: int, *, organization_id: str | None = None) -> str:
     """Every series; for an organization-bound caller only that organization's job
     gauges (processes, loops and counters are the platform's, not any organization's)."""
     out: list[str] = []
     cells = counts.active_cells(organization_id=organization_id)
-    out += _family(
+    out += _gauge(
         "receipt_jobs_active",
-        "gauge",
         f"Active jobs by status, lane and routed group, counted up to {counts.CELL_CAP} "
         "per series: a series at receipt_jobs_count_cap means at least that many.",
-        (
-            _series(
-                "receipt_jobs_active",
-                {"status": c.status, "lane": c.lane, "group": c.group},
-                c.count.value,
-            )
-            for c in cells
-        ),
+        (({"status": c.status, "lane": c.lane, "group": c.group}, c.count.value) for c in cells),
     )
-    out += _family(
+    out += _gauge(
         "receipt_jobs_count_cap",
-        "gauge",
         "Where the count of each receipt_jobs_active series stops.",
-        [_series("receipt_jobs_count_cap", {}, counts.CELL_CAP)],
+        [({}, counts.CELL_CAP)],
     )
     by_status = counts.by_status(ACTIVE_ORDER, organization_id=organization_id)
-    out += _family(
+    out += _gauge(
         "receipt_jobs_active_by_status",
-        "gauge",
         f"Active jobs by status, counted up to {counts.STATUS_CAP}: a series at "
         "receipt_jobs_status_count_cap means at least that many.",
-        (
-            _series("receipt_jobs_active_by_status", {"status": status}, n.value)
-            for status, n in by_status.items()
-        ),
+        (({"status": status}, n.value) for status, n in by_status.items()),
     )
-    out += _family(
+    out += _gauge(
         "receipt_jobs_status_count_cap",
-        "gauge",
         "Where the count of each receipt_jobs_active_by_status series stops.",
-        [_series("receipt_jobs_status_count_cap", {}, counts.STATUS_CAP)],
+        [({}, counts.STATUS_CAP)],
     )
     oldest: dict[str, int] = {}
     for c in cells:
         if c.oldest_created_at is not None:
             oldest[c.lane] = min(oldest.get(c.lane, c.oldest_created_at), c.oldest_created_at)
-    out += _family(
+    out += _gauge(
         "receipt_jobs_oldest_queued_age_seconds",
-        "gauge",
         "Age of the oldest queued job, by lane (exact at any queue length).",
-        (
-            _series(
-                "receipt_jobs_oldest_queued_age_seconds",
-                {"lane": lane},
-                max(0, now_ms - created) / 1000,
-            )
-            for lane, created in sorted(oldest.items())
-        ),
+        (({"lane": lane}, max(0, now_ms - at) / 1000) for lane, at in sorted(oldest.items())),
     )
     settled = counts.by_status(
         TERMINAL_ORDER,
@@ -109,15 +96,10 @@ def render(now_ms: int, *, organization_id: str | None = None) -> str:
         updated_since_ms=now_ms - HOUR_MS,
         organization_id=organization_id,
     )
-    out += _family(
+    out += _gauge(
         "receipt_jobs_settled_last_hour",
-        "gauge",
         f"Jobs settled in the last hour, counted up to {counts.SETTLED_CAP} per status.",
-        (
-            _series("receipt_jobs_settled_last_hour", {"status": status}, n.value)
-            for status, n in settled.items()
-            if n.value
-        ),
+        (({"status": status}, n.value) for status, n in settled.items() if n.value),
     )
     if organization_id is not None:
         return "\n".join(out) + "\n"
@@ -125,23 +107,17 @@ def render(now_ms: int, *, organization_id: str | None = None) -> str:
     roles: dict[str, int] = {}
     for row in live:
         roles[row.role] = roles.get(row.role, 0) + 1
-    out += _family(
+    out += _gauge(
         "receipt_worker_processes",
-        "gauge",
         "Live runworker processes by role.",
-        (_series("receipt_worker_processes", {"role": r}, n) for r, n in sorted(roles.items())),
+        (({"role": r}, n) for r, n in sorted(roles.items())),
     )
     loops = LoopRun.objects.values("loop", "process_id", "duration_ms", "last_finished_at")
-    out += _family(
+    out += _gauge(
         "receipt_loop_last_duration_seconds",
-        "gauge",
         "Duration of the last pass of each recovery loop, per process.",
         (
-            _series(
-                "receipt_loop_last_duration_seconds",
-                {"loop": r["loop"], "process": r["process_id"]},
-                (r["duration_ms"] or 0) / 1000,
-            )
+            ({"loop": r["loop"], "process": r["process_id"]}, (r["duration_ms"] or 0) / 1000)
             for r in loops
         ),
     )
@@ -175,23 +151,16 @@ def render(now_ms: int, *, organization_id: str | None = None) -> str:
 def _callbacks(now_ms: int) -> list[str]:
     """D-8 from the callback records, so every process's callbacks count."""
     by_event = callback_records.counts(now_ms=now_ms)["byEvent"]
-    out = _family(
+    out = _gauge(
         "receipt_callbacks_pending",
-        "gauge",
         "Callbacks waiting for delivery or a retry, by event.",
-        (
-            _series("receipt_callbacks_pending", {"event": event}, cell["pending"])
-            for event, cell in by_event.items()
-        ),
+        (({"event": event}, cell["pending"]) for event, cell in by_event.items()),
     )
-    out += _family(
+    out += _gauge(
         "receipt_callbacks_finished_last_hour",
-        "gauge",
         "Callbacks delivered or given up in the last hour, by event.",
         (
-            _series(
-                "receipt_callbacks_finished_last_hour", {"event": event, "state": state}, cell[key]
-            )
+            ({"event": event, "state": state}, cell[key])
             for event, cell in by_event.items()
             for state, key in callback_records.FINISHED.items()
         ),
@@ -224,28 +193,11 @@ def metrics(request: HttpRequest) -> HttpResponse:
     try:
         principal = principal_for_request(request)
     except BadCredentials as error:
-        return JsonResponse(
-            {"ok": False, "error": "invalid_token", "detail": str(error)}, status=401
-        )
+        return error_response("invalid_token", str(error), 401)
     if principal is None:
-        response = JsonResponse(
-            {
-                "ok": False,
-                "error": "not_authenticated",
-                "detail": "send Authorization: Bearer <token>",
-            },
-            status=401,
-        )
-        response["WWW-Authenticate"] = "Bearer"
-        return response
+        detail = "send Authorization: Bearer <token>"
+        return error_response("not_authenticated", detail, 401, {"WWW-Authenticate": "Bearer"})
     if not principal.has_scope("jobs:read"):
-        return JsonResponse(
-            {
-                "ok": False,
-                "error": "missing_scope",
-                "detail": "this token lacks the jobs:read scope",
-            },
-            status=403,
-        )
+        return error_response("missing_scope", "this token lacks the jobs:read scope", 403)
     text = render(wall_clock_ms(), organization_id=principal.organization_id)
     return HttpResponse(text, content_type=CONTENT_TYPE)

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.contrib.admin.utils import quote
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
 
 from jobs import retention
-from receipts.admin import utc
+from receipts.admin_kit import stream_url, utc
 
 
 def page(admin: Any, request: HttpRequest, job_id: str) -> TemplateResponse | None:
@@ -33,8 +32,6 @@ def page(admin: Any, request: HttpRequest, job_id: str) -> TemplateResponse | No
         "settled_utc": utc(tombstone.settled_at_ms),
         "changelist_url": reverse("admin:jobs_job_changelist"),
         "retention_stream": retention.RETENTION_STREAM,
-        "retention_url": reverse(
-            "admin:receipts_stream_change", args=(quote(retention.RETENTION_STREAM),)
-        ),
+        "retention_url": stream_url(retention.RETENTION_STREAM),
     }
     return TemplateResponse(request, "admin/jobs/job/pruned.html", context, status=410)

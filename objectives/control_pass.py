@@ -17,6 +17,7 @@ from django.db import connection
 
 from objectives import planners, selectors, services
 from objectives.core import vocabulary as v
+from objectives.core import wire
 from objectives.core.control import PassInput, PassPlan, PlanOutcome, decide, needs_plan, needs_slot
 from objectives.core.state import ObjectiveState
 from objectives.core.watchdog import RECONCILE
@@ -33,12 +34,7 @@ class PassReport:
     effects: int
 
     def to_wire(self) -> dict[str, Any]:
-        return {
-            "objectiveId": self.objective_id,
-            "status": self.status,
-            "events": self.events,
-            "effects": self.effects,
-        }
+        return wire.to_wire(self)
 
 
 def _slot_free() -> bool:

@@ -332,8 +332,8 @@ def _operator(
     events: Callable[[ObjectiveState], list[dict[str, Any]]],
     *,
     by: str | None,
-    reason: str | None,
     organization_id: str | None,
+    reason: str | None = None,  # also request a control pass, for this reason
     allow_terminal: bool = False,
 ) -> ObjectiveState:
     require(objective_id, organization_id=organization_id)
@@ -363,7 +363,6 @@ def note(
         objective_id,
         lambda s: [{"type": v.NOTE_ADDED, "text": text, "by": by}],
         by=by,
-        reason=None,
         organization_id=organization_id,
         allow_terminal=True,
     )
@@ -423,7 +422,6 @@ def archive(
         objective_id,
         lambda s: [] if s.archived else [{"type": v.ARCHIVED, "archived": True, "by": by}],
         by=by,
-        reason=None,
         organization_id=organization_id,
         allow_terminal=True,
     )
@@ -449,7 +447,6 @@ def cancel(
         if s.cancel_requested or s.is_terminal
         else [{"type": v.CANCEL_REQUESTED, "by": by, "reason": reason}],
         by=by,
-        reason=None,
         organization_id=organization_id,
         allow_terminal=True,
     )
@@ -491,7 +488,6 @@ def cleanup(
         objective_id,
         lambda s: [{"type": v.WORKSPACE_CLEANED, "by": by, "path": str(path)}],
         by=by,
-        reason=None,
         organization_id=organization_id,
         allow_terminal=True,
     )
@@ -521,7 +517,6 @@ def job_command(
         objective_id,
         lambda s: [{"type": v.JOB_COMMAND_SENT, "jobId": job_id, "command": command, "by": by}],
         by=by,
-        reason=None,
         organization_id=organization_id,
         allow_terminal=True,
     )

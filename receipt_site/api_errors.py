@@ -2,9 +2,9 @@
 
 This module owns the mapping from exceptions to error responses: the DRF exception
 handler (`exception_handler`, set in REST_FRAMEWORK), the JSON `handler404`/`handler500`
-for URLs outside DRF views, and `error_response` / `response_for` for plain Django views
-(live events) that want the same shape. It must not decide *whether* something is an
-error: services raise, this renders.
+for URLs outside DRF views, and `error_response` for plain Django views (live events)
+that want the same shape. It must not decide *whether* something is an error: services
+raise, this renders.
 
 - An app error (any `receipts.core.errors.AppError`: every app's errors derive from it)
   keeps its code, status and message.
@@ -25,7 +25,7 @@ from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
-from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.views import defaults
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
@@ -104,29 +104,16 @@ def _log_unhandled(exc: BaseException, request: Any) -> str:
     return error_id
 
 
-def _internal(error_id: str) -> tuple[str, str]:
-    return INTERNAL_ERROR, f"internal error {error_id}; the server log has the details"
-
-
 def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
     """REST_FRAMEWORK['EXCEPTION_HANDLER']: every DRF view error in one shape."""
     set_rollback()
     described = describe(exc)
     if described is None:
-        code, detail = _internal(_log_unhandled(exc, context.get("request")))
-        return Response(error_body(code, detail), status=500)
+        error_id = _log_unhandled(exc, context.get("request"))
+        detail = f"internal error {error_id}; the server log has the details"
+        return Response(error_body(INTERNAL_ERROR, detail), status=500)
     status, code, detail, headers = described
     return Response(error_body(code, detail), status=status, headers=headers)
-
-
-def response_for(exc: Exception, request: HttpRequest | None = None) -> JsonResponse:
-    """The same rendering for plain Django views (live events, health)."""
-    described = describe(exc)
-    if described is None:
-        code, detail = _internal(_log_unhandled(exc, request))
-        return error_response(code, detail, 500)
-    status, code, detail, headers = described
-    return error_response(code, detail, status, headers)
 
 
 def _wants_html(request: HttpRequest) -> bool:

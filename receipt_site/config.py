@@ -11,7 +11,6 @@ from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-ROLE_NAMES = ("api", "driver", "worker-chat", "worker-control", "worker-codex", "all")
 SECRET_NAMES = ("SECRET_KEY", "RECEIPT_CALLBACK_TOKEN")
 
 

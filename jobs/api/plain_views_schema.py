@@ -22,28 +22,34 @@ _JOB_ID = {
     "description": "the job id",
     "schema": {"type": "string", "pattern": r"^[A-Za-z0-9._:-]{1,128}$"},
 }
+
+
+def _optional(where: str, name: str, description: str, of: str = "string") -> dict[str, Any]:
+    """An optional header or query parameter whose value is of JSON type `of`."""
+    parameter = {"in": where, "name": name, "required": False, "description": description}
+    return {**parameter, "schema": {"type": of}}
+
+
 _LAST_EVENT_ID = [
-    {
-        "in": "header",
-        "name": "Last-Event-ID",
-        "required": False,
-        "description": "resume after this global sequence number (EventSource sends it)",
-        "schema": {"type": "string"},
-    },
-    {
-        "in": "query",
-        "name": "lastEventId",
-        "required": False,
-        "description": "the same, for EventSource polyfills that cannot set headers",
-        "schema": {"type": "string"},
-    },
+    _optional(
+        "header",
+        "Last-Event-ID",
+        "resume after this global sequence number (EventSource sends it)",
+    ),
+    _optional(
+        "query", "lastEventId", "the same, for EventSource polyfills that cannot set headers"
+    ),
 ]
 _BEARER: list[dict[str, list[str]]] = [{"bearerAuth": []}]
 _OPTIONAL_BEARER: list[dict[str, list[str]]] = [{}, {"bearerAuth": []}]
 
 
+def _json(description: str, schema: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
 def _error(description: str) -> dict[str, Any]:
-    return {"description": description, "content": {"application/json": {"schema": _ERROR}}}
+    return _json(description, _ERROR)
 
 
 _AUTH_ERRORS = {
@@ -102,13 +108,11 @@ def _receipt_stream() -> dict[str, Any]:
             "and `ping` keepalives carrying the position. Resumable with "
             "Last-Event-ID.",
             "parameters": [
-                {
-                    "in": "query",
-                    "name": "prefix",
-                    "required": False,
-                    "description": "only streams whose name starts with this (at most 255 characters)",
-                    "schema": {"type": "string"},
-                },
+                _optional(
+                    "query",
+                    "prefix",
+                    "only streams whose name starts with this (at most 255 characters)",
+                ),
                 *_LAST_EVENT_ID,
             ],
             "security": _BEARER,
@@ -136,32 +140,26 @@ def _wait() -> dict[str, Any]:
             "stream that replaces it.",
             "parameters": [
                 _JOB_ID,
-                {
-                    "in": "query",
-                    "name": "timeoutMs",
-                    "required": False,
-                    "description": f"how long to wait, clamped to 0..{WAIT_MAX_MS} "
-                    f"(default {WAIT_DEFAULT_MS})",
-                    "schema": {"type": "integer"},
-                },
+                _optional(
+                    "query",
+                    "timeoutMs",
+                    f"how long to wait, clamped to 0..{WAIT_MAX_MS} (default {WAIT_DEFAULT_MS})",
+                    "integer",
+                ),
             ],
             "security": _BEARER,
             "responses": {
-                "200": {
-                    "description": "the job, terminal or as it was at the deadline",
-                    "content": {
-                        "application/json": {
-                            "schema": {
-                                "type": "object",
-                                "required": ["ok", "job"],
-                                "properties": {
-                                    "ok": {"type": "boolean"},
-                                    "job": {"$ref": "#/components/schemas/Job"},
-                                },
-                            }
-                        }
+                "200": _json(
+                    "the job, terminal or as it was at the deadline",
+                    {
+                        "type": "object",
+                        "required": ["ok", "job"],
+                        "properties": {
+                            "ok": {"type": "boolean"},
+                            "job": {"$ref": "#/components/schemas/Job"},
+                        },
                     },
-                },
+                ),
                 "400": _error("timeoutMs is not an integer (invalid_timeout, repeated_parameter)."),
                 **_AUTH_ERRORS,
                 "404": _error("No such job, or a job of another organization (job_not_found)."),
@@ -214,12 +212,7 @@ def _health() -> dict[str, Any]:
                 "the recovery loops, the worker processes and jobs held by gone "
                 "ones.",
                 "security": _OPTIONAL_BEARER,
-                "responses": {
-                    "200": {
-                        "description": "the process's health",
-                        "content": {"application/json": {"schema": _HEALTH_BODY}},
-                    }
-                },
+                "responses": {"200": _json("the process's health", _HEALTH_BODY)},
             }
         },
         "/readyz": {
@@ -230,14 +223,8 @@ def _health() -> dict[str, Any]:
                 "description": "200 when the database answers, 503 when it does not.",
                 "security": _OPTIONAL_BEARER,
                 "responses": {
-                    "200": {
-                        "description": "ready",
-                        "content": {"application/json": {"schema": _READY_BODY}},
-                    },
-                    "503": {
-                        "description": "the database does not answer",
-                        "content": {"application/json": {"schema": _READY_BODY}},
-                    },
+                    "200": _json("ready", _READY_BODY),
+                    "503": _json("the database does not answer", _READY_BODY),
                 },
             }
         },

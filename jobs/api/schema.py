@@ -19,6 +19,7 @@ from rest_framework import exceptions
 from rest_framework.renderers import JSONRenderer
 from rest_framework.response import Response
 
+from jobs.api.parameters import limit_text
 from jobs.api.serializers import ErrorSerializer
 
 _ERROR_TEXT = {
@@ -65,6 +66,22 @@ AGENT_ID = path_parameter(
 )
 
 
+def query_parameter(
+    name: str,
+    description: str,
+    value_type: OpenApiTypes = OpenApiTypes.STR,
+    enum: list[str] | None = None,
+) -> OpenApiParameter:
+    return OpenApiParameter(
+        name, value_type, OpenApiParameter.QUERY, enum=enum, description=description
+    )
+
+
+def limit_parameter(default: int, maximum: int, *, prefix: str = "") -> OpenApiParameter:
+    """`limit` as every list reads it (jobs.api.parameters), `prefix` saying of what."""
+    return query_parameter("limit", prefix + limit_text(default, maximum), OpenApiTypes.INT)
+
+
 def filter_parameters(filterset: type[django_filters.FilterSet]) -> list[OpenApiParameter]:
     """Query parameters from a FilterSet's declared filters (choice filters become enums)."""
     out = []
@@ -73,15 +90,7 @@ def filter_parameters(filterset: type[django_filters.FilterSet]) -> list[OpenApi
         if callable(choices):  # open sets (payload kinds: the deployment may add its own)
             choices = None
         enum = [value for value, _label in choices] if choices else None
-        out.append(
-            OpenApiParameter(
-                name,
-                OpenApiTypes.STR,
-                OpenApiParameter.QUERY,
-                enum=enum,
-                description=f"only jobs whose {name} equals this",
-            )
-        )
+        out.append(query_parameter(name, f"only jobs whose {name} equals this", enum=enum))
     return out
 
 

@@ -17,7 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.http.request import RawPostDataException
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import exceptions
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -261,6 +261,11 @@ class ApiView(APIView):
         super().initial(request, *args, **kwargs)  # credentials and scope come first
         parameters.check_single(request.query_params, self.query_parameters)
 
+    def limit(self, default: int, maximum: int) -> int:
+        """The `limit` query parameter by the one rule of every list (jobs.api.parameters)."""
+        raw = self.request.query_params.get("limit")
+        return parameters.parse_limit(raw, default=default, maximum=maximum)
+
 
 _ENQUEUE_EXAMPLE_WRAPPED = OpenApiExample(
     "payload wrapped with options",
@@ -333,18 +338,8 @@ class JobListView(ApiView):
         "next page; it is null on the last one.",
         parameters=[
             *schema.filter_parameters(JobFilter),
-            OpenApiParameter(
-                "limit",
-                OpenApiTypes.INT,
-                OpenApiParameter.QUERY,
-                description=parameters.limit_text(selectors.DEFAULT_LIMIT, selectors.MAX_LIMIT),
-            ),
-            OpenApiParameter(
-                "cursor",
-                OpenApiTypes.STR,
-                OpenApiParameter.QUERY,
-                description="nextCursor of the previous page",
-            ),
+            schema.limit_parameter(selectors.DEFAULT_LIMIT, selectors.MAX_LIMIT),
+            schema.query_parameter("cursor", "nextCursor of the previous page"),
         ],
         responses={
             200: OpenApiResponse(JobPageSerializer, description="one page of jobs"),
@@ -354,11 +349,7 @@ class JobListView(ApiView):
     def get(self, request: Request) -> Response:
         principal = principal_of(request)
         filters = JobFilter(request.query_params, queryset=Job.objects.none()).selector_filters()
-        limit = parameters.parse_limit(
-            request.query_params.get("limit"),
-            default=selectors.DEFAULT_LIMIT,
-            maximum=selectors.MAX_LIMIT,
-        )
+        limit = self.limit(selectors.DEFAULT_LIMIT, selectors.MAX_LIMIT)
         cursor = request.query_params.get("cursor") or None
         if cursor is not None:
             _check_cursor(cursor)
@@ -492,18 +483,10 @@ class JobReceiptsView(ApiView):
         "count, so a client can verify the chain itself (docs/api.md shows how).",
         parameters=[
             schema.JOB_ID,
-            OpenApiParameter(
-                "after",
-                OpenApiTypes.INT,
-                OpenApiParameter.QUERY,
-                description="only receipts with streamSeq > after (default 0)",
+            schema.query_parameter(
+                "after", "only receipts with streamSeq > after (default 0)", OpenApiTypes.INT
             ),
-            OpenApiParameter(
-                "limit",
-                OpenApiTypes.INT,
-                OpenApiParameter.QUERY,
-                description=parameters.limit_text(DEFAULT_RECEIPT_LIMIT, MAX_RECEIPT_LIMIT),
-            ),
+            schema.limit_parameter(DEFAULT_RECEIPT_LIMIT, MAX_RECEIPT_LIMIT),
         ],
         responses={
             200: OpenApiResponse(ReceiptPageSerializer, description="one page of receipts"),
@@ -518,11 +501,7 @@ class JobReceiptsView(ApiView):
     def get(self, request: Request, job_id: str) -> Response:
         selectors.visible_job_or_404(principal_of(request), job_id)
         after = _int_param(request, "after", 0)
-        limit = parameters.parse_limit(
-            request.query_params.get("limit"),
-            default=DEFAULT_RECEIPT_LIMIT,
-            maximum=MAX_RECEIPT_LIMIT,
-        )
+        limit = self.limit(DEFAULT_RECEIPT_LIMIT, MAX_RECEIPT_LIMIT)
         stream = job_stream(job_id)
         info = store.stream_info(stream)
         receipts = store.read(stream, after=after, limit=limit)
@@ -547,11 +526,10 @@ class JobStateView(ApiView):
         "as it was then; `job` is null before the first receipt.",
         parameters=[
             schema.JOB_ID,
-            OpenApiParameter(
+            schema.query_parameter(
                 "at",
+                "receipts to fold, clamped to 0..receiptCount (default: all)",
                 OpenApiTypes.INT,
-                OpenApiParameter.QUERY,
-                description="receipts to fold, clamped to 0..receiptCount (default: all)",
             ),
         ],
         responses={

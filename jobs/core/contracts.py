@@ -22,10 +22,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 from receipts.core.errors import AppError
 
+# K-1: the nine kinds, in the spec's order.
 Kind = Literal[
     "factory.dispatch",
     "factory.run",
@@ -37,18 +38,7 @@ Kind = Literal[
     "factory.task.monitor",
     "factory.task.run",
 ]
-# K-1: the nine kinds, in the spec's order.
-KINDS: Final[tuple[Kind, ...]] = (
-    "factory.dispatch",
-    "factory.run",
-    "factory.integration.publish",
-    "factory.integration.validate",
-    "factory.objective.audit",
-    "factory.objective.control",
-    "factory.objective.watchdog",
-    "factory.task.monitor",
-    "factory.task.run",
-)
+KINDS: Final[tuple[Kind, ...]] = get_args(Kind)
 # K-2: the only kind that runs without an authContext.
 AUTH_CONTEXT_OPTIONAL_KINDS: Final[frozenset[str]] = frozenset({"factory.objective.watchdog"})
 AUTH_CONTEXT_REQUIRED_FIELDS: Final[tuple[str, ...]] = ("userId", "organizationId")
@@ -71,7 +61,6 @@ BUILTIN_AGENT_IDS: Final[tuple[str, ...]] = (
 )
 CODEX_AGENT_ID: Final = "codex"
 FACTORY_CONTROL_AGENT_ID: Final = "factory-control"
-FACTORY_MONITOR_AGENT_ID: Final = "factory-monitor"
 INTEGRATION_KIND_PREFIX: Final = "factory.integration."
 
 
@@ -218,10 +207,6 @@ def unregister_kind(kind: str) -> None:
 def all_kinds() -> tuple[str, ...]:
     """The built-in kinds in table order, then the deployment's own, by name."""
     return (*KINDS, *sorted(_CUSTOM))
-
-
-def is_kind(value: object) -> bool:
-    return isinstance(value, str) and (value in CONTRACTS or value in _CUSTOM)
 
 
 def contract_for(kind: str | None) -> KindContract | None:

@@ -25,13 +25,6 @@ FAMILY_KINDS: Final[dict[str, tuple[str, ...]]] = {
 SPECIAL_KINDS: Final[tuple[str, ...]] = tuple(k for ks in FAMILY_KINDS.values() for k in ks)
 
 
-def family_of(kind: str | None) -> str:
-    for family, kinds in FAMILY_KINDS.items():
-        if kind in kinds:
-            return family
-    return DEFAULT
-
-
 @dataclass(frozen=True)
 class Windows:
     """Days a settled job stream is kept, per family."""

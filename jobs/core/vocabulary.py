@@ -7,7 +7,7 @@ names and the job-id rule; it must not know how jobs are stored or run.
 from __future__ import annotations
 
 import re
-from typing import Final, Literal, TypeGuard
+from typing import Final, Literal, TypeGuard, get_args
 
 # J-1 lanes: four of them; `chat` is a real lane.
 Lane = Literal["chat", "collect", "steer", "follow_up"]
@@ -16,14 +16,7 @@ DEFAULT_LANE: Final[Lane] = "collect"
 
 # J-1 statuses.
 Status = Literal["queued", "leased", "running", "completed", "failed", "canceled"]
-STATUSES: Final[tuple[Status, ...]] = (
-    "queued",
-    "leased",
-    "running",
-    "completed",
-    "failed",
-    "canceled",
-)
+STATUSES: Final[tuple[Status, ...]] = get_args(Status)
 ACTIVE_STATUSES: Final[frozenset[Status]] = frozenset({"queued", "leased", "running"})
 TERMINAL_STATUSES: Final[frozenset[Status]] = frozenset({"completed", "failed", "canceled"})
 # A lease is held (and a fence can match) only in these statuses.
@@ -74,32 +67,8 @@ MAX_JOB_ID_LENGTH: Final = 128
 _JOB_ID = re.compile(r"[A-Za-z0-9._:-]+")
 
 
-def is_active(status: str) -> bool:
-    return status in ACTIVE_STATUSES
-
-
-def is_terminal(status: str) -> bool:
-    return status in TERMINAL_STATUSES
-
-
-def is_lane(value: object) -> TypeGuard[Lane]:
-    return isinstance(value, str) and value in LANES
-
-
 def is_status(value: object) -> TypeGuard[Status]:
     return isinstance(value, str) and value in STATUSES
-
-
-def is_command_type(value: object) -> TypeGuard[CommandType]:
-    return isinstance(value, str) and value in COMMAND_TYPES
-
-
-def is_command_lane(value: object) -> TypeGuard[CommandLane]:
-    return isinstance(value, str) and value in COMMAND_LANES
-
-
-def is_singleton_mode(value: object) -> TypeGuard[SingletonMode]:
-    return isinstance(value, str) and value in SINGLETON_MODES
 
 
 def validate_job_id(value: object) -> str:

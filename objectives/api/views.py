@@ -10,16 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from access.permissions import principal_of
-from jobs.api import parameters
+from jobs.api import schema
 from jobs.api.serializers import ErrorSerializer
+from jobs.api.views import ApiView
 from objectives import presenters, selectors
 from objectives.core.state import ObjectiveState
 from objectives.core.vocabulary import objective_stream
@@ -27,9 +26,7 @@ from receipts import store
 
 DEFAULT_RECEIPTS, MAX_RECEIPTS = 40, 1000
 LIST_LIMIT, MAX_LIST_LIMIT = 100, 500
-OBJECTIVE_ID = OpenApiParameter(
-    "objective_id", OpenApiTypes.STR, OpenApiParameter.PATH, description="the objective id"
-)
+OBJECTIVE_ID = schema.path_parameter("objective_id", "the objective id")
 
 
 def _errors(*statuses: int) -> dict[int, OpenApiResponse]:
@@ -45,25 +42,13 @@ def _errors(*statuses: int) -> dict[int, OpenApiResponse]:
     }
 
 
-class _View(APIView):
+class _View(ApiView):
     # No docstring: drf-spectacular would show it as every operation's description.
     required_scope = "objectives:read"
-    query_parameters: tuple[str, ...] = ()  # each allowed once
-
-    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        super().initial(request, *args, **kwargs)  # credentials and scope come first
-        parameters.check_single(request.query_params, self.query_parameters)
 
     def objective(self, request: Request, objective_id: str) -> ObjectiveState:
         principal = principal_of(request)
         return selectors.visible(objective_id, organization_id=principal.organization_id)
-
-
-def _limit(request: Request, default: int, ceiling: int) -> int:
-    # the same rule as every list of the jobs API (jobs.api.parameters)
-    return parameters.parse_limit(
-        request.query_params.get("limit"), default=default, maximum=ceiling
-    )
 
 
 class ObjectiveListSerializer(serializers.Serializer):
@@ -99,13 +84,7 @@ class ObjectiveListView(_View):
         "objectives grouped into the board's sections (Needs Attention, "
         "Active, Queued, Completed, Archived).",
         parameters=[
-            OpenApiParameter(
-                "limit",
-                OpenApiTypes.INT,
-                OpenApiParameter.QUERY,
-                description="objectives per section, "
-                + parameters.limit_text(LIST_LIMIT, MAX_LIST_LIMIT),
-            )
+            schema.limit_parameter(LIST_LIMIT, MAX_LIST_LIMIT, prefix="objectives per section, ")
         ],
         responses={
             200: OpenApiResponse(
@@ -117,7 +96,7 @@ class ObjectiveListView(_View):
     def get(self, request: Request) -> Response:
         org = principal_of(request).organization_id
         sections = selectors.board(
-            organization_id=org, limit=_limit(request, LIST_LIMIT, MAX_LIST_LIMIT)
+            organization_id=org, limit=self.limit(LIST_LIMIT, MAX_LIST_LIMIT)
         )
         board = presenters.board_json(sections)
         flat: list[dict[str, Any]] = sorted(
@@ -156,12 +135,7 @@ class ObjectiveReceiptsView(_View):
         description="The last `limit` receipts of the objective's stream, in stream order.",
         parameters=[
             OBJECTIVE_ID,
-            OpenApiParameter(
-                "limit",
-                OpenApiTypes.INT,
-                OpenApiParameter.QUERY,
-                description=parameters.limit_text(DEFAULT_RECEIPTS, MAX_RECEIPTS),
-            ),
+            schema.limit_parameter(DEFAULT_RECEIPTS, MAX_RECEIPTS),
         ],
         responses={
             200: OpenApiResponse(ObjectiveReceiptsSerializer, description="the latest receipts"),
@@ -169,7 +143,7 @@ class ObjectiveReceiptsView(_View):
         },
     )
     def get(self, request: Request, objective_id: str) -> Response:
-        limit = _limit(request, DEFAULT_RECEIPTS, MAX_RECEIPTS)
+        limit = self.limit(DEFAULT_RECEIPTS, MAX_RECEIPTS)
         state = self.objective(request, objective_id)
         after = max(0, state.receipt_count - limit)
         receipts = store.read(objective_stream(state.objective_id), after=after, limit=limit)

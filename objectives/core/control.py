@@ -33,6 +33,7 @@ from objectives.core import vocabulary as v
 from objectives.core.facts import JobFact, Staleness, is_stale
 from objectives.core.reducer import apply
 from objectives.core.state import ObjectiveState, Task, TaskRun
+from objectives.core.wire import to_wire
 
 MAX_STEPS: Final = 24
 MAX_AUDIT_ROUNDS: Final = 3
@@ -340,7 +341,7 @@ def _plan(run: _Pass) -> bool:
             {
                 "type": v.OBJECTIVE_PLANNED,
                 "source": plan.source,
-                "tasks": [t.to_wire() for t in plan.tasks],
+                "tasks": [to_wire(t) for t in plan.tasks],
             }
         )
     return True

@@ -42,17 +42,6 @@ class TaskSpec:
     timeout_ms: int | None = None
     executor: str | None = None
 
-    def to_wire(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "title": self.title,
-            "command": self.command,
-            "prompt": self.prompt,
-            "dependsOn": list(self.depends_on),
-            "timeoutMs": self.timeout_ms,
-            "executor": self.executor,
-        }
-
 
 def validate_plan(raw: Any) -> list[TaskSpec]:
     """Normalise and check a plan; raise PlanError naming what is wrong."""

@@ -7,39 +7,12 @@ rules; it must not know how objectives are stored or run.
 from __future__ import annotations
 
 import re
-from typing import Final, Literal
+from typing import Final
 
 OBJECTIVE_STREAM_PREFIX: Final = "factory/objectives/"
 RUN_STREAM_PREFIX: Final = "agents/factory/runs/"
 
 # O-2 objective statuses.
-ObjectiveStatus = Literal[
-    "planning",
-    "waiting_for_slot",
-    "collecting_evidence",
-    "evidence_ready",
-    "synthesizing",
-    "executing",
-    "integrating",
-    "promoting",
-    "blocked",
-    "completed",
-    "failed",
-    "canceled",
-]
-ACTIVE_OBJECTIVE_STATUSES: Final[frozenset[str]] = frozenset(
-    {
-        "planning",
-        "waiting_for_slot",
-        "collecting_evidence",
-        "evidence_ready",
-        "synthesizing",
-        "executing",
-        "integrating",
-        "promoting",
-    }
-)
-TERMINAL_OBJECTIVE_STATUSES: Final[frozenset[str]] = frozenset({"completed", "failed", "canceled"})
 OBJECTIVE_STATUSES: Final[tuple[str, ...]] = (
     "planning",
     "waiting_for_slot",
@@ -54,23 +27,17 @@ OBJECTIVE_STATUSES: Final[tuple[str, ...]] = (
     "failed",
     "canceled",
 )
+TERMINAL_OBJECTIVE_STATUSES: Final[frozenset[str]] = frozenset({"completed", "failed", "canceled"})
+# every status but the terminal ones and `blocked` (which waits for an operator)
+ACTIVE_OBJECTIVE_STATUSES: Final[frozenset[str]] = (
+    frozenset(OBJECTIVE_STATUSES) - TERMINAL_OBJECTIVE_STATUSES - {"blocked"}
+)
 
-Mode = Literal["delivery", "investigation"]
 MODES: Final[tuple[str, ...]] = ("delivery", "investigation")
 DEFAULT_MODE: Final = "delivery"
 MIN_SEVERITY, MAX_SEVERITY, DEFAULT_SEVERITY = 1, 5, 3
 
 # O-3 task statuses.
-TaskStatus = Literal[
-    "pending",
-    "ready",
-    "running",
-    "reviewing",
-    "approved",
-    "integrated",
-    "blocked",
-    "superseded",
-]
 TASK_STATUSES: Final[tuple[str, ...]] = (
     "pending",
     "ready",
@@ -132,44 +99,6 @@ AUDIT_SUPERSEDED: Final = "objective.audit.superseded"
 WORKSPACE_CLEANED: Final = "objective.workspace.cleaned"
 JOB_COMMAND_SENT: Final = "objective.job.command"
 
-OBJECTIVE_RECEIPT_TYPES: Final[tuple[str, ...]] = (
-    OBJECTIVE_CREATED,
-    OBJECTIVE_PLANNED,
-    SLOT_WAITING,
-    SLOT_ACQUIRED,
-    TASKS_READY,
-    TASK_DISPATCHED,
-    TASK_JOB_SETTLED,
-    TASK_OUTCOME,
-    MONITOR_CHECKPOINT,
-    OBJECTIVE_BLOCKED,
-    NOTE_ADDED,
-    REACT_REQUESTED,
-    PROMOTE_REQUESTED,
-    ARCHIVED,
-    CANCEL_REQUESTED,
-    CANCELED,
-    FAILED,
-    COMPLETED,
-    EVIDENCE_READY,
-    SYNTHESIZED,
-    INTEGRATION_REQUESTED,
-    INTEGRATION_VALIDATING,
-    INTEGRATION_VALIDATED,
-    INTEGRATION_VALIDATION_FAILED,
-    PUBLISH_REQUESTED,
-    INTEGRATION_PROMOTED,
-    PUBLISH_FAILED,
-    CONTROL_REQUESTED,
-    CONTROL_ENQUEUED,
-    CONTROL_PASS,
-    AUDIT_REQUESTED,
-    AUDIT_RECORDED,
-    AUDIT_SUPERSEDED,
-    WORKSPACE_CLEANED,
-    JOB_COMMAND_SENT,
-)
-
 # Agent ids (K-4) and kinds (K-1) Factory dispatches.
 FACTORY_AGENT, CONTROL_AGENT, MONITOR_AGENT, CODEX_AGENT = (
     "factory",
@@ -188,8 +117,7 @@ KIND_VALIDATE, KIND_PUBLISH = "factory.integration.validate", "factory.integrati
 
 OBJECTIVE_ID_MAX = 40
 TASK_ID_MAX = 40
-_OBJECTIVE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
-_TASK_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # objective and task ids alike
 
 
 def objective_stream(objective_id: str) -> str:
@@ -208,19 +136,15 @@ def run_stream(run_id: str) -> str:
 
 
 def is_objective_id(value: object) -> bool:
-    return (
-        isinstance(value, str)
-        and 1 <= len(value) <= OBJECTIVE_ID_MAX
-        and _OBJECTIVE_ID.fullmatch(value) is not None
-    )
+    return _is_id(value, OBJECTIVE_ID_MAX)
 
 
 def is_task_id(value: object) -> bool:
-    return (
-        isinstance(value, str)
-        and 1 <= len(value) <= TASK_ID_MAX
-        and _TASK_ID.fullmatch(value) is not None
-    )
+    return _is_id(value, TASK_ID_MAX)
+
+
+def _is_id(value: object, max_length: int) -> bool:
+    return isinstance(value, str) and 1 <= len(value) <= max_length and bool(_ID.fullmatch(value))
 
 
 # Deterministic job ids: a redispatch of the same intent is the same job (J-6).

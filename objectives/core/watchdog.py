@@ -26,7 +26,6 @@ from objectives.core.state import ObjectiveState
 NO_ACTIVE_WORK: Final = "no_active_objective_work"
 PHASE_SUPERSEDED_STALE: Final = "phase_supersession_has_active_stale_job"
 WORK_STALLED: Final = "active_objective_work_stalled"
-REASONS: Final = (NO_ACTIVE_WORK, PHASE_SUPERSEDED_STALE, WORK_STALLED)
 RECONCILE: Final = "reconcile"
 
 

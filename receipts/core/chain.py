@@ -13,7 +13,7 @@ import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, TypeVar
+from typing import Any
 
 from receipts.core.canonical import (
     CanonicalJSONError,
@@ -98,7 +98,11 @@ class Receipt:
         """The hash of the sealed text, or recomputed from the fields when there is none."""
         if self.sealed is not None:
             return text_hash(self.sealed)
-        return receipt_hash(
+        return sha256_hex(self._hashed_fields())
+
+    def _hashed_fields(self) -> dict[str, Any]:
+        """The fields the hash covers (S-2)."""
+        return _material(
             id=self.id,
             ts=self.ts,
             stream=self.stream,
@@ -117,14 +121,7 @@ class Receipt:
             return "sealed"
         if not isinstance(material, dict):
             return "sealed"
-        mine = _material(
-            id=self.id,
-            ts=self.ts,
-            stream=self.stream,
-            prev=self.prev,
-            body=self.body,
-            context=self.context,
-        )
+        mine = self._hashed_fields()
         if material.keys() != mine.keys():
             return "context" if "context" in material.keys() ^ mine.keys() else "sealed"
         for name in ("id", "ts", "stream", "prev", "body", "context"):
@@ -258,10 +255,6 @@ def verify(stream: str, receipts: Iterable[Receipt]) -> Verification:
         prev = receipt.hash
         count += 1
     return Verification(stream, True, count, prev)
-
-
-S = TypeVar("S")
-Reducer = Callable[[S | None, Receipt], S | None]
 
 
 def fold(

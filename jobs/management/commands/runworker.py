@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from django.core.management.base import BaseCommand, CommandError
 from jobs import handlers, recovery, retention
 from jobs.core.timing import TimingSettings, concurrency_for
 from jobs.runtime import callbacks, keeper, loops, processes
-from jobs.runtime.roles import ROLE_CLUSTERS, UnknownRole, group_of, normalize_role
+from jobs.runtime.roles import UnknownRole, group_of, normalize_role
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 
@@ -66,58 +67,30 @@ def resolve_role(cli_role: str | None, env_role: str | None) -> tuple[str, str |
 def maintenance_loops(config: Any, role: str = ALL) -> list[loops.Loop]:
     """The recovery loops every role runs, plus those apps provide for `role` (a cluster
     name such as `worker-control`, or `all`)."""
+    redrive_every, delay = config.queued_redrive_interval_ms, config.queued_redrive_startup_delay_ms
     return [
-        loops.Loop(
-            "queued_redrive",
-            config.queued_redrive_interval_ms,
-            config.queued_redrive_startup_delay_ms,
-            lambda now: recovery.redrive_queued(now_ms=now),
-        ),
-        loops.Loop(
-            "lease_expiry",
-            config.queued_redrive_interval_ms,
-            config.queued_redrive_startup_delay_ms,
-            lambda now: recovery.expire_leases(now_ms=now),
-        ),
-        loops.Loop(
-            "promise_sweep",
-            60_000,
-            config.queued_redrive_startup_delay_ms,
-            lambda now: recovery.sweep_promises(now_ms=now),
-        ),
+        loops.Loop("queued_redrive", redrive_every, delay, _pass(recovery.redrive_queued)),
+        loops.Loop("lease_expiry", redrive_every, delay, _pass(recovery.expire_leases)),
+        loops.Loop("promise_sweep", 60_000, delay, _pass(recovery.sweep_promises)),
         loops.Loop(
             "holder_release",
             HOLDER_RELEASE_INTERVAL_MS,
-            config.queued_redrive_startup_delay_ms,
-            lambda now: recovery.release_gone_holders(now_ms=now),
+            delay,
+            _pass(recovery.release_gone_holders),
         ),
         loops.Loop(
-            "startup_resume",
-            0,
-            config.startup_settle_ms,
-            lambda now: recovery.redrive_queued(now_ms=now),
-            once=True,
+            "startup_resume", 0, config.startup_settle_ms, _pass(recovery.redrive_queued), once=True
         ),
-        loops.Loop(
-            "callbacks",
-            callbacks.DELIVER_INTERVAL_MS,
-            config.queued_redrive_startup_delay_ms,
-            lambda now: callbacks.deliver_due(now_ms=now),
-        ),
-        loops.Loop(
-            "callback_prune",
-            60_000,
-            config.queued_redrive_startup_delay_ms,
-            lambda now: callbacks.prune(now_ms=now),
-        ),
-        loops.Loop(
-            "retention",
-            retention.INTERVAL_MS,
-            config.queued_redrive_startup_delay_ms,
-            lambda now: retention.prune_pass(now_ms=now),
-        ),
+        loops.Loop("callbacks", callbacks.DELIVER_INTERVAL_MS, delay, _pass(callbacks.deliver_due)),
+        loops.Loop("callback_prune", 60_000, delay, _pass(callbacks.prune)),
+        loops.Loop("retention", retention.INTERVAL_MS, delay, _pass(retention.prune_pass)),
         *[loop for provide in loops.providers for loop in provide(config, role)],
     ]
+
+
+def _pass(run: Callable[..., Any]) -> Callable[[int], Any]:
+    """A loop's pass: `run(now_ms=now)`."""
+    return lambda now: run(now_ms=now)
 
 
 def _kill_tree(pid: int) -> None:
@@ -330,6 +303,3 @@ class Command(BaseCommand):
                 _kill_tree(cluster_obj.sentinel.pid)
                 return 1
         return 0 if (cluster_obj.sentinel.exitcode or 0) == 0 else 1
-
-
-ROLES = tuple(ROLE_CLUSTERS)

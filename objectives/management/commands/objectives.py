@@ -17,9 +17,8 @@ from django.core.management.base import BaseCommand, CommandError
 
 from objectives import presenters, selectors, services
 from objectives.core import dag
+from objectives.core.vocabulary import DEFAULT_MODE, MODES
 from objectives.errors import ObjectivesError
-
-MODES = ("delivery", "investigation")
 
 
 def _json(text: str, what: str) -> Any:
@@ -45,7 +44,7 @@ class Command(BaseCommand):
         create = sub.add_parser("create", help="file a new objective")
         create.add_argument("--title")
         create.add_argument("--prompt")
-        create.add_argument("--mode", choices=MODES, default="delivery")
+        create.add_argument("--mode", choices=MODES, default=DEFAULT_MODE)
         create.add_argument("--severity", type=int, choices=range(1, 6), metavar="1..5")
         create.add_argument(
             "--task",

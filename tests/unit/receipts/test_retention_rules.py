@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from jobs.core.retention import CONTROL, DEFAULT, SPECIAL_KINDS, WATCHDOG, Windows, family_of, lanes
+from jobs.core.retention import CONTROL, DEFAULT, SPECIAL_KINDS, WATCHDOG, Windows, lanes
 from receipts.core.retention import (
     DAY_MS,
     PRUNED,
@@ -121,20 +121,6 @@ def test_covers(prefix, root, expected):
 
 def test_cutoff_is_the_window_back_from_now():
     assert cutoff_ms(NOW, 2) == NOW - 2 * DAY_MS
-
-
-@pytest.mark.parametrize(
-    "kind, family",
-    [
-        ("factory.objective.watchdog", WATCHDOG),
-        ("factory.objective.control", CONTROL),
-        ("factory.run", DEFAULT),
-        (None, DEFAULT),
-        ("custom.kind", DEFAULT),
-    ],
-)
-def test_family_of_kind(kind, family):
-    assert family_of(kind) == family
 
 
 def test_lanes_scan_settled_statuses_only_with_each_family_window():
