@@ -284,10 +284,3 @@ def jobs_with_pending(job_ids: list[str], *, now_ms: int) -> set[str]:
         job_id__in=job_ids, state="pending", timeout_at__gt=now_ms
     )
     return set(rows.values_list("job_id", flat=True))
-
-
-def jobs_started_since(job_ids: list[str], *, since_ms: int) -> set[str]:
-    rows = DeliveryPromise.objects.filter(
-        job_id__in=job_ids, function="driver", created_at__gte=since_ms
-    )
-    return set(rows.values_list("job_id", flat=True))
