@@ -168,8 +168,10 @@ def _candidates(lane: Lane, after: tuple[int, str] | None, limit: int) -> list[t
         rows = rows.exclude(kind__in=lane.excluded_kinds)
     for hold in (_callbacks_pending, *holds):
         rows = rows.filter(~hold())
-    if after is not None:
-        rows = rows.filter(Q(updated_at__gt=after[0]) | Q(updated_at=after[0], id__gt=after[1]))
+    if after is not None:  # the >= bounds the index scan; the OR alone would be a filter
+        rows = rows.filter(updated_at__gte=after[0]).filter(
+            Q(updated_at__gt=after[0]) | Q(updated_at=after[0], id__gt=after[1])
+        )
     return list(rows.order_by("updated_at", "id").values_list(*_FIELDS)[:limit])
 
 
