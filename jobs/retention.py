@@ -15,6 +15,7 @@ a settled job in `holds` (objectives: its objective is not settled).
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -112,9 +113,13 @@ def prune(
     batch_streams: int = BATCH_STREAMS,
     batch_receipts: int = BATCH_RECEIPTS,
     windows: Windows | None = None,
+    pause_s: float = 0.0,
 ) -> PruneReport:
     """Remove settled job streams past their windows, in batches (all of them unless
-    `max_batches`); `dry_run` counts what would go and writes nothing."""
+    `max_batches`); `dry_run` counts what would go and writes nothing. `pause_s` between
+    batches leaves the database to other work during a large prune (no transaction is
+    open then): batches are CPU-bound, so the pause, not the process's priority, is what
+    gives enqueues their rate back."""
     windows = (windows or windows_from(settings.RECEIPT)).overridden(older_than_days)
     report = PruneReport(dry_run=dry_run, windows_days=windows.as_dict())
     for lane in lanes(windows, now_ms=now_ms):
@@ -135,6 +140,8 @@ def prune(
                 )
             report.batches += 1
             after = (rows[taken - 1][1], rows[taken - 1][0])
+            if pause_s and not dry_run:
+                time.sleep(pause_s)
             if len(rows) < batch_streams and taken == len(rows):
                 break
     return report

@@ -1,6 +1,6 @@
 """`manage.py receipts verify [prefix] [--strict] [--json]` and
 `manage.py receipts replay <stream|prefix> [--dry-run] [--json]` (S-8) and
-`manage.py receipts prune [--dry-run] [--json] [--older-than-days N]` (retention: the
+`manage.py receipts prune [--dry-run] [--json] [--older-than-days N] [--pause-ms N]` (retention: the
 service the retention loop runs; verify also checks what retention removed).
 
 Each run is put on record (U-3) with `by` (`--by`, default `cli:<OS user>`): on the
@@ -43,6 +43,12 @@ class Command(BaseCommand):
             default=None,
             help="one window for every family instead of the configured ones",
         )
+        prune.add_argument(
+            "--pause-ms",
+            type=int,
+            default=0,
+            help="pause between batches, so a large prune leaves the database to other work",
+        )
         for command in (verify, replay, prune):
             command.add_argument(
                 "--by", default=None, help="who is acting (default: cli:<OS user>)"
@@ -55,6 +61,7 @@ class Command(BaseCommand):
                 dry_run=options["dry_run"],
                 as_json=options["json"],
                 older_than_days=options["older_than_days"],
+                pause_ms=options["pause_ms"],
                 by=by,
             )
         if action == "verify":
@@ -140,12 +147,28 @@ class Command(BaseCommand):
         if report.refused:
             raise CommandError(f"{len(report.refused)} chain(s) refused", returncode=1)
 
-    def _prune(self, *, dry_run: bool, as_json: bool, older_than_days: int | None, by: str) -> None:
+    def _prune(
+        self,
+        *,
+        dry_run: bool,
+        as_json: bool,
+        older_than_days: int | None,
+        pause_ms: int,
+        by: str,
+    ) -> None:
         if older_than_days is not None and older_than_days < 0:
             raise CommandError("--older-than-days must be >= 0")
+        if pause_ms < 0:
+            raise CommandError("--pause-ms must be >= 0")
         now = wall_clock_ms()
         reports = [
-            prune(now_ms=now, dry_run=dry_run, older_than_days=older_than_days, by=by)
+            prune(
+                now_ms=now,
+                dry_run=dry_run,
+                older_than_days=older_than_days,
+                by=by,
+                pause_s=pause_ms / 1000,
+            )
             for prune in retention.pruners.values()
         ]
         errors = [error for report in reports for error in report.errors]

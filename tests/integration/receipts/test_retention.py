@@ -255,6 +255,22 @@ def test_batches_are_bounded_and_a_pass_stops_after_its_batch_set():
     assert receipt_retention.verify() == []
 
 
+def test_a_paced_prune_pauses_between_its_batches_only_when_it_writes(monkeypatch):
+    jobs = [settled(days_ago=40 + i / 100) for i in range(5)]
+    pauses: list[float] = []
+    monkeypatch.setattr(retention.time, "sleep", pauses.append)
+    assert prune(batch_streams=2, pause_s=0.25, dry_run=True).acted == 5
+    assert pauses == []
+    report = prune(batch_streams=2, pause_s=0.25)
+    assert (report.acted, report.batches) == (5, 3) and pauses == [0.25] * 3
+    assert not any(exists(j) for j in jobs)
+
+
+def test_the_prune_command_refuses_a_negative_pause():
+    with pytest.raises(CommandError, match="--pause-ms"):
+        call_command("receipts", "prune", "--pause-ms", "-1")
+
+
 def test_a_batch_stops_at_its_receipt_cap():
     for _ in range(3):
         settled(days_ago=40)  # three receipts each: enqueued, leased, completed
