@@ -33,11 +33,10 @@ from urllib.parse import urlsplit, urlunsplit
 from django.conf import settings
 from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Q
 
-from jobs import callback_records, counts
+from jobs import callback_records, counts, selectors
 from jobs.core.contracts import WORKER_GROUPS
 from jobs.core.diagnosis import slot_state
-from jobs.core.vocabulary import ACTIVE_STATUSES, LANES, STATUSES, TERMINAL_STATUSES
-from jobs.models import Job
+from jobs.core.vocabulary import ACTIVE_STATUSES, LANES, STATUSES
 from jobs.runtime import callbacks, loops, processes
 from receipts.clock import now_ms as wall_clock_ms
 
@@ -45,7 +44,7 @@ RECENT_MS = 60 * 60_000  # terminal counts and throughput: the last 60 minutes
 SHORT_MS = 5 * 60_000  # ...and the last 5 minutes
 BUCKET_MS = 60_000  # the chart's bar: one minute of the last hour
 ACTIVE_ORDER = tuple(s for s in STATUSES if s in ACTIVE_STATUSES)
-TERMINAL_ORDER = tuple(s for s in STATUSES if s in TERMINAL_STATUSES)
+TERMINAL_ORDER = selectors.SETTLED
 
 
 def queue_depth(*, now_ms: int) -> dict[str, Any]:
@@ -107,8 +106,7 @@ def recent_terminal(*, now_ms: int) -> dict[str, Any]:
     """Jobs that settled in the last hour (and last 5 minutes) by status x lane x group."""
     since_long, since_short = now_ms - RECENT_MS, now_ms - SHORT_MS
     rows = (
-        Job.objects.filter(status__in=TERMINAL_ORDER, updated_at__gte=since_long)
-        .order_by()
+        selectors.settled_since(since_long)
         .values("status", "lane", "worker_group")
         .annotate(count=Count("id"), recent=Count("id", filter=Q(updated_at__gte=since_short)))
     )
@@ -165,8 +163,7 @@ def settled_per_minute(*, now_ms: int) -> dict[str, Any]:
         (F("updated_at") - since) / BUCKET_MS, output_field=BigIntegerField()
     )  # integer division on both databases; updated_at >= since, so it floors
     rows = (
-        Job.objects.filter(status__in=TERMINAL_ORDER, updated_at__gte=since)
-        .order_by()
+        selectors.settled_since(since)
         .annotate(minute=minute)
         .values("minute", "status")
         .annotate(count=Count("id"))

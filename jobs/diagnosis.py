@@ -10,15 +10,13 @@ from collections import Counter
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
 
-from jobs import handlers, queue
+from jobs import handlers, queue, selectors
 from jobs.core.contracts import routed_group
 from jobs.core.diagnosis import BUSY_SHOWN, COUNT_CAP, Capacity, Facts, PendingDelivery, diagnose
 from jobs.core.state import JobState
-from jobs.core.vocabulary import ACTIVE_STATUSES, LEASED_STATUSES
 from jobs.errors import JobNotFound
-from jobs.models import DeliveryPromise, Job, WorkerProcess
+from jobs.models import DeliveryPromise, WorkerProcess
 from jobs.runtime import processes
 from jobs.runtime.dispatch import MAX_GENERATIONS
 from receipts.clock import now_ms as wall_clock_ms
@@ -46,12 +44,7 @@ def facts_for(job_id: str, *, now_ms: int | None = None) -> Facts:
     )
     peers: tuple[str, ...] = ()
     if job.session_key:
-        peers = tuple(
-            Job.objects.filter(session_key=job.session_key, status__in=ACTIVE_STATUSES)
-            .exclude(pk=job_id)
-            .order_by("created_at")
-            .values_list("id", flat=True)[:10]
-        )
+        peers = selectors.active_session_peers(job.session_key, exclude=job_id)
     exhausted = DeliveryPromise.objects.filter(pk=f"{job_id}:recovery:{MAX_GENERATIONS}").exists()
     return Facts(
         job=job,
@@ -98,20 +91,8 @@ def capacity_of(job: JobState, *, slots: int, cap: int = COUNT_CAP) -> Capacity 
         return None
     group = routed_group(job.agent_id, job.kind)
     # partial indexes job_group_busy / job_group_queued: active rows of the group only
-    busy_rows = Job.objects.filter(status__in=sorted(LEASED_STATUSES), worker_group=group)
-    busy_jobs = tuple(
-        busy_rows.order_by("created_at", "id").values_list("id", flat=True)[:BUSY_SHOWN]
-    )
-    busy = len(busy_jobs)
-    if busy == BUSY_SHOWN:  # maybe more: count them, but never past cap + 1
-        busy = busy_rows.order_by()[: cap + 1].count()
-    ahead = 0
-    if job.status == "queued":
-        # Enqueued before this one: (created_at, id) < (mine), as a range on created_at.
-        earlier = Job.objects.filter(
-            status="queued", worker_group=group, created_at__lte=job.created_at
-        ).filter(Q(created_at__lt=job.created_at) | Q(id__lt=job.job_id))
-        ahead = earlier.order_by()[: cap + 1].count()
+    busy_jobs, busy = selectors.busy_in_group(group, shown=BUSY_SHOWN, cap=cap)
+    ahead = selectors.queued_ahead(group, job, cap=cap) if job.status == "queued" else 0
     return Capacity(group=group, busy=busy, slots=slots, busy_jobs=busy_jobs, queued_ahead=ahead)
 
 

@@ -16,12 +16,16 @@ from typing import TYPE_CHECKING, Any
 
 from django.db import connection
 from django.db.models import Count, Q, QuerySet
+from django.db.models.fields.json import KT
 
 from jobs.core.state import JobState
 from jobs.core.vocabulary import (
     ACTIVE_STATUSES,
     JOB_CANCELED,
     JOB_PROGRESS,
+    LEASED_STATUSES,
+    STATUSES,
+    TERMINAL_STATUSES,
     job_stream,
     validate_job_id,
 )
@@ -255,3 +259,67 @@ def canceled_by(job_ids: Iterable[str]) -> dict[str, str | None]:
         for stream, body in rows.values_list("stream", "body"):
             found[streams[stream]] = body.get("by") if isinstance(body, dict) else None
     return found
+
+
+# ---- reads of the dashboard, the diagnosis, the runtime and the simulation -------------
+
+SETTLED = tuple(s for s in STATUSES if s in TERMINAL_STATUSES)  # in vocabulary order
+
+
+def settled_since(since: int) -> QuerySet[Job]:
+    """The jobs settled (terminal, last updated) at or after `since`, unordered: for the
+    caller to aggregate."""
+    return Job.objects.filter(status__in=SETTLED, updated_at__gte=since).order_by()
+
+
+def active_count() -> int:
+    """How many jobs are active: a full COUNT, for the simulation's idle-database check."""
+    return Job.objects.filter(status__in=ACTIVE_STATUSES).count()
+
+
+def job_row(job_id: str) -> dict[str, Any] | None:
+    """The job's `jobs_job` row as a dict of its columns, None without one."""
+    return Job.objects.filter(pk=job_id).values().first()
+
+
+def active_session_peers(session_key: str, *, exclude: str, limit: int = 10) -> tuple[str, ...]:
+    """The ids of the session's active jobs other than `exclude`, oldest first."""
+    rows = Job.objects.filter(session_key=session_key, status__in=ACTIVE_STATUSES)
+    return tuple(
+        rows.exclude(pk=exclude).order_by("created_at").values_list("id", flat=True)[:limit]
+    )
+
+
+def busy_in_group(group: str, *, shown: int, cap: int) -> tuple[tuple[str, ...], int]:
+    """The ids of the group's leased and running jobs, oldest first (at most `shown`), and
+    how many there are, counted up to cap + 1 (partial index job_group_busy)."""
+    rows = Job.objects.filter(status__in=sorted(LEASED_STATUSES), worker_group=group)
+    ids = tuple(rows.order_by("created_at", "id").values_list("id", flat=True)[:shown])
+    busy = len(ids)
+    if busy == shown:  # maybe more: count them, but never past cap + 1
+        busy = rows.order_by()[: cap + 1].count()
+    return ids, busy
+
+
+def queued_ahead(group: str, job: JobState, *, cap: int) -> int:
+    """How many queued jobs of the group were enqueued before `job`, up to cap + 1:
+    (created_at, id) < (mine), as a range on created_at (partial index job_group_queued)."""
+    earlier = Job.objects.filter(
+        status="queued", worker_group=group, created_at__lte=job.created_at
+    ).filter(Q(created_at__lt=job.created_at) | Q(id__lt=job.job_id))
+    return earlier.order_by()[: cap + 1].count()
+
+
+def held_in_group(group: str, *, limit: int) -> list[tuple[str, int, dict[str, Any]]]:
+    """(id, attempt, fold) of the group's leased or running jobs, at most `limit`."""
+    rows = Job.objects.filter(worker_group=group, status__in=("leased", "running"))
+    return list(rows.values_list("id", "attempt", "state")[:limit])
+
+
+def held_with_workers(*, limit: int) -> list[tuple[str, str | None]]:
+    """(id, worker id) of leased or running jobs, at most `limit`: the worker id straight
+    from the fold's JSON, no payload."""
+    rows = Job.objects.filter(status__in=("leased", "running")).annotate(
+        worker=KT("state__workerId")
+    )
+    return list(rows.values_list("id", "worker")[:limit])

@@ -32,10 +32,8 @@ from typing import Any
 
 from django.db import close_old_connections, connection
 
-from jobs import queue
+from jobs import queue, selectors
 from jobs.core.state import Fence
-from jobs.core.wire import job_from_wire
-from jobs.models import Job
 from jobs.runtime import attempt as attempts
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
@@ -236,8 +234,7 @@ class Keeper:
         live = {h.job_id: h for h in self.held.values() if not h.stopped}
         if not live:
             return
-        for wire in Job.objects.filter(pk__in=list(live)).values_list("state", flat=True):
-            job = job_from_wire(wire)
+        for job in selectors.states(live):
             held = live[job.job_id]
             if job.is_terminal or held.fence.check(job).value != "ok":
                 self._order_stop(

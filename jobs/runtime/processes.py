@@ -14,10 +14,10 @@ import socket
 from typing import Any
 
 from django.db import models
-from django.db.models.fields.json import KT
 
+from jobs import selectors
 from jobs.core.state import Fence
-from jobs.models import Job, WorkerProcess
+from jobs.models import WorkerProcess
 
 BEAT_MS = 5_000
 GONE_AFTER_BEATS = 3
@@ -83,12 +83,9 @@ def attempts_held_by(row: WorkerProcess, *, limit: int = 2000) -> list[tuple[str
     if row.group is None:
         return []
     prefix = worker_prefix(row)
-    rows = Job.objects.filter(worker_group=row.group, status__in=("leased", "running")).values_list(
-        "id", "attempt", "state"
-    )[:limit]
     return [
         (job_id, Fence(state["workerId"], attempt))
-        for job_id, attempt, state in rows
+        for job_id, attempt, state in selectors.held_in_group(row.group, limit=limit)
         if _holds(state.get("workerId") or "", prefix)
     ]
 
@@ -153,12 +150,7 @@ def held_by_gone(*, now_ms: int, limit: int = 2000) -> list[dict[str, Any]]:
     payload), one read of the registry rows those ids name. A worker id naming no
     registered process (an external client's) is not reported: nobody knows it is gone.
     """
-    held = [
-        (job_id, worker or "")
-        for job_id, worker in Job.objects.filter(status__in=("leased", "running"))
-        .annotate(worker=KT("state__workerId"))
-        .values_list("id", "worker")[:limit]
-    ]
+    held = [(job_id, worker or "") for job_id, worker in selectors.held_with_workers(limit=limit)]
     named = {found for _, worker in held if (found := _host_pid(worker))}
     if not named:
         return []

@@ -37,6 +37,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import Q
 
+from jobs import selectors
 from jobs.core.reducer import reduce
 from jobs.core.state import FenceOutcome, JobState
 from jobs.core.timing import TimingSettings
@@ -49,8 +50,7 @@ from jobs.core.vocabulary import (
     job_id_from_stream,
     job_stream,
 )
-from jobs.core.wire import job_from_wire
-from jobs.models import DeliveryPromise, Job
+from jobs.models import DeliveryPromise
 from jobs.projector import row_for
 from jobs.runtime import promises
 from jobs.runtime.dispatch import MAX_GENERATIONS, redrive_key
@@ -157,7 +157,7 @@ class Checker:
                 f"{label}: settled by {state and state.settled_by}, then {', '.join(after)}",
                 label,
             )
-        row = Job.objects.filter(pk=job_id).values().first()
+        row = selectors.job_row(job_id)
         expected = row_for(state) if state is not None else None
         if row != expected:
             fields = sorted(
@@ -179,8 +179,8 @@ class Checker:
 
     def _active_states(self) -> dict[int, JobState]:
         ids = [self.world.job_ids[i] for i in self.world.active]
-        rows = dict(Job.objects.filter(pk__in=ids).values_list("id", "state"))
-        return {i: job_from_wire(rows[self.world.job_ids[i]]) for i in self.world.active}
+        by_id = {job.job_id: job for job in selectors.states(ids)}
+        return {i: by_id[self.world.job_ids[i]] for i in self.world.active}
 
     def _check_fences(self, states: dict[int, JobState]) -> Violation | None:
         for index, job in states.items():

@@ -43,11 +43,9 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from jobs import queue, recovery
+from jobs import queue, recovery, selectors
 from jobs.core.timing import driver_timeout_ms
-from jobs.core.vocabulary import ACTIVE_STATUSES
 from jobs.errors import JobsError
-from jobs.models import Job
 from jobs.runtime import counters, transport
 from jobs.simulation import actions, worker
 from jobs.simulation.clock import EPOCH_MS, VirtualClock
@@ -213,7 +211,7 @@ def simulate(seed: int, steps: int, jobs: int = DEFAULT_JOBS, *, keep: bool = Fa
     report = Report(seed=seed, steps=steps, jobs=jobs)
     with sandbox(world), transaction.atomic():
         try:
-            foreign = Job.objects.filter(status__in=ACTIVE_STATUSES).count()
+            foreign = selectors.active_count()
             if foreign:
                 raise SimulationRefused(
                     f"the database has {foreign} active job(s); the simulation's recovery "
@@ -275,8 +273,7 @@ def _run(world: World, checker: Checker, report: Report) -> None:
     else:
         _liveness(world, checker, report)
     report.jobs_created = len(world.job_ids)
-    statuses = Job.objects.filter(pk__in=world.job_ids).values_list("status", flat=True)
-    report.settled.update(statuses)
+    report.settled.update(selectors.statuses(world.job_ids).values())
 
 
 def _quiet_ms() -> int:
