@@ -47,6 +47,7 @@ logger = logging.getLogger("receipt.retention")
 RETENTION_STREAM = "retention/jobs"
 BATCH_STREAMS = 500  # streams per transaction
 BATCH_RECEIPTS = 50_000  # receipts per transaction (one longer stream still goes alone)
+_sleep = time.sleep  # the pause between batches (a test replaces only this one)
 PASS_BATCHES = 10  # the loop's bounded batch-set per pass; the command runs to the end
 INTERVAL_MS = 3_600_000
 LOOP_ACTOR = "retention-loop"
@@ -141,7 +142,7 @@ def prune(
             report.batches += 1
             after = (rows[taken - 1][1], rows[taken - 1][0])
             if pause_s and not dry_run:
-                time.sleep(pause_s)
+                _sleep(pause_s)
             if len(rows) < batch_streams and taken == len(rows):
                 break
     return report

@@ -258,7 +258,7 @@ def test_batches_are_bounded_and_a_pass_stops_after_its_batch_set():
 def test_a_paced_prune_pauses_between_its_batches_only_when_it_writes(monkeypatch):
     jobs = [settled(days_ago=40 + i / 100) for i in range(5)]
     pauses: list[float] = []
-    monkeypatch.setattr(retention.time, "sleep", pauses.append)
+    monkeypatch.setattr(retention, "_sleep", pauses.append)
     assert prune(batch_streams=2, pause_s=0.25, dry_run=True).acted == 5
     assert pauses == []
     report = prune(batch_streams=2, pause_s=0.25)
