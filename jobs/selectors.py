@@ -310,16 +310,9 @@ def queued_ahead(group: str, job: JobState, *, cap: int) -> int:
     return earlier.order_by()[: cap + 1].count()
 
 
-def held_in_group(group: str, *, limit: int) -> list[tuple[str, int, dict[str, Any]]]:
-    """(id, attempt, fold) of the group's leased or running jobs, at most `limit`."""
+def held_in_group(group: str, *, limit: int) -> list[tuple[str, int, str | None]]:
+    """(id, attempt, worker id) of the group's leased or running jobs, at most `limit`:
+    the worker id straight from the fold's JSON, no payload."""
     rows = Job.objects.filter(worker_group=group, status__in=("leased", "running"))
-    return list(rows.values_list("id", "attempt", "state")[:limit])
-
-
-def held_with_workers(*, limit: int) -> list[tuple[str, str | None]]:
-    """(id, worker id) of leased or running jobs, at most `limit`: the worker id straight
-    from the fold's JSON, no payload."""
-    rows = Job.objects.filter(status__in=("leased", "running")).annotate(
-        worker=KT("state__workerId")
-    )
-    return list(rows.values_list("id", "worker")[:limit])
+    rows = rows.annotate(worker=KT("state__workerId"))
+    return list(rows.values_list("id", "attempt", "worker")[:limit])

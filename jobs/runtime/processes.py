@@ -84,9 +84,9 @@ def attempts_held_by(row: WorkerProcess, *, limit: int = 2000) -> list[tuple[str
         return []
     prefix = worker_prefix(row)
     return [
-        (job_id, Fence(state["workerId"], attempt))
-        for job_id, attempt, state in selectors.held_in_group(row.group, limit=limit)
-        if _holds(state.get("workerId") or "", prefix)
+        (job_id, Fence(worker, attempt))
+        for job_id, attempt, worker in selectors.held_in_group(row.group, limit=limit)
+        if worker and _holds(worker, prefix)
     ]
 
 
@@ -136,38 +136,32 @@ def is_live(row: WorkerProcess, *, now_ms: int) -> bool:
     return row.stopped_at is None and row.last_seen >= now_ms - GONE_AFTER_BEATS * BEAT_MS
 
 
-def _host_pid(worker_id: str) -> tuple[str, int] | None:
-    """(host, runworker pid) of a D-10 worker id `<group>:<host>:<pid>[:<suffix>]`."""
-    parts = worker_id.split(":")
-    return (parts[1], int(parts[2])) if len(parts) >= 3 and parts[2].isdigit() else None
-
-
 def held_by_gone(*, now_ms: int, limit: int = 2000) -> list[dict[str, Any]]:
-    """Leased or running jobs whose worker id names a registered runworker that is gone:
-    nothing finishes them until a live worker's holder release (or the lease) frees them.
+    """Leased or running jobs whose worker id names a registered runworker that is gone
+    and not yet released: nothing finishes them until a live worker's holder release (or
+    the lease) frees them.
 
-    One indexed read of the active jobs (the worker id straight from the fold's JSON, no
-    payload), one read of the registry rows those ids name. A worker id naming no
-    registered process (an external client's) is not reported: nobody knows it is gone.
+    From the registry, not the jobs: a gone runworker whose holdings were released holds
+    nothing any more (the release expired each lease, and a process that beats again is
+    watched anew), so only the unreleased ones are looked at, and the jobs of each are
+    read from its group's active leases. A healthy system reads one small registry query,
+    whatever the number of jobs. A worker id naming no registered process (an external
+    client's) is not reported: nobody knows it is gone.
     """
-    held = [(job_id, worker or "") for job_id, worker in selectors.held_with_workers(limit=limit)]
-    named = {found for _, worker in held if (found := _host_pid(worker))}
-    if not named:
+    gone = gone_unreleased(now_ms=now_ms)
+    if not gone:
         return []
-    rows = WorkerProcess.objects.filter(
-        group__isnull=False, host__in={h for h, _ in named}, pid__in={p for _, p in named}
+    # a live row naming the same holder (a restarted runworker reusing the pid) wins
+    rivals = WorkerProcess.objects.filter(
+        group__isnull=False, host__in={row.host for row in gone}, pid__in={row.pid for row in gone}
     )
-    rows = [row for row in rows if (row.host, row.pid) in named]
-    live_rows = [row for row in rows if is_live(row, now_ms=now_ms)]
+    live_rows = [row for row in rivals if is_live(row, now_ms=now_ms)]
     out = []
-    for row in rows:
-        if row in live_rows:
-            continue
-        # a live row naming the same holder (a restarted runworker reusing the pid) wins
+    for row in gone:
         job_ids = sorted(
             job_id
-            for job_id, worker in held
-            if holds(worker, row) and not any(holds(worker, live) for live in live_rows)
+            for job_id, fence in attempts_held_by(row, limit=limit)
+            if not any(holds(fence.worker_id, live) for live in live_rows)
         )
         if job_ids:
             out.append(

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from jobs import counts, dashboard, queue
+from jobs import counts, dashboard, queue, recovery
 from jobs.core.state import Fence
 from jobs.models import WorkerProcess
 from jobs.recovery import Report
@@ -303,6 +303,30 @@ def test_jobs_held_by_a_gone_process_are_listed(admin_client, seeded):
     [row] = table(page, "held")
     assert row[0] == "worker-codex:old-host:4242" and row[2:] == ["1", seeded["c"]]
     assert f'href="{job_url(seeded["c"])}"' in page
+
+
+def test_a_released_gone_process_holds_nothing_and_a_healthy_registry_reads_no_jobs(seeded):
+    """D-11, T-5: held-by-gone starts from the registry. Once a live worker released a
+    gone runworker's holdings it is no longer listed, and with no gone runworker left
+    unreleased the check never reads the jobs table (its cost does not grow with the
+    number of active jobs)."""
+    WorkerProcess.objects.create(
+        id="worker-codex:old-host:4242",
+        role="worker-codex",
+        group="codex",
+        host="old-host",
+        pid=4242,
+        concurrency=1,
+        started_at=T - 10 * MINUTE,
+        last_seen=T - MINUTE,
+    )
+    assert queue.lease(seeded["c"], worker_id="codex:old-host:4242", now_ms=T - 2 * MINUTE).applied
+    assert [h["jobIds"] for h in processes.held_by_gone(now_ms=T)] == [[seeded["c"]]]
+    assert recovery.release_gone_holders(now_ms=T).acted == 1
+    with CaptureQueriesContext(connection) as queries:
+        assert processes.held_by_gone(now_ms=T) == []
+    assert [q["sql"] for q in queries.captured_queries if '"jobs_job"' in q["sql"]] == []
+    assert len(queries.captured_queries) == 1
 
 
 def test_chart_counts_settled_jobs_per_minute_of_the_last_hour(seeded):
