@@ -111,6 +111,23 @@ class JobProjector(RowProjector[JobState]):
         if rows:
             _insert(rows)
 
+    def insert_new(
+        self, batch: Sequence[tuple[StreamHandle, Sequence[Receipt]]]
+    ) -> tuple[str, str]:
+        """PostgreSQL, streams the store is opening: each new job folded (and kept on its
+        handle), and their rows as (INSERT with one JSON parameter, that parameter), which
+        the store sends in the receipts' own statement (`store.append_new_streams`)."""
+        rows: list[dict[str, Any]] = []
+        for handle, receipts in batch:
+            after: JobState | None = None
+            for receipt in receipts:
+                after = reduce(after, receipt)
+            handle.cache[CACHE_KEY] = after
+            if after is not None:
+                rows.append(row_for(after))
+        keys = tuple(rows[0]) if rows else ("id",)  # no job (J-3): inserts nothing
+        return _insert_sql("postgresql", keys), json.dumps(rows)
+
 
 _CHUNK = 250  # new rows per INSERT (14 variables each on SQLite, under its 32766)
 

@@ -342,15 +342,19 @@ def enqueue_many(
     rolls back: JobIdTaken / SessionKeyConflict, naming the request's index.
     """
     now = wall_clock_ms() if now_ms is None else now_ms
+    if organization is None and all(map(_plain, requests)):
+        # Nothing to lock or decide: the store's own transaction (on PostgreSQL one
+        # statement, outside a caller's transaction one round trip) is the whole write.
+        fresh = _enqueue_fresh(requests, now)
+        _after_commit([r.job for r in fresh])
+        return fresh
     results: list[EnqueueResult] = []
     # Not pipelined: a taken id is caught here and redone under a savepoint, and statements
     # prepared after a failure inside one pipeline do not exist on the server.
     with transaction.atomic():
         run: list[EnqueueRequest] = []
         for index, request in enumerate(requests):
-            if request.job_id is None and (
-                request.session_key is None or request.singleton_mode == "allow"
-            ):
+            if _plain(request):
                 run.append(request)
                 continue
             results += _enqueue_fresh(run, now)
@@ -361,10 +365,21 @@ def enqueue_many(
         results += _enqueue_fresh(run, now)
         if organization is not None:
             _refuse_foreign_jobs(requests, results, organization)
-        created = [r.job for r in results if r.created]
-        if created and on_commit_listeners:
-            transaction.on_commit(lambda: [listener(created) for listener in on_commit_listeners])
+        _after_commit([r.job for r in results if r.created])
     return results
+
+
+def _plain(request: EnqueueRequest) -> bool:
+    """No job id (a new one is generated) and no singleton decision to take."""
+    return request.job_id is None and (
+        request.session_key is None or request.singleton_mode == "allow"
+    )
+
+
+def _after_commit(created: list[JobState]) -> None:
+    """D-2: the dispatch pass wakes once these jobs are committed (at once when they are)."""
+    if created and on_commit_listeners:
+        transaction.on_commit(lambda: [listener(created) for listener in on_commit_listeners])
 
 
 def _refuse_foreign_session(index: int, request: EnqueueRequest, organization: str) -> None:
@@ -393,8 +408,8 @@ def _enqueue_fresh(requests: Sequence[EnqueueRequest], now: int) -> list[Enqueue
     """Plain requests with new ids: nothing to lock or decide, so every job stream is
     opened at once (`store.append_new_streams`): the same receipts and rows as
     `_enqueue_locked`, a few statements for the whole run instead of four per job."""
-    if len(requests) < 2:  # one job: the per-request path is fewer round trips
-        return [_enqueue_locked(request, now) for request in requests]
+    if not requests:
+        return []
     timing = _timing()
     prefix, randomness = base36(now), secrets.token_hex(6 * len(requests))
     new: list[NewStream] = []
@@ -415,7 +430,8 @@ def _enqueue_fresh(requests: Sequence[EnqueueRequest], now: int) -> list[Enqueue
     try:
         handles = append_new_streams(new, now_ms=now)
     except ExpectedPrevMismatch:  # a generated id that exists (2^-48): rolled back, redo
-        return [_enqueue_locked(request, now) for request in requests]
+        with transaction.atomic():
+            return [_enqueue_locked(request, now) for request in requests]
     results = [
         EnqueueResult(_state(handle), created=True, warnings=warnings_for(request.agent_id))
         for handle, request in zip(handles, requests, strict=True)

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import QuerySet
 
 from receipts import registry
@@ -285,8 +285,11 @@ def append_new_streams(
     started = time.perf_counter()
     ts = wall_clock_ms() if now_ms is None else now_ms
     try:
-        with transaction.atomic():
-            handles = _open_new(new, ts)
+        if _at_once(new):
+            handles = _open_new_at_once(new, ts)
+        else:
+            with transaction.atomic():
+                handles = _open_new(new, ts)
     except (_Taken, ExpectedPrevMismatch, IntegrityError):
         # a name exists (or comes twice): that attempt rolled back; go carefully
         with transaction.atomic():
@@ -300,6 +303,57 @@ class _Taken(Exception):
 
 
 _CHUNK = 250  # streams per statement: small enough to overlap sealing with writing
+
+
+def _joining_projectors(names: Sequence[str]) -> dict[str, tuple[Any, list[int]]] | None:
+    """{family prefix: (its projector, positions of its streams in `names`)} when every
+    projector of these streams can hand its new rows to the receipts' own statement
+    (`insert_new`); None when one cannot."""
+    groups: dict[str, tuple[Any, list[int]]] = {}
+    for position, name in enumerate(names):
+        family = registry.family_for(name)
+        if family is None or family.projector is None:
+            continue
+        if getattr(family.projector, "insert_new", None) is None:
+            return None
+        groups.setdefault(family.prefix, (family.projector, []))[1].append(position)
+    return groups
+
+
+def _at_once(new: Sequence[NewStream]) -> bool:
+    """A batch small enough for one statement, on PostgreSQL, whose read models can join
+    that statement."""
+    return (
+        connection.vendor == "postgresql"
+        and len(new) <= _CHUNK
+        and _joining_projectors([item.name for item in new]) is not None
+    )
+
+
+def _open_new_at_once(new: Sequence[NewStream], ts: int) -> list[StreamHandle]:
+    """PostgreSQL: the stream rows, the receipts and the read-model rows of new streams as
+    one statement (`Writer.open_new`). Outside a transaction that statement is its own
+    transaction: the whole append is one round trip (T-1). Inside one, a savepoint keeps
+    a refusal from poisoning the caller's transaction, as for any append."""
+    writer = Writer()
+    try:
+        sealed = _seal_first(new, ts, {})
+        handles = [_handle(r, writer) for r in sealed]
+        groups = _joining_projectors([r.stream for r in sealed]) or {}
+        rows = [
+            projector.insert_new([(handles[p], handles[p].appended) for p in positions])
+            for projector, positions in groups.values()
+        ]
+        if connection.in_atomic_block:
+            with transaction.atomic():
+                seqs = writer.open_new(sealed, rows)
+        else:
+            seqs = writer.open_new(sealed, rows)
+    finally:
+        writer.close()
+    for handle in handles:
+        handle.appended = [replace(handle.appended[0], seq=seqs[handle.name], stream_seq=1)]
+    return handles
 
 
 def _open_new(new: Sequence[NewStream], ts: int) -> list[StreamHandle]:

@@ -81,6 +81,24 @@ _WRITE_FIRST_PG = (
 _WRITE_FIRST_SQLITE = (
     f"INSERT INTO receipt_receipt ({_COLUMNS}) VALUES {{rows}} RETURNING seq, stream"
 )
+# PostgreSQL: new streams each with its first receipt, and their read-model rows, as ONE
+# statement (one round trip; outside a transaction its own commit): the stream rows, the
+# receipts in the order given (global seqs from the sequence, ascending), a `pg_notify`
+# each, then `{rows}`, the projectors' INSERTs as further data-modifying CTEs. A name that
+# exists fails the stream insert (unique name) and with it the whole statement.
+_OPEN_NEW_PG = (
+    "WITH v AS MATERIALIZED (SELECT * FROM json_to_recordset(%s::json) AS v("
+    "o int, s text, i text, t bigint, h text, e text, b jsonb, c jsonb, z text)), "
+    "st AS (INSERT INTO receipt_stream (name, head, receipt_count, last_ts, updated_at) "
+    "SELECT s, h, 1, t, t FROM v), "
+    f"ins AS (INSERT INTO receipt_receipt ({_COLUMNS}) "
+    "SELECT s, 1, i, t, NULL, h, e, b, c, NULL, NULL, z FROM v ORDER BY o "
+    "RETURNING seq, stream, event_type), "
+    f"note AS (SELECT pg_notify('{NOTIFY_CHANNEL}', "
+    "ins.seq::text || ' ' || ins.stream::text || ' ' || ins.event_type) FROM ins)"
+    "{rows} "
+    "SELECT ins.seq, ins.stream FROM ins, (SELECT count(*) FROM note) AS n"
+)
 # Variables per statement on SQLite (its default limit).
 MAX_PARAMS = 32766
 
@@ -366,6 +384,28 @@ class Writer:
             # A stream that already had its first receipt (S-4).
             raise ExpectedPrevMismatch(None, None) from error
         return placed
+
+    def open_new(
+        self, receipts: Sequence[Receipt], rows: Sequence[tuple[str, str]]
+    ) -> dict[str, int]:
+        """PostgreSQL: insert receipts that each open a new stream, their stream rows and
+        `rows` ((an INSERT with one JSON parameter, its parameter) per read model) in one
+        statement: {stream: global seq}. Outside a transaction it commits on its own. A
+        stream that exists raises ExpectedPrevMismatch and nothing is written."""
+        assert self.postgres
+        sql = _OPEN_NEW_PG.format(
+            rows="".join(f", r{k} AS ({insert})" for k, (insert, _) in enumerate(rows))
+        )
+        first = [
+            {"o": o, "s": r.stream, "i": r.id, "t": r.ts, "h": r.hash, "e": r.type}
+            | {"b": r.body, "c": r.context, "z": r.sealed}
+            for o, r in enumerate(receipts)
+        ]
+        try:
+            found = self._run(sql, [_json(first), *(param for _, param in rows)])
+        except IntegrityError as error:
+            raise ExpectedPrevMismatch(None, None) from error
+        return {stream: seq for seq, stream in found}
 
     @contextmanager
     def pipeline(self) -> Iterator[None]:

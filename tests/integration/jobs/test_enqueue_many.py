@@ -193,6 +193,35 @@ def test_a_generated_id_that_exists_falls_back_to_fresh_ids(monkeypatch):
         assert_read_model_matches_receipts(result.job.job_id)
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("n", [1, 3])
+def test_outside_a_transaction_plain_jobs_commit_on_their_own_and_a_taken_id_falls_back(
+    monkeypatch, n
+):
+    """T-1: with no transaction open, a plain enqueue is the store's own transaction (one
+    statement on PostgreSQL): nothing is left open, every listener has heard the jobs,
+    and a generated id that exists rolls that statement back and is redrawn."""
+    heard: list[str] = []
+    monkeypatch.setattr(queue, "secrets", Randomness())
+    monkeypatch.setattr(
+        queue, "on_commit_listeners", [lambda jobs: heard.extend(j.job_id for j in jobs)]
+    )
+    taken = f"{base36(T0)}-{Randomness().token_hex(6)}"  # the first id the batch will draw
+    queue.enqueue("factory", payload(), job_id=taken, now_ms=T0)
+    heard.clear()
+    results = queue.enqueue_many([plain(i) for i in range(n)], now_ms=T0)
+    assert not connection.in_atomic_block
+    if connection.vendor == "postgresql":
+        assert connection.connection.info.transaction_status.name == "IDLE"
+    created = [r.job.job_id for r in results]
+    assert all(r.created for r in results) and taken not in created
+    assert heard == created
+    assert len(store.read(f"jobs/{taken}")) == 1 and queue.get(taken).payload == payload()
+    for job_id in created:
+        assert_read_model_matches_receipts(job_id)
+    assert store.verify(f"jobs/{created[0]}").ok
+
+
 def test_the_number_of_statements_does_not_grow_with_the_batch():
     def statements(n: int) -> int:
         requests = [plain(i) for i in range(n)]
