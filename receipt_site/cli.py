@@ -14,7 +14,10 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "receipt_site.settings")
     from django.core.management import execute_from_command_line
 
+    from jobs.runtime.roles import preset_cluster_name
+
     args = sys.argv[1:] if argv is None else argv
+    preset_cluster_name(["receipt", *args], os.environ)
     execute_from_command_line(["receipt", *args])
 
 

@@ -321,39 +321,67 @@ def _joining_projectors(names: Sequence[str]) -> dict[str, tuple[Any, list[int]]
 
 
 def _at_once(new: Sequence[NewStream]) -> bool:
-    """A batch small enough for one statement, on PostgreSQL, whose read models can join
-    that statement."""
+    """On PostgreSQL, when the read models of these streams can join the receipts' own
+    statement."""
     return (
         connection.vendor == "postgresql"
-        and len(new) <= _CHUNK
         and _joining_projectors([item.name for item in new]) is not None
     )
 
 
 def _open_new_at_once(new: Sequence[NewStream], ts: int) -> list[StreamHandle]:
     """PostgreSQL: the stream rows, the receipts and the read-model rows of new streams as
-    one statement (`Writer.open_new`). Outside a transaction that statement is its own
-    transaction: the whole append is one round trip (T-1). Inside one, a savepoint keeps
-    a refusal from poisoning the caller's transaction, as for any append."""
+    one statement per chunk (`Writer.send_open_new`). One chunk outside a transaction is
+    its own transaction: the whole append is one round trip (T-1). Inside one, a
+    savepoint keeps a refusal from poisoning the caller's transaction, as for any append;
+    several chunks are one transaction, pipelined (the server writes one chunk while the
+    next is sealed)."""
     writer = Writer()
     try:
-        sealed = _seal_first(new, ts, {})
-        handles = [_handle(r, writer) for r in sealed]
-        groups = _joining_projectors([r.stream for r in sealed]) or {}
-        rows = [
-            projector.insert_new([(handles[p], handles[p].appended) for p in positions])
-            for projector, positions in groups.values()
-        ]
-        if connection.in_atomic_block:
-            with transaction.atomic():
-                seqs = writer.open_new(sealed, rows)
-        else:
-            seqs = writer.open_new(sealed, rows)
+        if len(new) <= _CHUNK and not connection.in_atomic_block:
+            return _placed([_send_new(writer, new, ts, {})])
+        with transaction.atomic():
+            if len(new) <= _CHUNK:
+                return _placed([_send_new(writer, new, ts, {})])
+            heads: dict[str, str] = {}
+            with writer.pipeline():
+                sent = [
+                    _send_new(writer, new[start : start + _CHUNK], ts, heads)
+                    for start in range(0, len(new), _CHUNK)
+                ]
+            return _placed(sent)
     finally:
         writer.close()
-    for handle in handles:
-        handle.appended = [replace(handle.appended[0], seq=seqs[handle.name], stream_seq=1)]
-    return handles
+
+
+def _send_new(
+    writer: Writer, new: Sequence[NewStream], ts: int, heads: dict[str, str]
+) -> tuple[list[StreamHandle], Callable[[], dict[str, int]]]:
+    """Seal and project one chunk of new streams and send its statement: the handles, and
+    the function that reads the receipts' global seqs (inside `writer.pipeline()`, once
+    the pipeline has synced)."""
+    sealed = _seal_first(new, ts, heads)
+    handles = [_handle(r, writer) for r in sealed]
+    groups = _joining_projectors([r.stream for r in sealed]) or {}
+    rows = [
+        projector.insert_new([(handles[p], handles[p].appended) for p in positions])
+        for projector, positions in groups.values()
+    ]
+    return handles, writer.send_open_new(sealed, rows)
+
+
+def _placed(
+    sent: list[tuple[list[StreamHandle], Callable[[], dict[str, int]]]],
+) -> list[StreamHandle]:
+    """The handles of every chunk, each receipt at its global seq."""
+    out = []
+    for handles, seqs in sent:
+        found = seqs()
+        for handle in handles:
+            first = handle.appended[0]
+            handle.appended[0] = replace(first, seq=found[handle.name], stream_seq=1)
+        out += handles
+    return out
 
 
 def _open_new(new: Sequence[NewStream], ts: int) -> list[StreamHandle]:

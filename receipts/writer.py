@@ -385,13 +385,17 @@ class Writer:
             raise ExpectedPrevMismatch(None, None) from error
         return placed
 
-    def open_new(
+    def send_open_new(
         self, receipts: Sequence[Receipt], rows: Sequence[tuple[str, str]]
-    ) -> dict[str, int]:
+    ) -> Callable[[], dict[str, int]]:
         """PostgreSQL: insert receipts that each open a new stream, their stream rows and
         `rows` ((an INSERT with one JSON parameter, its parameter) per read model) in one
-        statement: {stream: global seq}. Outside a transaction it commits on its own. A
-        stream that exists raises ExpectedPrevMismatch and nothing is written."""
+        statement; returns the function that reads {stream: global seq} (inside
+        `pipeline`, call it after the block). Outside a transaction the statement commits
+        on its own. A stream that exists fails it with an IntegrityError (on sending, or
+        in a pipeline when it syncs) and nothing of it is written."""
+        import psycopg
+
         assert self.postgres
         sql = _OPEN_NEW_PG.format(
             rows="".join(f", r{k} AS ({insert})" for k, (insert, _) in enumerate(rows))
@@ -401,11 +405,15 @@ class Writer:
             | {"b": r.body, "c": r.context, "z": r.sealed}
             for o, r in enumerate(receipts)
         ]
-        try:
-            found = self._run(sql, [_json(first), *(param for _, param in rows)])
-        except IntegrityError as error:
-            raise ExpectedPrevMismatch(None, None) from error
-        return {stream: seq for seq, stream in found}
+        cursor = psycopg.Cursor(connection.connection)
+        with connection.wrap_database_errors:
+            cursor.execute(sql, [_json(first), *(param for _, param in rows)], prepare=True)
+
+        def seqs() -> dict[str, int]:
+            with connection.wrap_database_errors, cursor:
+                return {stream: seq for seq, stream in cursor.fetchall()}
+
+        return seqs
 
     @contextmanager
     def pipeline(self) -> Iterator[None]:

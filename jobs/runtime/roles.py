@@ -38,6 +38,26 @@ def normalize_role(value: str) -> str:
     raise UnknownRole(f"unknown role {value!r}; expected one of {known}")
 
 
+def preset_cluster_name(argv: list[str], environ: Any) -> None:
+    """Before Django starts: name the django-q2 cluster of a `runworker` command line in
+    `environ` (Q_CLUSTER_NAME), which django-q2 reads once at import. Without it the
+    command must re-execute itself with the name set, importing everything twice (about
+    a second of every worker's start-up). Anything it cannot read is left to the command,
+    which reports it."""
+    if "runworker" not in argv[1:2] or environ.get("Q_CLUSTER_NAME"):
+        return
+    role = environ.get("RECEIPT_PROCESS_ROLE")
+    for index, arg in enumerate(argv):
+        if arg == "--role" and index + 1 < len(argv):
+            role = argv[index + 1]
+        elif arg.startswith("--role="):
+            role = arg.removeprefix("--role=")
+    try:
+        environ["Q_CLUSTER_NAME"] = normalize_role(role or "")
+    except UnknownRole:
+        return
+
+
 def group_of(cluster: str) -> str | None:
     """The worker group a cluster serves (None for the driver)."""
     return cluster.removeprefix("worker-") if cluster.startswith("worker-") else None
