@@ -122,6 +122,10 @@ def _kill_tree(pid: int) -> None:
 
 class Command(BaseCommand):
     help = "Run one role's django-q2 cluster and its recovery loops."
+    # The system checks import every URLconf, admin and API module (0.4 s of a worker's
+    # start-up) and check what a worker never serves; `manage.py check --deploy` and the
+    # API server run them.
+    requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):
         parser.add_argument("--role", help="driver, chat, control or codex (or worker-<group>)")
