@@ -20,3 +20,5 @@ class JobsConfig(AppConfig):
             receipt_retention.checks.append(retention.check)  # `receipts verify`
         if dispatch.dispatch_created not in queue.on_commit_listeners:
             queue.on_commit_listeners.append(dispatch.dispatch_created)  # D-2
+        if not queue.joined_dispatch:
+            queue.joined_dispatch.append(dispatch.joined_promises)

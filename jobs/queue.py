@@ -59,7 +59,14 @@ from receipts.clock import now_ms as wall_clock_ms
 from receipts.core.canonical import CanonicalJSONError, check_json
 from receipts.core.chain import base36
 from receipts.errors import ExpectedPrevMismatch
-from receipts.store import NewStream, StreamHandle, append_new_streams, open_stream
+from receipts.store import (
+    Joined,
+    NewStream,
+    StreamHandle,
+    append_new_streams,
+    joins_statement,
+    open_stream,
+)
 
 SINGLETON_CANCEL_REASON = "singleton cancel"
 ABORT_REQUESTED_REASON = "abort requested"
@@ -67,8 +74,15 @@ MAX_AGENT_ID = 128
 MAX_SESSION_KEY = 255
 MAX_BY = 200
 
-# Listeners run after an enqueue commits (D-2: the dispatch pass wakes here).
-on_commit_listeners: list[Callable[[list[JobState]], None]] = []
+# Listeners run after an enqueue commits (D-2: the dispatch pass wakes here), with the
+# jobs it created and whether their deliveries were already opened by the enqueue's own
+# statement (`joined_dispatch`).
+on_commit_listeners: list[Callable[[list[JobState], bool], None]] = []
+# Set by the runtime where a new job's delivery can open in the enqueue's own statement
+# (PostgreSQL with the database broker: the promise row is the task, its wake-up a NOTIFY,
+# both delivered only on commit): for [(job id, lease ms)], (an INSERT with one JSON
+# parameter, that parameter). At most one.
+joined_dispatch: list[Callable[[list[tuple[str, int]]], tuple[str, str]]] = []
 # Listeners run after any job write commits, once per write: (type of the write's last
 # receipt, the job after the write, that receipt's body). A write may append several
 # receipts (a lease with its first heartbeat): listeners should read the job, not count
@@ -125,6 +139,7 @@ class EnqueueResult:
     created: bool
     steered: bool = False
     warnings: list[str] = field(default_factory=list)
+    dispatched: bool = False  # its delivery opened in the enqueue's own statement
 
 
 # ---- validation (nothing is written on a refusal) --------------------------------------
@@ -346,7 +361,7 @@ def enqueue_many(
         # Nothing to lock or decide: the store's own transaction (on PostgreSQL one
         # statement, outside a caller's transaction one round trip) is the whole write.
         fresh = _enqueue_fresh(requests, now)
-        _after_commit([r.job for r in fresh])
+        _after_commit(fresh)
         return fresh
     results: list[EnqueueResult] = []
     # Not pipelined: a taken id is caught here and redone under a savepoint, and statements
@@ -365,7 +380,7 @@ def enqueue_many(
         results += _enqueue_fresh(run, now)
         if organization is not None:
             _refuse_foreign_jobs(requests, results, organization)
-        _after_commit([r.job for r in results if r.created])
+        _after_commit(results)
     return results
 
 
@@ -376,10 +391,19 @@ def _plain(request: EnqueueRequest) -> bool:
     )
 
 
-def _after_commit(created: list[JobState]) -> None:
-    """D-2: the dispatch pass wakes once these jobs are committed (at once when they are)."""
-    if created and on_commit_listeners:
-        transaction.on_commit(lambda: [listener(created) for listener in on_commit_listeners])
+def _after_commit(results: list[EnqueueResult]) -> None:
+    """D-2: the dispatch pass wakes once the created jobs are committed (at once when they
+    are), told which of them the enqueue's statement dispatched."""
+    if not on_commit_listeners:
+        return
+    for dispatched in (True, False):
+        jobs = [r.job for r in results if r.created and r.dispatched is dispatched]
+        if jobs:
+            transaction.on_commit(
+                lambda jobs=jobs, dispatched=dispatched: [
+                    listener(jobs, dispatched) for listener in on_commit_listeners
+                ]
+            )
 
 
 def _refuse_foreign_session(index: int, request: EnqueueRequest, organization: str) -> None:
@@ -427,13 +451,19 @@ def _enqueue_fresh(requests: Sequence[EnqueueRequest], now: int) -> list[Enqueue
             "leaseMs": lease_ms_for(request.agent_id, request.payload, timing),
         }
         new.append(NewStream(job_stream(job_id), body, _enqueue_context(job_id, request)))
+    joined = _joined(new) if joined_dispatch and joins_statement(new) else None
     try:
-        handles = append_new_streams(new, now_ms=now)
+        handles = append_new_streams(new, now_ms=now, joined=joined)
     except ExpectedPrevMismatch:  # a generated id that exists (2^-48): rolled back, redo
         with transaction.atomic():
             return [_enqueue_locked(request, now) for request in requests]
     results = [
-        EnqueueResult(_state(handle), created=True, warnings=warnings_for(request.agent_id))
+        EnqueueResult(
+            _state(handle),
+            created=True,
+            warnings=warnings_for(request.agent_id),
+            dispatched=joined is not None,
+        )
         for handle, request in zip(handles, requests, strict=True)
     ]
     if mutation_listeners:
@@ -448,6 +478,14 @@ def _enqueue_fresh(requests: Sequence[EnqueueRequest], now: int) -> list[Enqueue
 
         transaction.on_commit(notify)
     return results
+
+
+def _joined(new: list[NewStream]) -> Joined:
+    """The new jobs' deliveries as rows of the enqueue's own statement, chunk by chunk."""
+    dispatch = joined_dispatch[0]
+    return lambda positions: dispatch(
+        [(new[p].body["jobId"], new[p].body["leaseMs"]) for p in positions]
+    )
 
 
 def _enqueue_locked(request: EnqueueRequest, now: int) -> EnqueueResult:

@@ -261,8 +261,13 @@ class NewStream:
     context: dict[str, Any] | None = None
 
 
+# A further data-modifying part of the statement that opens new streams: for the positions
+# (in `new`) of one chunk, (an INSERT with one JSON parameter, that parameter).
+Joined = Callable[[Sequence[int]], tuple[str, str]]
+
+
 def append_new_streams(
-    new: Sequence[NewStream], *, now_ms: int | None = None
+    new: Sequence[NewStream], *, now_ms: int | None = None, joined: Joined | None = None
 ) -> list[StreamHandle]:
     """Open many new streams, each with its first receipt, in a few statements (T-1).
 
@@ -279,18 +284,26 @@ def append_new_streams(
     holds the receipt with its positions (global seqs ascend in order), `cache` what the
     projector put there. The handles are closed: append to these streams again through
     `open_stream`.
+
+    `joined` (only where `joins_statement(new)`): rows of the caller's own that commit in
+    the receipts' statement, chunk by chunk. With it nothing falls back: a name that
+    exists raises ExpectedPrevMismatch with nothing written, and the caller goes its own
+    careful way.
     """
     if not new:
         return []
     started = time.perf_counter()
     ts = wall_clock_ms() if now_ms is None else now_ms
+    assert joined is None or joins_statement(new)
     try:
         if _at_once(new):
-            handles = _open_new_at_once(new, ts)
+            handles = _open_new_at_once(new, ts, joined)
         else:
             with transaction.atomic():
                 handles = _open_new(new, ts)
-    except (_Taken, ExpectedPrevMismatch, IntegrityError):
+    except (_Taken, ExpectedPrevMismatch, IntegrityError) as error:
+        if joined is not None:
+            raise ExpectedPrevMismatch(None, None) from error
         # a name exists (or comes twice): that attempt rolled back; go carefully
         with transaction.atomic():
             handles = _open_new_carefully(new, ts)
@@ -320,6 +333,11 @@ def _joining_projectors(names: Sequence[str]) -> dict[str, tuple[Any, list[int]]
     return groups
 
 
+def joins_statement(new: Sequence[NewStream]) -> bool:
+    """Whether `append_new_streams(new, joined=...)` can take rows of the caller's own."""
+    return _at_once(new)
+
+
 def _at_once(new: Sequence[NewStream]) -> bool:
     """On PostgreSQL, when the read models of these streams can join the receipts' own
     statement."""
@@ -329,7 +347,9 @@ def _at_once(new: Sequence[NewStream]) -> bool:
     )
 
 
-def _open_new_at_once(new: Sequence[NewStream], ts: int) -> list[StreamHandle]:
+def _open_new_at_once(
+    new: Sequence[NewStream], ts: int, joined: Joined | None
+) -> list[StreamHandle]:
     """PostgreSQL: the stream rows, the receipts and the read-model rows of new streams as
     one statement per chunk (`Writer.send_open_new`). One chunk outside a transaction is
     its own transaction: the whole append is one round trip (T-1). Inside one, a
@@ -339,14 +359,14 @@ def _open_new_at_once(new: Sequence[NewStream], ts: int) -> list[StreamHandle]:
     writer = Writer()
     try:
         if len(new) <= _CHUNK and not connection.in_atomic_block:
-            return _placed([_send_new(writer, new, ts, {})])
+            return _placed([_send_new(writer, new, 0, ts, {}, joined)])
         with transaction.atomic():
             if len(new) <= _CHUNK:
-                return _placed([_send_new(writer, new, ts, {})])
+                return _placed([_send_new(writer, new, 0, ts, {}, joined)])
             heads: dict[str, str] = {}
             with writer.pipeline():
                 sent = [
-                    _send_new(writer, new[start : start + _CHUNK], ts, heads)
+                    _send_new(writer, new[start : start + _CHUNK], start, ts, heads, joined)
                     for start in range(0, len(new), _CHUNK)
                 ]
             return _placed(sent)
@@ -355,11 +375,16 @@ def _open_new_at_once(new: Sequence[NewStream], ts: int) -> list[StreamHandle]:
 
 
 def _send_new(
-    writer: Writer, new: Sequence[NewStream], ts: int, heads: dict[str, str]
+    writer: Writer,
+    new: Sequence[NewStream],
+    start: int,
+    ts: int,
+    heads: dict[str, str],
+    joined: Joined | None,
 ) -> tuple[list[StreamHandle], Callable[[], dict[str, int]]]:
-    """Seal and project one chunk of new streams and send its statement: the handles, and
-    the function that reads the receipts' global seqs (inside `writer.pipeline()`, once
-    the pipeline has synced)."""
+    """Seal and project one chunk of new streams (from position `start` of the call's) and
+    send its statement: the handles, and the function that reads the receipts' global
+    seqs (inside `writer.pipeline()`, once the pipeline has synced)."""
     sealed = _seal_first(new, ts, heads)
     handles = [_handle(r, writer) for r in sealed]
     groups = _joining_projectors([r.stream for r in sealed]) or {}
@@ -367,6 +392,8 @@ def _send_new(
         projector.insert_new([(handles[p], handles[p].appended) for p in positions])
         for projector, positions in groups.values()
     ]
+    if joined is not None:
+        rows.append(joined(range(start, start + len(new))))
     return handles, writer.send_open_new(sealed, rows)
 
 

@@ -44,6 +44,17 @@ def _dispatch_thread_released_before_teardown(request: pytest.FixtureRequest) ->
     dispatch.OUTBOX.stop()
 
 
+@pytest.fixture
+def undispatched(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Enqueues leave every delivery to the after-commit dispatch pass, which never runs
+    inside a test's transaction: the jobs stay queued with no driver promise, as they are
+    on SQLite before the pass or after a crash (what redrive, diagnosis and the delivery
+    texts act on). On PostgreSQL a plain enqueue otherwise opens it in its statement."""
+    from jobs import queue
+
+    monkeypatch.setattr(queue, "joined_dispatch", [])
+
+
 def run_in_threads(count: int, target: Callable[[int], Any]) -> list[Any]:
     """Run `target(i)` in `count` threads released together; re-raise the first error.
 

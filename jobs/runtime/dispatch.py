@@ -10,6 +10,7 @@ generation `<jobId>:recovery:<g>`, at most 32.
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ from jobs.core.state import JobState
 from jobs.core.timing import TimingSettings, driver_timeout_ms
 from jobs.errors import JobsError
 from jobs.runtime import counters, outbox, promises, transport
+from jobs.runtime.promisebroker import CHANNEL
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 
@@ -147,13 +149,43 @@ OUTBOX = outbox.Outbox(dispatch_batch)
 atexit.register(OUTBOX.stop)
 
 
-def dispatch_created(jobs: list[JobState]) -> None:
-    """D-2: after an enqueue commits, wake the dispatch pass for the jobs it created.
+def dispatch_created(jobs: list[JobState], dispatched: bool) -> None:
+    """D-2: after an enqueue commits, wake the dispatch pass for the jobs it created; the
+    ones whose driver promises the enqueue's statement opened (`joined_promises`) only
+    need their task pushed, and with the database broker not even that.
 
     RECEIPT_DISPATCH=inline runs the pass in the caller instead (one process, no thread).
     """
     counters.incr("receipt_jobs_enqueued_total", len(jobs))
-    if settings.RECEIPT.dispatch_mode == "inline":
+    if dispatched:
+        for job in jobs:
+            transport.push_committed("driver", DRIVE_TASK, job.job_id)
+    elif settings.RECEIPT.dispatch_mode == "inline":
         dispatch_batch(jobs)
     else:
         OUTBOX.submit(jobs)
+
+
+def joined_promises(jobs: list[tuple[str, int]]) -> tuple[str, str]:
+    """The driver promises of new jobs, each under its job id (a fresh id has no delivery
+    yet: the first key of D-3), as a part of the enqueue's own statement: (INSERT with one
+    JSON parameter, that parameter). With the database broker the promise is the task and
+    the statement also wakes the driver cluster; both reach it only if the enqueue commits."""
+    now = wall_clock_ms()
+    default_lease_ms = TimingSettings.from_config(settings.RECEIPT).job_lease_ms
+    rows = [
+        {"i": job_id, "t": now + driver_timeout_ms(lease_ms or default_lease_ms), "n": now}
+        for job_id, lease_ms in jobs
+    ]
+    return _JOINED_PROMISES[transport.wakes_by_notify()], json.dumps(rows)
+
+
+_JOINED_PROMISES = {
+    wake: "INSERT INTO jobs_delivery_promise (id, function, job_id, attempt, target_group, "
+    "dispatch_key, state, timeout_at, created_at, available_at) "
+    "SELECT p.i, 'driver', p.i, NULL, 'driver', p.i, 'pending', p.t, p.n, p.n "
+    "FROM json_to_recordset(%s::json) AS p(i text, t bigint, n bigint)"
+    + (f", (SELECT pg_notify('{CHANNEL}', 'driver')) AS wake" if wake else "")
+    + " ON CONFLICT (id) DO NOTHING"
+    for wake in (True, False)
+}

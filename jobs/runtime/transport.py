@@ -41,6 +41,20 @@ def send(cluster: str, func: str, *args: Any) -> None:
     transaction.on_commit(lambda: async_task(func, *args, q_options=options))
 
 
+def wakes_by_notify() -> bool:
+    """The database broker on PostgreSQL: a cluster is woken by `pg_notify`."""
+    return bool(settings.Q_CLUSTER.get("orm")) and connection.vendor == "postgresql"
+
+
+def push_committed(cluster: str, func: str, *args: Any) -> None:
+    """The task of a promise that has committed: nothing to push with the database broker
+    (the promise row is the task); to Redis at once."""
+    if cluster not in CLUSTERS:
+        raise ValueError(f"unknown cluster {cluster!r}")
+    if not settings.Q_CLUSTER.get("orm"):
+        async_task(func, *args, q_options={"cluster": cluster, "broker": _broker(cluster)})
+
+
 def _wake(cluster: str) -> None:
     """One notification per cluster per transaction (a driver pass opens many promises)."""
     if connection.vendor != "postgresql":

@@ -183,6 +183,7 @@ def sandbox(world: World) -> Iterator[None]:
                 )
             )
         stack.enter_context(_emptied(queue.on_commit_listeners))
+        stack.enter_context(_emptied(queue.joined_dispatch))
         stack.enter_context(_emptied(queue.mutation_listeners))
         stack.enter_context(_quiet_logs())
         yield

@@ -14,7 +14,7 @@ from receipts import store
 from receipts.models import Receipt as ReceiptRow
 from tests.integration.admin.conftest import CHANGELIST, NOW, enqueue, job_url, text, words
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("undispatched")]
 
 
 def receipts(job_id: str):

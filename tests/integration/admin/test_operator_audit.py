@@ -20,7 +20,7 @@ from jobs.models import DeliveryPromise, Job
 from receipts import audit, store
 from tests.integration.admin.conftest import CHANGELIST, NOW, enqueue, job_url, words
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("undispatched")]
 
 
 def actions(job_id: str) -> list[dict]:

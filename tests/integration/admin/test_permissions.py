@@ -12,7 +12,7 @@ from jobs.models import DeliveryPromise, Job
 from receipts import store
 from tests.integration.admin.conftest import CHANGELIST, NOW, enqueue, grant, job_url, text
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("undispatched")]
 DASHBOARD = "/admin/jobs/job/dashboard/"
 DASHBOARD_JSON = "/admin/jobs/job/dashboard.json"
 

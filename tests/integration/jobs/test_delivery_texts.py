@@ -13,7 +13,7 @@ from receipts import store
 from tests.integration.jobs.helpers import assert_read_model_matches_receipts, payload
 from tests.support import present
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("undispatched")]
 T0 = 1_800_000_000_000
 
 

@@ -8,7 +8,7 @@ from jobs.models import DeliveryPromise
 from jobs.runtime import dispatch, processes
 from tests.integration.jobs.helpers import payload
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("undispatched")]
 NOW = 2_000_000_000_000
 
 

@@ -204,7 +204,9 @@ def test_outside_a_transaction_plain_jobs_commit_on_their_own_and_a_taken_id_fal
     heard: list[str] = []
     monkeypatch.setattr(queue, "secrets", Randomness())
     monkeypatch.setattr(
-        queue, "on_commit_listeners", [lambda jobs: heard.extend(j.job_id for j in jobs)]
+        queue,
+        "on_commit_listeners",
+        [lambda jobs, dispatched: heard.extend(j.job_id for j in jobs)],
     )
     taken = f"{base36(T0)}-{Randomness().token_hex(6)}"  # the first id the batch will draw
     queue.enqueue("factory", payload(), job_id=taken, now_ms=T0)
@@ -248,7 +250,9 @@ def test_listeners_hear_every_created_job_after_commit(monkeypatch):
         [lambda kind, job, body: heard.append((kind, job.job_id, body["jobId"]))],
     )
     monkeypatch.setattr(
-        queue, "on_commit_listeners", [lambda jobs: batches.append([j.job_id for j in jobs])]
+        queue,
+        "on_commit_listeners",
+        [lambda jobs, dispatched: batches.append([j.job_id for j in jobs])],
     )
     with transaction.atomic():
         results = queue.enqueue_many(
@@ -266,14 +270,23 @@ def test_listeners_hear_every_created_job_after_commit(monkeypatch):
     created = [r.job.job_id for r in results if r.created]
     assert len(created) == 5
     assert heard == [("job.enqueued", j, j) for j in created]
-    assert batches == [created]
+    # one call per kind: the jobs whose statement opened their deliveries, then the rest
+    assert batches == [
+        [r.job.job_id for r in results if r.created and r.dispatched is kind]
+        for kind in (True, False)
+        if any(r.created and r.dispatched is kind for r in results)
+    ]
+    assert sorted(j for batch in batches for j in batch) == sorted(created)
+    assert any(r.dispatched for r in results) is (connection.vendor == "postgresql")
 
 
 @pytest.mark.django_db(transaction=True)
 def test_listeners_hear_nothing_when_the_batch_rolls_back(monkeypatch):
     heard: list[str] = []
     monkeypatch.setattr(queue, "mutation_listeners", [lambda kind, job, body: heard.append(kind)])
-    monkeypatch.setattr(queue, "on_commit_listeners", [lambda jobs: heard.append("batch")])
+    monkeypatch.setattr(
+        queue, "on_commit_listeners", [lambda jobs, dispatched: heard.append("batch")]
+    )
     with pytest.raises(RuntimeError), transaction.atomic():
         queue.enqueue_many([plain(0), plain(1)], now_ms=T0)
         raise RuntimeError("caller failed")
@@ -291,7 +304,80 @@ def promise_inserts(queries: CaptureQueriesContext) -> int:
     )
 
 
-def test_dispatch_opens_one_driver_promise_per_created_job_with_one_insert(monkeypatch):
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("n", [1, 300])
+def test_a_plain_enqueue_opens_its_jobs_deliveries_in_its_own_statement_on_postgres(monkeypatch, n):
+    """D-2 on PostgreSQL with the database broker: the driver promise of each new job (the
+    broker's task) commits with its receipt in the enqueue's statement, one per chunk;
+    the listeners hear the jobs as dispatched, so no dispatch pass runs for them. SQLite
+    leaves them to the pass."""
+    heard: list[tuple[list[str], bool]] = []
+    monkeypatch.setattr(queue, "mutation_listeners", [])  # the ledger's own writes
+    monkeypatch.setattr(
+        queue,
+        "on_commit_listeners",
+        [lambda jobs, dispatched: heard.append(([j.job_id for j in jobs], dispatched))],
+    )
+    with CaptureQueriesContext(connection) as queries:
+        results = queue.enqueue_many([plain(i) for i in range(n)], now_ms=T0)
+    created = [r.job.job_id for r in results]
+    joined = connection.vendor == "postgresql"
+    assert heard == [(created, joined)] and all(r.dispatched is joined for r in results)
+    assert promise_inserts(queries) == 0  # no separate promise statement either way
+    rows = {p.id: p for p in DeliveryPromise.objects.all()}
+    if not joined:
+        assert rows == {}
+        return
+    assert set(rows) == set(created)
+    with connection.cursor() as cursor:  # written by one transaction: the enqueue's own
+        cursor.execute(
+            "SELECT count(DISTINCT x) FROM (SELECT xmin::text AS x FROM jobs_delivery_promise "
+            "UNION ALL SELECT xmin::text FROM receipt_receipt WHERE stream LIKE 'jobs/%%' "
+            "UNION ALL SELECT xmin::text FROM jobs_job) AS t"
+        )
+        assert cursor.fetchone()[0] == 1
+    for result in results:
+        p, job = rows[result.job.job_id], result.job
+        assert (p.function, p.job_id, p.attempt, p.target_group, p.dispatch_key, p.state) == (
+            "driver",
+            job.job_id,
+            None,
+            "driver",
+            job.job_id,
+            "pending",
+        )
+        assert p.timeout_at - p.created_at == driver_timeout_ms(present(job.lease_ms))
+        assert p.available_at == p.created_at
+    dispatch.dispatch_batch([results[0].job])  # a later pass finds the delivery under way
+    assert DeliveryPromise.objects.count() == n
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_joined_delivery_is_rolled_back_with_its_enqueue():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        results = queue.enqueue_many([plain(0), plain(1)], now_ms=T0)
+        assert all(r.dispatched for r in results) is (connection.vendor == "postgresql")
+        raise RuntimeError("caller failed")
+    assert Job.objects.count() == 0 and DeliveryPromise.objects.count() == 0
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_joined_enqueue_whose_id_is_taken_falls_back_to_the_dispatch_pass(monkeypatch):
+    heard: list[bool] = []
+    monkeypatch.setattr(queue, "secrets", Randomness())
+    monkeypatch.setattr(queue, "on_commit_listeners", [lambda jobs, d: heard.append(d)])
+    taken = f"{base36(T0)}-{Randomness().token_hex(6)}"
+    queue.enqueue("factory", payload(), job_id=taken, now_ms=T0)
+    heard.clear()
+    result = queue.enqueue_many([plain(0)], now_ms=T0)[0]
+    assert result.created and not result.dispatched and heard == [False]
+    assert DeliveryPromise.objects.count() == 0  # the pass (not running here) owns it
+
+
+def test_dispatch_opens_one_driver_promise_per_created_job_with_one_insert(
+    monkeypatch, undispatched
+):
     sent: list[tuple] = []
     monkeypatch.setattr(dispatch.transport, "send", lambda *args: sent.append(args))
     jobs = [r.job for r in queue.enqueue_many([plain(i) for i in range(30)], now_ms=T0)]
@@ -314,7 +400,7 @@ def test_dispatch_opens_one_driver_promise_per_created_job_with_one_insert(monke
         assert p.timeout_at - p.created_at == driver_timeout_ms(present(job.lease_ms))
 
 
-def test_dispatch_of_a_job_whose_key_exists_goes_through_start_driver(monkeypatch):
+def test_dispatch_of_a_job_whose_key_exists_goes_through_start_driver(monkeypatch, undispatched):
     sent: list[str] = []
     monkeypatch.setattr(dispatch.transport, "send", lambda cluster, func, pid: sent.append(pid))
     settled, pending, fresh = (
@@ -333,7 +419,7 @@ def test_dispatch_of_a_job_whose_key_exists_goes_through_start_driver(monkeypatc
 
 
 @pytest.mark.postgres_only
-def test_dispatch_wakes_the_driver_cluster_once_per_transaction():
+def test_dispatch_wakes_the_driver_cluster_once_per_transaction(undispatched):
     jobs = [r.job for r in queue.enqueue_many([plain(i) for i in range(20)], now_ms=T0)]
     with CaptureQueriesContext(connection) as queries:
         dispatch.dispatch_batch(jobs)

@@ -147,3 +147,52 @@ def test_edited_values_do_not_agree(sealed, stored):
 @given(json_values)
 def test_every_value_agrees_with_its_own_json_round_trip(value):
     assert same_json(json.loads(canonical_json(value)), value)
+
+
+def _nested(depth: int, leaf: Any) -> Any:
+    value = leaf
+    for level in range(depth):
+        value = {"n": value} if level % 2 else [value]
+    return value
+
+
+class Text(str):
+    pass
+
+
+@pytest.mark.parametrize("max_depth", [None, 0, 1, 3, 80])
+@pytest.mark.parametrize(
+    "value",
+    [
+        _nested(3, 1),
+        _nested(3, []),
+        _nested(4, "x"),
+        _nested(70, 1),  # past the quick pass's reach: the careful pass decides
+        _nested(2, math.nan),
+        _nested(2, (1, 2)),
+        {"k": Text("a str subclass is JSON")},
+        {"a": [1, 2.5, None, True, {"b": {}}]},
+        [{1: "int key"}],
+    ],
+)
+def test_the_quick_pass_decides_exactly_as_the_careful_one(value, max_depth):
+    """S-2: `check_json` walks the common case quickly and anything else carefully; either
+    way it accepts and refuses (with the path) exactly what the careful walk alone would."""
+    from receipts.core import canonical
+
+    def outcome(check) -> str | None:
+        try:
+            check()
+        except CanonicalJSONError as error:
+            return str(error)
+        return None
+
+    careful = outcome(lambda: canonical._check(value, "$", set(), 0, max_depth))
+    assert outcome(lambda: check_json(value, max_depth=max_depth)) == careful
+
+
+@given(json_values)
+def test_the_quick_pass_accepts_every_plain_value(value):
+    from receipts.core import canonical
+
+    assert canonical._plain(value, 0, 64)
