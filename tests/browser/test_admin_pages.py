@@ -56,6 +56,9 @@ def test_job_page_timeline_time_travel_and_abort(page: Page, admin_user):
     expect(rows).to_have_count(1)
     expect(rows.first.locator(".rcpt-badge-ok")).to_have_attribute("title", "verified")
     expect(rows.first.locator(".rcpt-type")).to_have_text("job.enqueued")
+    # The live refresh has joined the stream and finished its first fetch.
+    expect(page.locator("#rcpt-live-status")).to_have_text("live")
+    expect(page.locator("#rcpt-job")).not_to_have_attribute("aria-busy", "true")
 
     rows.first.get_by_role("link", name="state here").click()
     state = page.locator("#state")

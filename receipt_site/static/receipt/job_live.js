@@ -28,7 +28,9 @@
   function swapAll(doc, selector) {
     document.querySelectorAll(selector).forEach(function (el) {
       var fresh = doc.getElementById(el.id);
-      if (!fresh) { return; }
+      // An unchanged section keeps its nodes: replacing them under the pointer would turn a
+      // click that lands mid-swap into a click on nothing.
+      if (!fresh || fresh.innerHTML === el.innerHTML) { return; }
       var keys = openKeys(el);
       el.innerHTML = fresh.innerHTML;
       el.querySelectorAll("details[data-key]").forEach(function (d) {
@@ -81,6 +83,7 @@
     }
     if (inflight) { again = true; return; }
     inflight = true;
+    root.setAttribute("aria-busy", "true");
     lastFetch = Date.now();
     var last = settling;  // started after the job settled: the page's final state
     fetch(window.location.href, { credentials: "same-origin", headers: { "Accept": "text/html" } })
@@ -92,6 +95,7 @@
       })
       .then(function () {
         inflight = false;
+        root.removeAttribute("aria-busy");
         if (again && !settled) { again = false; refresh(); }
       });
   }
