@@ -5,7 +5,6 @@ to the routed worker group. It never leases: leasing belongs to the worker.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from django.conf import settings
@@ -17,11 +16,9 @@ from jobs.core.state import Fence, JobState
 from jobs.core.timing import TimingSettings
 from jobs.runtime import callbacks, counters, faults, promises, transport
 from jobs.runtime.roles import cluster_for_group
-from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.writer import pipelined
 
-logger = logging.getLogger("receipt.delivery")
 EXECUTE_TASK = "jobs.runtime.tasks.execute"
 STALE_LEASE_ERROR = "stale active job lost execution; retrying through driver"
 
@@ -76,11 +73,18 @@ def _open_many(
     batch: list[tuple[promises.PromiseView, JobState]], now: int
 ) -> list[dict[str, Any]]:
     default_lease = TimingSettings.from_config(settings.RECEIPT).job_lease_ms
-    new, routes = [], {}
+    new, routes, execute_known = [], {}, {}
     for view, job in batch:
         group = routed_group(job.agent_id, job.kind)
         execute_id = execute_promise_id(job.job_id, job.attempt + 1, view.id)
         routes[view.id] = (execute_id, group)
+        # what a worker would otherwise read back (the database broker's take returns it)
+        execute_known[execute_id] = {
+            "job_id": job.job_id,
+            "attempt": job.attempt + 1,
+            "dispatch_key": view.dispatch_key,
+            "target_group": group,
+        }
         new.append(
             promises.NewPromise(
                 execute_id,
@@ -97,7 +101,9 @@ def _open_many(
         opened = promises.create_many(new, now_ms=now)
         for execute_id, group in sorted(routes.values()):
             if execute_id in opened:  # a wake-up per cluster and transaction on the database
-                transport.send(cluster_for_group(group), EXECUTE_TASK, execute_id)
+                transport.send(
+                    cluster_for_group(group), EXECUTE_TASK, execute_id, **execute_known[execute_id]
+                )
         settled = []
         for view, _ in batch:
             execute_id = routes[view.id][0]
@@ -147,7 +153,7 @@ def _drive(promise_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
         if canceled.applied:  # the cancel recorded its callback: try it now
             callbacks.deliver_jobs([job.job_id], now_ms=now)
         return {"status": "canceled", "jobId": job.job_id}
-    return _open_execute(promise_id, job, now)
+    return _open_many([(promise, job)], now)[0]
 
 
 def _drive_leased(promise_id: str, job: JobState, now: int) -> dict[str, Any]:
@@ -162,52 +168,3 @@ def _drive_leased(promise_id: str, job: JobState, now: int) -> dict[str, Any]:
         return {"status": "stale_lease_failed", "jobId": job.job_id}
     promises.settle(promise_id, "resolved", now_ms=now, result={"status": "already_running"})
     return {"status": "already_running", "jobId": job.job_id}
-
-
-def _open_execute(promise_id: str, job: JobState, now: int) -> dict[str, Any]:
-    group = routed_group(job.agent_id, job.kind)
-    attempt = job.attempt + 1
-    execute_id = execute_promise_id(job.job_id, attempt, promise_id)
-    lease_ms = job.lease_ms or TimingSettings.from_config(settings.RECEIPT).job_lease_ms
-    promise = promises.get(promise_id, now_ms=now)
-    assert promise is not None
-    with transaction.atomic():
-        opened = promises.create(
-            promise_id=execute_id,
-            function="execute",
-            job_id=job.job_id,
-            attempt=attempt,
-            target_group=group,
-            dispatch_key=promise.dispatch_key,
-            timeout_ms=lease_ms,
-            now_ms=now,
-        )
-        if opened:
-            transport.send(cluster_for_group(group), EXECUTE_TASK, execute_id)
-        promises.settle(
-            promise_id,
-            "resolved",
-            now_ms=now,
-            result={
-                "status": "dispatched" if opened else "already_dispatched",
-                "execute": execute_id,
-            },
-        )
-        if opened:  # D-8: with the execute promise, so a crash below loses no callback
-            callbacks.record([("dispatched", job, now)])
-    faults.crash("driver_after_execute_sent")
-    if opened:
-        callbacks.deliver_jobs([job.job_id], now_ms=now)
-        log_event(
-            logger,
-            "delivery.dispatched",
-            f"{job.job_id} attempt {attempt} -> {group}",
-            level=logging.DEBUG,
-            jobId=job.job_id,
-            group=group,
-        )
-    return {
-        "status": "dispatched" if opened else "already_dispatched",
-        "jobId": job.job_id,
-        "execute": execute_id,
-    }

@@ -160,7 +160,12 @@ class PromiseBroker(Broker):
             self._pack(
                 EXECUTE,
                 (row[0],),
-                {"job_id": row[1], "attempt": row[2], "dispatch_key": row[3], "group": self.group},
+                {
+                    "job_id": row[1],
+                    "attempt": row[2],
+                    "dispatch_key": row[3],
+                    "target_group": self.group,
+                },
             )
             for row in rows
         ]

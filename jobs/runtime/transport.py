@@ -31,14 +31,15 @@ def _broker(cluster: str) -> Any:  # one Redis client per cluster per process
     return get_broker(cluster)
 
 
-def send(cluster: str, func: str, *args: Any) -> None:
+def send(cluster: str, func: str, *args: Any, **kwargs: Any) -> None:
+    """`kwargs` travel with a Redis task only (the database broker's take reads its own)."""
     if cluster not in CLUSTERS:
         raise ValueError(f"unknown cluster {cluster!r}")
     if settings.Q_CLUSTER.get("orm"):
         _wake(cluster)
         return
     options: dict[str, Any] = {"cluster": cluster, "broker": _broker(cluster)}
-    transaction.on_commit(lambda: async_task(func, *args, q_options=options))
+    transaction.on_commit(lambda: async_task(func, *args, q_options=options, **kwargs))
 
 
 def wakes_by_notify() -> bool:

@@ -65,10 +65,12 @@ def execute(
     job_id: str | None = None,
     attempt: int | None = None,
     dispatch_key: str | None = None,
-    group: str | None = None,
+    target_group: str | None = None,
 ) -> dict[str, Any]:
-    """Run one execute promise. The database broker passes what it read with the take;
-    other brokers pass only the id and the promise is read here."""
+    """Run one execute promise. The database broker passes what it read with the take, the
+    driver what it knew with a Redis task; a task without them (sent by an older release)
+    has its promise read here."""
+    group = target_group  # not `group`: django-q2 takes that keyword for its own
     if job_id is None or attempt is None or dispatch_key is None or group is None:
         known = promises.read_execute(promise_id)
         if known is None:

@@ -61,8 +61,9 @@ class Broker:
             self.queues[cluster_for_group(group)] = []
         self.sent = 0
 
-    def send(self, cluster: str, func: str, *args: Any) -> None:
-        """Drop-in for `transport.send`: same validation, delivery into a simulated queue."""
+    def send(self, cluster: str, func: str, *args: Any, **known: Any) -> None:
+        """Drop-in for `transport.send`: same validation, delivery into a simulated queue
+        (the worker reads the promise itself, so what the sender `known` is not kept)."""
         if cluster not in transport.CLUSTERS:
             raise ValueError(f"unknown cluster {cluster!r}")
         if func not in (DRIVE_TASK, EXECUTE_TASK) or len(args) != 1:
