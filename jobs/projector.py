@@ -22,6 +22,7 @@ from jobs.core.vocabulary import JOB_STREAM_PREFIX, job_id_from_stream
 from jobs.core.wire import job_from_wire, job_to_wire
 from jobs.models import Job
 from jobs.runtime import callbacks
+from receipts.core import wire_json
 from receipts.core.chain import Receipt
 from receipts.projection import RowProjector
 from receipts.store import StreamHandle
@@ -126,7 +127,7 @@ class JobProjector(RowProjector[JobState]):
             if after is not None:
                 rows.append(row_for(after))
         keys = tuple(rows[0]) if rows else ("id",)  # no job (J-3): inserts nothing
-        return _insert_sql("postgresql", keys), json.dumps(rows)
+        return _insert_sql("postgresql", keys), wire_json.dumps(rows)
 
 
 _CHUNK = 250  # new rows per INSERT (14 variables each on SQLite, under its 32766)
@@ -158,7 +159,7 @@ def _insert(rows: list[dict[str, Any]]) -> None:
 
         connection.ensure_connection()
         with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-            cursor.execute(sql, [json.dumps(rows)], prepare=True)
+            cursor.execute(sql, [wire_json.dumps(rows)], prepare=True)
         return
     values = [value for row in rows for value in _values(row, keys)]
     one = f"({', '.join(['%s'] * len(keys))})"
@@ -172,8 +173,9 @@ _JSON_KEYS = frozenset(
 
 
 def _values(row: dict[str, Any], keys: Sequence[str]) -> list[Any]:
-    """Column values as Django's JSONField would send them."""
-    return [json.dumps(row[k]) if k in _JSON_KEYS else row[k] for k in keys]
+    """Column values, JSON columns as JSON text (any valid text of the value: Django's
+    JSONField reads it back the same)."""
+    return [wire_json.dumps(row[k]) if k in _JSON_KEYS else row[k] for k in keys]
 
 
 @cache

@@ -14,7 +14,6 @@ Opening many new streams at once (`create_streams`, `write_first`, or both as
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -22,6 +21,7 @@ from typing import Any
 
 from django.db import IntegrityError, connection
 
+from receipts.core import wire_json
 from receipts.core.chain import Receipt
 from receipts.errors import ExpectedPrevMismatch
 
@@ -104,7 +104,7 @@ MAX_PARAMS = 32766
 
 
 def _dump(value: Any) -> str | None:
-    return None if value is None else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return None if value is None else wire_json.dumps(value)
 
 
 def chunks(items: Sequence[Any], width: int) -> list[Sequence[Any]]:
@@ -114,7 +114,7 @@ def chunks(items: Sequence[Any], width: int) -> list[Sequence[Any]]:
 
 
 def _json(rows: list[dict[str, Any]]) -> str:
-    return json.dumps(rows, ensure_ascii=False, separators=(",", ":"))
+    return wire_json.dumps(rows)
 
 
 def _streams_json(receipts: Sequence[Receipt]) -> str:

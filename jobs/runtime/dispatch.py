@@ -10,7 +10,6 @@ generation `<jobId>:recovery:<g>`, at most 32.
 from __future__ import annotations
 
 import atexit
-import json
 import logging
 from dataclasses import dataclass
 
@@ -25,6 +24,7 @@ from jobs.runtime import counters, outbox, promises, transport
 from jobs.runtime.promisebroker import CHANNEL
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
+from receipts.core import wire_json
 
 logger = logging.getLogger("receipt.delivery")
 MAX_GENERATIONS = 32
@@ -177,7 +177,7 @@ def joined_promises(jobs: list[tuple[str, int]]) -> tuple[str, str]:
         {"i": job_id, "t": now + driver_timeout_ms(lease_ms or default_lease_ms), "n": now}
         for job_id, lease_ms in jobs
     ]
-    return _JOINED_PROMISES[transport.wakes_by_notify()], json.dumps(rows)
+    return _JOINED_PROMISES[transport.wakes_by_notify()], wire_json.dumps(rows)
 
 
 _JOINED_PROMISES = {

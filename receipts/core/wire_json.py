@@ -1,0 +1,21 @@
+"""JSON text sent to the database as a statement's parameter (receipt bodies, rows of a
+set-based insert). Any valid JSON text of the value will do there, so the fast encoder
+writes it; what it refuses (integers past 64 bits, lone surrogates, non-string keys)
+goes through `json` as before. Never used for a hash: that text is
+`canonical.canonical_json`'s. Callers pass values already checked as JSON (finite
+numbers): orjson would write NaN as null where json writes a token the database
+refuses."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+
+
+def dumps(value: Any) -> str:
+    try:
+        return orjson.dumps(value).decode()
+    except (orjson.JSONEncodeError, TypeError):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
