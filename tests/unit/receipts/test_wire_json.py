@@ -34,4 +34,3 @@ def test_any_json_value_reads_back_equal(value):
 )
 def test_what_the_fast_encoder_refuses_is_written_as_json_writes_it(value):
     assert wire_json.dumps(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
