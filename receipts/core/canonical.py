@@ -14,6 +14,8 @@ import json
 import math
 from typing import Any
 
+import orjson
+
 JSONValue = Any  # recursive JSON aliases are not worth mypy's trouble here
 
 
@@ -28,40 +30,46 @@ class CanonicalJSONError(ValueError):
 
 # Nesting the quick pass walks before it hands over to the careful one (which finds cycles).
 _QUICK_DEPTH = 64
+# What the quick pass found: look carefully, plain JSON without a float, plain with one.
+_CAREFUL, _NO_FLOATS, _FLOATS = 0, 1, 2
 
 
 def check_json(value: JSONValue, *, path: str = "$", max_depth: int | None = None) -> None:
     """Raise CanonicalJSONError unless `value` is plain JSON (dict/list/str/int/float/bool/None)."""
     limit = _QUICK_DEPTH if max_depth is None else min(max_depth, _QUICK_DEPTH)
-    if not _plain(value, 0, limit):  # anything unusual: the careful pass names it
+    if _plain(value, 0, limit) == _CAREFUL:  # anything unusual: the careful pass names it
         _check(value, path, set(), 0, max_depth)
 
 
-def _plain(value: Any, depth: int, limit: int) -> bool:
+def _plain(value: Any, depth: int, limit: int) -> int:
     """The common case at a fraction of `_check`'s cost (every receipt is checked): exact
     JSON types only, no paths built, no cycle bookkeeping (the depth bounds the walk).
-    False means "look carefully", not "invalid": subclasses and deep values land there."""
+    _CAREFUL means "look carefully", not "invalid": subclasses and deep values land there."""
     kind = type(value)
     if kind is str or kind is int or kind is bool or value is None:
-        return True
+        return _NO_FLOATS
     if kind is float:
-        return math.isfinite(value)
+        return _FLOATS if math.isfinite(value) else _CAREFUL
     if kind is dict:
         items: Any = value.values()
         if any(type(key) is not str for key in value):
-            return False
+            return _CAREFUL
     elif kind is list:
         items = value
     else:
-        return False
+        return _CAREFUL
     if depth >= limit:
-        return not items  # its members would be one level too deep
+        return _CAREFUL if items else _NO_FLOATS  # its members would be one level too deep
+    found = _NO_FLOATS
     for item in items:
         kind = type(item)
-        scalar = kind is str or kind is int or kind is bool or item is None
-        if not scalar and not _plain(item, depth + 1, limit):
-            return False
-    return True
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        code = _plain(item, depth + 1, limit)
+        if code == _CAREFUL:
+            return _CAREFUL
+        found = max(found, code)
+    return found
 
 
 def _check(value: Any, path: str, seen: set[int], depth: int, max_depth: int | None) -> None:
@@ -99,8 +107,19 @@ def _check(value: Any, path: str, seen: set[int], depth: int, max_depth: int | N
 
 
 def canonical_json(value: JSONValue) -> str:
-    """The canonical text of `value` (checked first, see module docstring)."""
-    check_json(value)
+    """The canonical text of `value` (checked first, see module docstring). Without a
+    float, orjson writes it: for such values its sorted, unescaped text is byte for byte
+    json's (tested over generated values), several times faster. Floats (whose spelling
+    differs: `1e+16` against `1e16`), integers past 64 bits and lone surrogates, which
+    orjson refuses, take json."""
+    found = _plain(value, 0, _QUICK_DEPTH)
+    if found == _CAREFUL:
+        _check(value, "$", set(), 0, None)
+    elif found == _NO_FLOATS:
+        try:
+            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+        except (orjson.JSONEncodeError, TypeError):
+            pass
     return json.dumps(
         value,
         sort_keys=True,

@@ -31,6 +31,13 @@ json_values = st.recursive(
 )
 
 
+def _nested_list(depth: int) -> Any:
+    value: Any = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
 def reference(value):
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
@@ -39,6 +46,40 @@ def reference(value):
 
 @given(json_values)
 def test_canonical_form_is_exactly_the_reference_dumps(value):
+    assert canonical_json(value) == reference(value)
+
+
+# Without floats the fast encoder writes the canonical text: every code point but the
+# surrogates (control characters, U+2028, astral), keys sorted by code point, any integer.
+float_free = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.integers(min_value=2**62, max_value=2**66)
+    | st.text(st.characters(exclude_categories=["Cs"])),
+    lambda children: st.lists(children, max_size=5)
+    | st.dictionaries(st.text(st.characters(exclude_categories=["Cs"])), children, max_size=5),
+    max_leaves=30,
+)
+
+
+@given(float_free)
+def test_float_free_values_written_by_the_fast_encoder_are_the_reference_text(value):
+    assert canonical_json(value) == reference(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"lone": "\ud800"},  # the fast encoder refuses it; the text keeps it (seal refuses)
+        {"\udfff": 1},
+        [2**64, -(2**63) - 1, 2**63],
+        {"deep": _nested_list(63)},
+        {"deeper": _nested_list(70)},
+        {"\x00\x1f\x7f\u2028\u2029": '\b\f\n\r\t"\\/'},
+    ],
+)
+def test_what_the_fast_encoder_refuses_or_never_sees_is_still_the_reference_text(value):
     assert canonical_json(value) == reference(value)
 
 
