@@ -10,7 +10,6 @@ after its commit (the durable ledger W-3 and objective reconciliation O-8 follow
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 from collections.abc import Callable, Iterator, Sequence
@@ -56,8 +55,10 @@ from jobs.models import Job
 from jobs.projector import CACHE_KEY, load_state, state_from_rows, state_read
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
+from receipts.core import wire_json
 from receipts.core.canonical import CanonicalJSONError, check_json
 from receipts.core.chain import base36
+from receipts.core.storable import first_unstorable
 from receipts.errors import ExpectedPrevMismatch
 from receipts.store import (
     Joined,
@@ -175,7 +176,13 @@ def check_payload_size(payload: Any) -> None:
         check_json(payload, path="$.payload", max_depth=config.max_json_depth)
     except CanonicalJSONError as error:
         raise InvalidRequest("invalid_payload", str(error)) from None
-    size = len(json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+    try:
+        size = len(wire_json.dumps(payload).encode("utf-8"))
+    except UnicodeEncodeError:  # the API refuses these at parse; an in-process caller here
+        where, reason = first_unstorable(payload, "$.payload") or ("$.payload", "")
+        raise InvalidRequest(
+            "invalid_payload", f"{reason or 'lone surrogate'} at {where}"
+        ) from None
     if size > config.max_payload_bytes:
         raise InvalidRequest(
             "payload_too_large", f"payload is {size} bytes; the limit is {config.max_payload_bytes}"

@@ -51,15 +51,18 @@ def _plain(value: Any, depth: int, limit: int) -> int:
     if kind is float:
         return _FLOATS if math.isfinite(value) else _CAREFUL
     if kind is dict:
-        items: Any = value.values()
-        if any(type(key) is not str for key in value):
-            return _CAREFUL
-    elif kind is list:
-        items = value
-    else:
+        for key in value:  # a loop, not any(): no generator per object
+            if type(key) is not str:
+                return _CAREFUL
+        return _members(value.values(), depth, limit) if value else _NO_FLOATS
+    if kind is list:
+        return _members(value, depth, limit) if value else _NO_FLOATS
+    return _CAREFUL
+
+
+def _members(items: Any, depth: int, limit: int) -> int:
+    if depth >= limit:  # its members would be one level too deep
         return _CAREFUL
-    if depth >= limit:
-        return _CAREFUL if items else _NO_FLOATS  # its members would be one level too deep
     found = _NO_FLOATS
     for item in items:
         kind = type(item)

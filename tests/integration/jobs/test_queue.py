@@ -79,6 +79,8 @@ def test_max_attempts_is_clamped_to_1_through_8(given, stored):
         ({"job_id": "has space"}, "invalid_job_id"),
         ({"agent_id": ""}, "invalid_agent_id"),
         ({"payload": payload(blob="x" * 1_100_000)}, "payload_too_large"),
+        ({"payload": payload(notes=["ok", "lone \ud800 surrogate"])}, "invalid_payload"),
+        ({"payload": payload(**{"\udfff key": 1})}, "invalid_payload"),
     ],
 )
 def test_bad_enqueues_are_refused_and_write_nothing(options, code):
@@ -87,6 +89,13 @@ def test_bad_enqueues_are_refused_and_write_nothing(options, code):
     assert caught.value.code == code
     assert Job.objects.count() == 0
     assert store.list_streams("jobs/") == []
+
+
+def test_a_lone_surrogate_in_process_is_refused_with_its_path():
+    """Q-3: the API refuses it while parsing; an in-process caller gets the same kind of
+    answer (not an encoding error) with where the bad string is."""
+    with pytest.raises(InvalidRequest, match=r"lone surrogate.* at \$\.payload\.notes\[1\]"):
+        enqueue(payload=payload(notes=["ok", "lone \ud800 surrogate"]))
 
 
 def test_unknown_kind_error_lists_the_nine_kinds():
