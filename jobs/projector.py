@@ -47,7 +47,7 @@ def row_for(state: JobState) -> dict[str, Any]:
         "lease_until": state.lease_until,
         "created_at": state.created_at,
         "updated_at": state.updated_at,
-        "state": job_to_wire(state),
+        "state": job_to_wire(state, share=True),  # written as JSON text at once
     }
 
 

@@ -23,20 +23,26 @@ def _copy(value: Any) -> Any:
     return value
 
 
-def command_to_wire(command: Command) -> dict[str, Any]:
+def _same(value: Any) -> Any:
+    return value
+
+
+def command_to_wire(command: Command, *, share: bool = False) -> dict[str, Any]:
     return {
         "id": command.id,
         "command": command.command,
         "lane": command.lane,
-        "payload": _copy(command.payload),
+        "payload": (_same if share else _copy)(command.payload),
         "by": command.by,
         "createdAt": command.created_at,
         "consumedAt": command.consumed_at,
     }
 
 
-def job_to_wire(state: JobState) -> dict[str, Any]:
-    """The camelCase JSON form of a job (A-2) that the read model stores.
+def job_to_wire(state: JobState, *, share: bool = False) -> dict[str, Any]:
+    """The camelCase JSON form of a job (A-2) that the read model stores. Its payload,
+    result and command payloads are copies, unless `share` (a caller that only writes the
+    form as JSON text, like the projector: nothing to copy for).
 
     Beyond A-2's list it carries ``abortReason``, ``settledBy``, ``cancelReason``,
     ``organizationId``, ``objectiveId`` and ``taskId`` so `job_from_wire` can rebuild the
@@ -52,14 +58,14 @@ def job_to_wire(state: JobState) -> dict[str, Any]:
         "maxAttempts": state.max_attempts,
         "sessionKey": state.session_key,
         "singletonMode": state.singleton_mode,
-        "payload": _copy(state.payload),
+        "payload": (_same if share else _copy)(state.payload),
         "workerId": state.worker_id,
         "leaseUntil": state.lease_until,
         "leaseMs": state.lease_ms,
         "abortRequested": state.abort_requested,
         "abortReason": state.abort_reason,
-        "commands": [command_to_wire(c) for c in state.commands],
-        "result": _copy(state.result),
+        "commands": [command_to_wire(c, share=share) for c in state.commands],
+        "result": (_same if share else _copy)(state.result),
         "lastError": state.last_error,
         "createdAt": state.created_at,
         "updatedAt": state.updated_at,

@@ -142,6 +142,15 @@ def test_folded_job_round_trips_through_json_text_exactly() -> None:
     assert canonical_json(job_to_wire(job_from_wire(json.loads(text)))) == text
 
 
+def test_a_shared_wire_form_is_the_same_json_without_copies() -> None:
+    """The projector writes the form as JSON text at once: nothing for it to copy."""
+    job = busy_job()
+    shared = job_to_wire(job, share=True)
+    assert canonical_json(shared) == canonical_json(job_to_wire(job))
+    assert shared["payload"] is job.payload and shared["result"] is job.result
+    assert shared["commands"][0]["payload"] is job.commands[0].payload
+
+
 def test_wire_form_is_a_copy_of_the_state() -> None:
     job = busy_job()
     wire = job_to_wire(job)
