@@ -80,7 +80,7 @@ def test_max_attempts_is_clamped_to_1_through_8(given, stored):
         ({"agent_id": ""}, "invalid_agent_id"),
         ({"payload": payload(blob="x" * 1_100_000)}, "payload_too_large"),
         ({"payload": payload(notes=["ok", "lone \ud800 surrogate"])}, "invalid_payload"),
-        ({"payload": payload(**{"\udfff key": 1})}, "invalid_payload"),
+        ({"payload": {**payload(), "\udfff key": 1}}, "invalid_payload"),
     ],
 )
 def test_bad_enqueues_are_refused_and_write_nothing(options, code):
