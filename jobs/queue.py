@@ -179,10 +179,8 @@ def check_payload_size(payload: Any) -> None:
     try:
         size = len(wire_json.dumps(payload).encode("utf-8"))
     except UnicodeEncodeError:  # the API refuses these at parse; an in-process caller here
-        where, reason = first_unstorable(payload, "$.payload") or ("$.payload", "")
-        raise InvalidRequest(
-            "invalid_payload", f"{reason or 'lone surrogate'} at {where}"
-        ) from None
+        where, reason = first_unstorable(payload, "$.payload") or ("$.payload", "lone surrogate")
+        raise InvalidRequest("invalid_payload", f"{reason} at {where}") from None
     if size > config.max_payload_bytes:
         raise InvalidRequest(
             "payload_too_large", f"payload is {size} bytes; the limit is {config.max_payload_bytes}"

@@ -28,11 +28,12 @@ def _same(value: Any) -> Any:
 
 
 def command_to_wire(command: Command, *, share: bool = False) -> dict[str, Any]:
+    keep = _same if share else _copy
     return {
         "id": command.id,
         "command": command.command,
         "lane": command.lane,
-        "payload": (_same if share else _copy)(command.payload),
+        "payload": keep(command.payload),
         "by": command.by,
         "createdAt": command.created_at,
         "consumedAt": command.consumed_at,
@@ -48,6 +49,7 @@ def job_to_wire(state: JobState, *, share: bool = False) -> dict[str, Any]:
     ``organizationId``, ``objectiveId`` and ``taskId`` so `job_from_wire` can rebuild the
     state exactly. ``contractGroup``/``routedGroup`` are derived by the API, not stored.
     """
+    keep = _same if share else _copy
     return {
         "id": state.job_id,
         "agentId": state.agent_id,
@@ -58,14 +60,14 @@ def job_to_wire(state: JobState, *, share: bool = False) -> dict[str, Any]:
         "maxAttempts": state.max_attempts,
         "sessionKey": state.session_key,
         "singletonMode": state.singleton_mode,
-        "payload": (_same if share else _copy)(state.payload),
+        "payload": keep(state.payload),
         "workerId": state.worker_id,
         "leaseUntil": state.lease_until,
         "leaseMs": state.lease_ms,
         "abortRequested": state.abort_requested,
         "abortReason": state.abort_reason,
         "commands": [command_to_wire(c, share=share) for c in state.commands],
-        "result": (_same if share else _copy)(state.result),
+        "result": keep(state.result),
         "lastError": state.last_error,
         "createdAt": state.created_at,
         "updatedAt": state.updated_at,

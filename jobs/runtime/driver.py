@@ -73,36 +73,28 @@ def _open_many(
     batch: list[tuple[promises.PromiseView, JobState]], now: int
 ) -> list[dict[str, Any]]:
     default_lease = TimingSettings.from_config(settings.RECEIPT).job_lease_ms
-    new, routes, execute_known = [], {}, {}
+    new: dict[str, promises.NewPromise] = {}
+    routes = {}
     for view, job in batch:
         group = routed_group(job.agent_id, job.kind)
         execute_id = execute_promise_id(job.job_id, job.attempt + 1, view.id)
         routes[view.id] = (execute_id, group)
-        # what a worker would otherwise read back (the database broker's take returns it)
-        execute_known[execute_id] = {
-            "job_id": job.job_id,
-            "attempt": job.attempt + 1,
-            "dispatch_key": view.dispatch_key,
-            "target_group": group,
-        }
-        new.append(
-            promises.NewPromise(
-                execute_id,
-                "execute",
-                job.job_id,
-                job.attempt + 1,
-                group,
-                view.dispatch_key,
-                job.lease_ms or default_lease,
-            )
+        new[execute_id] = promises.NewPromise(
+            execute_id,
+            "execute",
+            job.job_id,
+            job.attempt + 1,
+            group,
+            view.dispatch_key,
+            job.lease_ms or default_lease,
         )
     with transaction.atomic(), pipelined():
         promises.recoverable_commit()
-        opened = promises.create_many(new, now_ms=now)
+        opened = promises.create_many(list(new.values()), now_ms=now)
         for execute_id, group in sorted(routes.values()):
             if execute_id in opened:  # a wake-up per cluster and transaction on the database
                 transport.send(
-                    cluster_for_group(group), EXECUTE_TASK, execute_id, **execute_known[execute_id]
+                    cluster_for_group(group), EXECUTE_TASK, execute_id, **_known(new[execute_id])
                 )
         settled = []
         for view, _ in batch:
@@ -124,6 +116,17 @@ def _open_many(
         counters.incr("receipt_driver_outcomes_total", status=status)
         results.append({"status": status, "jobId": job.job_id, "execute": execute_id})
     return results
+
+
+def _known(promise: promises.NewPromise) -> dict[str, Any]:
+    """What a worker would otherwise read back from its execute promise (a Redis task
+    carries it; the database broker's take returns it)."""
+    return {
+        "job_id": promise.job_id,
+        "attempt": promise.attempt,
+        "dispatch_key": promise.dispatch_key,
+        "target_group": promise.target_group,
+    }
 
 
 def _drive(promise_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
