@@ -136,7 +136,7 @@ _CHUNK = 250  # new rows per INSERT (14 variables each on SQLite, under its 3276
 @cache
 def _insert_sql(vendor: str, keys: tuple[str, ...]) -> str:
     """The INSERT of new job rows with `keys`: on PostgreSQL of a fixed shape, its one
-    parameter the rows as a JSON array (`json_populate_recordset` by column name); on
+    parameter the rows as a JSON array (`jsonb_populate_recordset` by column name); on
     SQLite multi-row VALUES (`{rows}`)."""
     fields = [Job._meta.get_field(key) for key in keys]
     assert all(f.column == f.name for f in fields)  # the JSON keys are the columns
@@ -145,7 +145,7 @@ def _insert_sql(vendor: str, keys: tuple[str, ...]) -> str:
         return f"INSERT INTO {Job._meta.db_table} ({columns}) VALUES {{rows}}"
     return (
         f"INSERT INTO {Job._meta.db_table} ({columns}) SELECT {columns} "
-        f"FROM json_populate_recordset(NULL::{Job._meta.db_table}, %s::json)"
+        f"FROM jsonb_populate_recordset(NULL::{Job._meta.db_table}, %s::jsonb)"
     )
 
 

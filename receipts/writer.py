@@ -62,7 +62,7 @@ _RESERVE = (
 )
 _CREATE_PG = (
     "INSERT INTO receipt_stream (name, head, receipt_count, last_ts, updated_at) "
-    "SELECT s, h, 1, t, t FROM json_to_recordset(%s::json) AS v(s text, h text, t bigint) "
+    "SELECT s, h, 1, t, t FROM jsonb_to_recordset(%s::jsonb) AS v(s text, h text, t bigint) "
     "ON CONFLICT (name) DO NOTHING RETURNING name"
 )
 _CREATE_SQLITE = (
@@ -71,7 +71,7 @@ _CREATE_SQLITE = (
 )
 _WRITE_FIRST_PG = (
     f"WITH ins AS (INSERT INTO receipt_receipt (seq, {_COLUMNS}) "
-    "SELECT q, s, 1, i, t, p, h, e, b, c, x, NULL, z FROM json_to_recordset(%s::json) AS v("
+    "SELECT q, s, 1, i, t, p, h, e, b, c, x, NULL, z FROM jsonb_to_recordset(%s::jsonb) AS v("
     "q bigint, s text, i text, t bigint, p text, h text, e text, b jsonb, c jsonb, x jsonb, "
     "z text) "
     "RETURNING seq, stream, event_type) "
@@ -87,7 +87,7 @@ _WRITE_FIRST_SQLITE = (
 # each, then `{rows}`, the projectors' INSERTs as further data-modifying CTEs. A name that
 # exists fails the stream insert (unique name) and with it the whole statement.
 _OPEN_NEW_PG = (
-    "WITH v AS MATERIALIZED (SELECT * FROM json_to_recordset(%s::json) AS v("
+    "WITH v AS MATERIALIZED (SELECT * FROM jsonb_to_recordset(%s::jsonb) AS v("
     "o int, s text, i text, t bigint, h text, e text, b jsonb, c jsonb, z text)), "
     "st AS (INSERT INTO receipt_stream (name, head, receipt_count, last_ts, updated_at) "
     "SELECT s, h, 1, t, t FROM v), "

@@ -184,7 +184,7 @@ _JOINED_PROMISES = {
     wake: "INSERT INTO jobs_delivery_promise (id, function, job_id, attempt, target_group, "
     "dispatch_key, state, timeout_at, created_at, available_at) "
     "SELECT p.i, 'driver', p.i, NULL, 'driver', p.i, 'pending', p.t, p.n, p.n "
-    "FROM json_to_recordset(%s::json) AS p(i text, t bigint, n bigint)"
+    "FROM jsonb_to_recordset(%s::jsonb) AS p(i text, t bigint, n bigint)"
     + (f", (SELECT pg_notify('{CHANNEL}', 'driver')) AS wake" if wake else "")
     + " ON CONFLICT (id) DO NOTHING"
     for wake in (True, False)

@@ -189,7 +189,7 @@ def settle_many(settlements: list[tuple[str, Any]], state: str, *, now_ms: int) 
 
 _SETTLE_MANY_PG = (
     "UPDATE jobs_delivery_promise AS p SET state = %s, settled_at = %s, result = v.r::jsonb "
-    "FROM json_to_recordset(%s::json) AS v(i text, r text) "
+    "FROM jsonb_to_recordset(%s::jsonb) AS v(i text, r text) "
     "WHERE p.id = v.i AND p.settled_at IS NULL AND p.state IN ('pending', 'timedout')"
 )
 
