@@ -13,6 +13,16 @@ from jobs.models import DeliveryPromise
 from receipts.writer import prepared
 
 TERMINAL_STATES = ("resolved", "rejected", "canceled", "timedout")
+# Open (unsettled): pending, or marked timed out by the sweep (which sets no settled_at).
+# Statements that find a promise by id say "open" in a form no index can serve: a plan
+# prepared while the table's statistics looked empty (after a TRUNCATE, on a new install, in
+# a burst before autovacuum analyzes) otherwise reads every pending promise through the
+# state or deliverable index and filters for the id, once per claim and per settlement.
+_OPEN = {
+    "postgresql": "num_nulls(settled_at) = 1 AND state NOT IN ('resolved', 'rejected', 'canceled')",
+    "sqlite": "settled_at IS NULL AND state IN ('pending', 'timedout')",
+}
+_UNCLAIMED = {"postgresql": "num_nulls(worker_id) = 1", "sqlite": "worker_id IS NULL"}
 
 
 def recoverable_commit() -> None:
@@ -174,12 +184,12 @@ def settle_many(settlements: list[tuple[str, Any]], state: str, *, now_ms: int) 
         return
     assert state in TERMINAL_STATES
     if connection.vendor == "postgresql":
-        rows = [{"i": pid, "r": json.dumps(result)} for pid, result in settlements]
-        prepared(_SETTLE_MANY_PG, [state, now_ms, json.dumps(rows)], wait=False)
+        ids, results = [pid for pid, _ in settlements], dict(settlements)
+        prepared(_SETTLE_MANY_PG, [state, now_ms, json.dumps(results), ids], wait=False)
         return
     sql = (
         "UPDATE jobs_delivery_promise SET state = %s, settled_at = %s, result = %s "
-        "WHERE id = %s AND settled_at IS NULL AND state IN ('pending', 'timedout')"
+        f"WHERE id = %s AND {_OPEN['sqlite']}"
     )
     with connection.cursor() as cursor:
         cursor.executemany(
@@ -188,9 +198,8 @@ def settle_many(settlements: list[tuple[str, Any]], state: str, *, now_ms: int) 
 
 
 _SETTLE_MANY_PG = (
-    "UPDATE jobs_delivery_promise AS p SET state = %s, settled_at = %s, result = v.r::jsonb "
-    "FROM jsonb_to_recordset(%s::jsonb) AS v(i text, r text) "
-    "WHERE p.id = v.i AND p.settled_at IS NULL AND p.state IN ('pending', 'timedout')"
+    "UPDATE jobs_delivery_promise SET state = %s, settled_at = %s, result = (%s::jsonb) -> id "
+    f"WHERE id = ANY(%s) AND {_OPEN['postgresql']}"
 )
 
 
@@ -199,20 +208,16 @@ def get_many(promise_ids: list[str], *, now_ms: int) -> dict[str, PromiseView]:
     return {row.id: view(row, now_ms) for row in rows}
 
 
-# Open (unsettled): pending, or marked timed out by the sweep (which sets no settled_at).
-_SETTLE = (
-    "UPDATE jobs_delivery_promise SET state = %s, settled_at = %s, result = %s{cast}, "
-    "worker_id = COALESCE(%s, worker_id) "
-    "WHERE id = %s AND settled_at IS NULL AND state IN ('pending', 'timedout')"
-)
-_CLAIM = (
-    "UPDATE jobs_delivery_promise SET worker_id = %s WHERE id = %s AND function = 'execute' "
-    "AND worker_id IS NULL AND settled_at IS NULL AND state IN ('pending', 'timedout')"
-)
-
-
-def _cast() -> str:
-    return "::jsonb" if connection.vendor == "postgresql" else ""
+_SETTLE = {
+    vendor: "UPDATE jobs_delivery_promise SET state = %s, settled_at = %s, "
+    f"result = %s{cast}, worker_id = COALESCE(%s, worker_id) WHERE id = %s AND {_OPEN[vendor]}"
+    for vendor, cast in (("postgresql", "::jsonb"), ("sqlite", ""))
+}
+_CLAIM = {
+    vendor: "UPDATE jobs_delivery_promise SET worker_id = %s WHERE id = %s "
+    f"AND function = 'execute' AND {_UNCLAIMED[vendor]} AND {_OPEN[vendor]}"
+    for vendor in _OPEN
+}
 
 
 def settle(
@@ -240,7 +245,7 @@ def _send_settle(
 ) -> tuple[list[tuple[Any, ...]], int]:
     assert state in TERMINAL_STATES
     return prepared(
-        _SETTLE.format(cast=_cast()),  # every attempt settles one
+        _SETTLE[connection.vendor],  # every attempt settles one
         [state, now_ms, None if result is None else json.dumps(result), worker_id, promise_id],
         wait=wait,
     )
@@ -254,7 +259,7 @@ def claim(promise_id: str, worker_id: str) -> bool:
     promise names, so a late delivery either runs the job's next attempt or finds it
     taken. This is what lets a queue drain on its own after a long outage.
     """
-    return prepared(_CLAIM, [worker_id, promise_id])[1] == 1
+    return prepared(_CLAIM[connection.vendor], [worker_id, promise_id])[1] == 1
 
 
 def read_execute(promise_id: str) -> tuple[str, int, str, str] | None:

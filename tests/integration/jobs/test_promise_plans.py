@@ -1,0 +1,69 @@
+"""A promise the runtime names by id is found through its key, whatever the planner
+believes about the table (D-1, D-5, T-3). The claim and the settlements are prepared
+statements: PostgreSQL plans them once for any id (a generic plan) from the statistics it
+has at the time, and a table that looked empty when it did (new install, TRUNCATE, a burst
+before autovacuum) once made that plan read every pending promise through the deliverable
+or state index and filter for the id, on every claim and settlement of a backlog."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from django.db import connection
+
+from jobs.runtime import promises
+
+pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
+
+STATEMENTS: dict[str, tuple[str, list[Any]]] = {
+    "claim": (promises._CLAIM["postgresql"], ["worker-1", "job-1:attempt:1"]),
+    "settle": (
+        promises._SETTLE["postgresql"],
+        ["resolved", 1, '{"status": "ok"}', None, "job-1:attempt:1"],
+    ),
+    "settle_many": (
+        promises._SETTLE_MANY_PG,
+        ["resolved", 1, '{"job-1": {"status": "dispatched"}}', ["job-1", "job-2"]],
+    ),
+}
+
+
+def _generic_plan(sql: str, params: list[Any]) -> dict[str, Any]:
+    counter = iter(range(1, len(params) + 1))
+    numbered = re.sub(r"%s", lambda _: f"${next(counter)}", sql)
+    with connection.cursor() as cursor:
+        cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+        cursor.execute(f"PREPARE probe AS {numbered}")
+        try:
+            marks = ", ".join(["%s"] * len(params))
+            cursor.execute(f"EXPLAIN (FORMAT JSON) EXECUTE probe({marks})", params)
+            (document,) = cursor.fetchone()
+        finally:
+            cursor.execute("DEALLOCATE probe")
+    plan = json.loads(document) if isinstance(document, str) else document
+    return plan[0]["Plan"]
+
+
+def _nodes(node: dict[str, Any]) -> list[dict[str, Any]]:
+    return [node, *(n for child in node.get("Plans", []) for n in _nodes(child))]
+
+
+@pytest.mark.parametrize("name", sorted(STATEMENTS))
+def test_a_promise_named_by_id_is_found_by_its_key(name: str) -> None:
+    # Many pending, deliverable promises; the table never analyzed (a fresh test database).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "INSERT INTO jobs_delivery_promise (id, function, job_id, attempt, target_group, "
+            "dispatch_key, state, timeout_at, created_at, available_at) "
+            "SELECT 'job-' || i || ':attempt:1', 'execute', 'job-' || i, 1, 'chat', "
+            "'job-' || i, 'pending', 10000000000000, 1, 1 FROM generate_series(1, 5000) AS i"
+        )
+    sql, params = STATEMENTS[name]
+    nodes = _nodes(_generic_plan(sql, params))
+    used = {n.get("Index Name") for n in nodes} - {None}
+    assert used & {"promise_deliverable", "promise_state_timeout"} == set(), nodes
+    keyed = [n for n in nodes if "(id)::text" in (n.get("Index Cond") or "")]
+    assert keyed, nodes
