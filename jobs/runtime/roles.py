@@ -114,7 +114,10 @@ def cluster_config(
         "poll": poll_s,
         "catch_up": False,
         "scheduler": False,
-        "recycle": 500,
+        # A recycled worker is a new fork with a new connection and nothing prepared; every
+        # 500 tasks (django-q2's default) that cost a chat worker about a tenth of its
+        # throughput. A leaking handler is still bounded by max_rss (KiB).
+        "recycle": 10_000,
         "max_rss": 600_000,
         "guard_cycle": 0.5,
         "ALT_CLUSTERS": alt,
