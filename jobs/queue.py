@@ -10,6 +10,7 @@ after its commit (the durable ledger W-3 and objective reconciliation O-8 follow
 
 from __future__ import annotations
 
+import gc
 import logging
 import secrets
 from collections.abc import Callable, Iterator, Sequence
@@ -361,7 +362,34 @@ def enqueue_many(
     organization's active jobs (J-7/J-8 would act on them) is refused, and the whole call
     rolls back: JobIdTaken / SessionKeyConflict, naming the request's index.
     """
-    now = wall_clock_ms() if now_ms is None else now_ms
+    with _collector_paused(len(requests)):
+        return _enqueue_many(requests, wall_clock_ms() if now_ms is None else now_ms, organization)
+
+
+# Below this many requests a batch allocates too little for the cyclic collector to matter.
+_PAUSE_COLLECTOR_FROM = 64
+
+
+@contextmanager
+def _collector_paused(size: int) -> Iterator[None]:
+    """Every object a batch builds (receipts, bodies, folds, rows) lives until the call
+    returns, so the cyclic garbage collector, run by allocation counts, walks them and
+    every long-lived object of the process again and again and frees nothing: about a
+    fifth of a large batch's CPU. It is paused for the call; reference counting frees as
+    usual, and any cycle left behind is collected after."""
+    if size < _PAUSE_COLLECTOR_FROM or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _enqueue_many(
+    requests: Sequence[EnqueueRequest], now: int, organization: str | None
+) -> list[EnqueueResult]:
     if organization is None and all(map(_plain, requests)):
         # Nothing to lock or decide: the store's own transaction (on PostgreSQL one
         # statement, outside a caller's transaction one round trip) is the whole write.

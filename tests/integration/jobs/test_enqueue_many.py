@@ -5,6 +5,8 @@ created job with one insert (D-1, D-2). Both backends."""
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext
@@ -12,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from jobs import queue
 from jobs.core.timing import driver_timeout_ms
 from jobs.core.wire import job_to_wire
+from jobs.errors import JobIdTaken
 from jobs.models import DeliveryPromise, Job
 from jobs.runtime import dispatch, promises
 from receipts import store
@@ -291,6 +294,38 @@ def test_listeners_hear_nothing_when_the_batch_rolls_back(monkeypatch):
         queue.enqueue_many([plain(0), plain(1)], now_ms=T0)
         raise RuntimeError("caller failed")
     assert heard == [] and Job.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)  # listeners hear a batch once it commits
+def test_a_large_batch_runs_with_the_cyclic_collector_paused_and_restores_it(monkeypatch):
+    """A batch's objects live until it returns: the collector would walk them again and
+    again for nothing. It is paused while a large batch is written and running again after,
+    also after a batch that is refused."""
+    seen: list[bool] = []
+    monkeypatch.setattr(
+        queue, "on_commit_listeners", [lambda jobs, dispatched: seen.append(gc.isenabled())]
+    )
+    assert gc.isenabled()
+    queue.enqueue_many([plain(i) for i in range(2)], now_ms=T0)
+    queue.enqueue_many([plain(i) for i in range(100)], now_ms=T0)
+    assert seen[0] is True and set(seen[1:]) == {False}  # small: untouched; large: paused
+    assert gc.isenabled()
+    other = queue.enqueue(
+        "factory", payload(i=0, authContext={"userId": "u", "organizationId": "org-b"})
+    )
+    refused = [*(plain(i) for i in range(99)), plain(99, job_id=other.job.job_id)]
+    with pytest.raises(JobIdTaken):
+        queue.enqueue_many(refused, now_ms=T0, organization=AUTH["organizationId"])
+    assert gc.isenabled()
+
+
+def test_a_batch_leaves_a_paused_collector_paused():
+    gc.disable()
+    try:
+        queue.enqueue_many([plain(i) for i in range(100)], now_ms=T0)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
 
 
 # ---- dispatch (D-1, D-2) ---------------------------------------------------------------------
