@@ -31,8 +31,10 @@ class Job(models.Model):
             models.Index(fields=["agent_id", "-created_at", "-id"], name="job_agent_newest"),
             models.Index(fields=["kind", "-created_at", "-id"], name="job_kind_newest"),
             models.Index(fields=["organization_id", "-created_at", "-id"], name="job_org_newest"),
-            models.Index(
-                fields=["objective_id", "-created_at", "-id"], name="job_objective_newest"
+            models.Index(  # partial: a job outside any objective adds no entry
+                fields=["objective_id", "-created_at", "-id"],
+                name="job_objective_newest",
+                condition=models.Q(objective_id__isnull=False),
             ),
             models.Index(fields=["worker_group", "-created_at", "-id"], name="job_group_newest"),
             models.Index(fields=["lane", "-created_at", "-id"], name="job_lane_newest"),
@@ -44,7 +46,11 @@ class Job(models.Model):
                 name="job_status_lease",
                 condition=models.Q(status__in=["leased", "running"]),
             ),
-            models.Index(fields=["session_key", "status"], name="job_session_status"),
+            models.Index(  # partial: a job without a session key adds no entry
+                fields=["session_key", "status"],
+                name="job_session_status",
+                condition=models.Q(session_key__isnull=False),
+            ),
             # capacity in diagnosis: a group's busy jobs and the queue ahead of a job, oldest
             # first, without walking the settled history (partial: active rows only)
             models.Index(
