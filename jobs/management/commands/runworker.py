@@ -23,7 +23,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -231,7 +230,7 @@ class Command(BaseCommand):
         handed to this process's keeper, and an enqueue from a handler dispatches in its
         own thread (no extra thread, no extra connection)."""
         os.environ[processes.RUNWORKER_PID_ENV] = str(os.getpid())
-        os.environ[keeper.DIR_ENV] = tempfile.mkdtemp(prefix=f"receipt-keeper-{os.getpid()}-")
+        os.environ[keeper.DIR_ENV] = str(keeper.new_directory(f"receipt-keeper-{os.getpid()}-"))
         settings.RECEIPT = dataclasses.replace(config, dispatch_mode="inline")
 
     @staticmethod
