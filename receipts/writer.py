@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any
 
-from django.db import IntegrityError, connection
+from django.db import IntegrityError, connection, transaction
 
 from receipts.core import wire_json
 from receipts.core.chain import Receipt
@@ -237,6 +237,31 @@ def pipelined() -> Iterator[None]:
     connection.ensure_connection()
     with connection.wrap_database_errors, connection.connection.pipeline():
         yield
+
+
+@contextmanager
+def pipelined_transaction() -> Iterator[None]:
+    """`transaction.atomic()` around `pipelined()` whose COMMIT, on PostgreSQL, travels
+    with the block's last statements instead of costing a round trip of its own after
+    them. Only an outermost transaction commits that way, and only when its block ends
+    normally with nothing marked for rollback; inside another transaction this is plain
+    `atomic()` (a savepoint) around `pipelined()`.
+
+    Django's own commit at the end of `atomic()` then finds the connection idle and sends
+    nothing; its on-commit hooks run as usual, after the commit and outside the pipeline.
+    A COMMIT that fails (its error comes with the block's results) rolls back as any
+    failed commit does and raises."""
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        with transaction.atomic(), pipelined():
+            yield
+        return
+    with transaction.atomic(), pipelined():
+        yield
+        if not connection.needs_rollback:
+            import psycopg
+
+            with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cur:
+                cur.execute("COMMIT")
 
 
 class Writer:

@@ -13,7 +13,8 @@ deterministic simulation (`jobs.simulation`) drive these same functions.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,7 @@ from jobs.queue import Outcome, Start
 from jobs.runtime import faults, promises
 from jobs.runtime.storage_retry import with_storage_retry
 from receipts.core.storable import storable
-from receipts.writer import pipelined
+from receipts.writer import pipelined, pipelined_transaction
 
 _START_STATUS = {
     Start.MISSING: ("failed", "rejected"),
@@ -88,7 +89,7 @@ def begin(
 def _begin(
     promise_id: str, *, job_id: str, attempt: int, worker_id: str, now_ms: int
 ) -> Ended | Running:
-    with transaction.atomic(), pipelined():
+    with pipelined_transaction():
         if not promises.claim(promise_id, worker_id):  # the same delivery is running elsewhere
             return Ended("stale_attempt", _outcome("stale_attempt", job_id, attempt))
         start, job = queue.start_attempt(
@@ -188,6 +189,20 @@ def _final_result(job: JobState, status: str, result: Any, no_retry: bool) -> An
     return final
 
 
+def _settlement_transaction() -> Any:
+    """Begin's own transaction when inside it (no savepoint: a failed settlement fails the
+    begin), else a transaction of the settlement's own."""
+    if transaction.get_connection().in_atomic_block:
+        return _joined_transaction()
+    return pipelined_transaction()
+
+
+@contextmanager
+def _joined_transaction() -> Iterator[None]:
+    with transaction.atomic(savepoint=False), pipelined():
+        yield
+
+
 def _write_settlement(
     promise_id: str,
     job: JobState,
@@ -201,8 +216,8 @@ def _write_settlement(
     reason: str | None = None,
 ) -> Ended:
     job_id = job.job_id
-    # inside begin's transaction, or its own (its writes pipelined)
-    with transaction.atomic(savepoint=False), pipelined():
+    # inside begin's transaction, or its own (its writes and its commit pipelined)
+    with _settlement_transaction():
         if status == "completed":
             written = queue.complete(job_id, result, fence=fence, now_ms=now_ms)
         elif status == "canceled":
