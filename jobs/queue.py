@@ -265,13 +265,22 @@ def warnings_for(agent_id: str) -> list[str]:
 
 
 @contextmanager
-def _locked(job_id: str, *, new: bool = False) -> Iterator[tuple[StreamHandle, JobState | None]]:
+def _locked(
+    job_id: str, *, new: bool = False, known: JobState | None = None
+) -> Iterator[tuple[StreamHandle, JobState | None]]:
     """Lock the job's stream and read its state (call inside transaction.atomic). `new`:
-    a freshly generated id, whose stream and row almost surely do not exist yet."""
-    read = None if new else state_read(job_id)
+    a freshly generated id, whose stream and row almost surely do not exist yet. `known`:
+    the job as the caller last wrote or read it; when the locked stream still ends at its
+    head, nothing was appended since and it is the state (no read), else the row is read."""
+    read = None if new or known is not None else state_read(job_id)
     with open_stream(job_stream(job_id), savepoint=False, read=read, new=new) as handle:
         if not handle.existed:
             state = None
+        elif known is not None and (handle.head, handle.count) == (
+            known.head,
+            known.receipt_count,
+        ):
+            state = known
         else:  # read under the lock; a generated id that exists after all reads it now
             state = state_from_rows(handle.read) if read else load_state(job_id)
         handle.cache[CACHE_KEY] = state
@@ -878,9 +887,10 @@ def _fenced(
     fence: Fence,
     now_ms: int | None,
     make_body: Callable[[JobState, int], dict[str, Any] | None],
+    known: JobState | None = None,
 ) -> WriteResult:
     now = wall_clock_ms() if now_ms is None else now_ms
-    with _worker_txn(), _locked(job_id) as (handle, job):
+    with _worker_txn(), _locked(job_id, known=known) as (handle, job):
         outcome = _FROM_FENCE[fence.check(job)]
         if outcome is not Outcome.APPLIED:
             return WriteResult(outcome, job)
@@ -914,14 +924,22 @@ def progress(job_id: str, data: Any, *, fence: Fence, now_ms: int | None = None)
 
 
 def complete(
-    job_id: str, result: Any = None, *, fence: Fence, now_ms: int | None = None
+    job_id: str,
+    result: Any = None,
+    *,
+    fence: Fence,
+    now_ms: int | None = None,
+    known: JobState | None = None,
 ) -> WriteResult:
+    """Settle the attempt completed. `known`: the job as the worker last saw it (see
+    `_locked`), which spares the read when nothing happened to it since."""
     check_payload_size(result)
     return _fenced(
         job_id,
         fence,
         now_ms,
         lambda job, now: {"type": JOB_COMPLETED, "jobId": job_id, **fence.body(), "result": result},
+        known,
     )
 
 
@@ -933,8 +951,10 @@ def fail(
     no_retry: bool = False,
     result: Any = None,
     now_ms: int | None = None,
+    known: JobState | None = None,
 ) -> WriteResult:
-    """Fail the attempt; it is retried (J-4) unless `no_retry` or attempts are used up."""
+    """Fail the attempt; it is retried (J-4) unless `no_retry` or attempts are used up.
+    `known`: as for `complete`."""
     if result is not None:
         check_payload_size(result)
 
@@ -952,7 +972,7 @@ def fail(
             out["result"] = result
         return out
 
-    return _fenced(job_id, fence, now_ms, body)
+    return _fenced(job_id, fence, now_ms, body, known)
 
 
 def cancel(
@@ -962,11 +982,13 @@ def cancel(
     by: str | None = None,
     fence: Fence | None = None,
     now_ms: int | None = None,
+    known: JobState | None = None,
 ) -> WriteResult:
     """Cancel a job: fenced by a worker honouring an abort, or unfenced on a queued job.
 
     An unfenced cancel never hits work in flight: a leased or running job answers
-    NOT_QUEUED and the caller sends an abort command instead (J-10).
+    NOT_QUEUED and the caller sends an abort command instead (J-10). `known`: as for
+    `complete` (fenced only).
     """
     if fence is not None:
         return _fenced(
@@ -980,6 +1002,7 @@ def cancel(
                 "by": by,
                 **fence.body(),
             },
+            known,
         )
     now = wall_clock_ms() if now_ms is None else now_ms
     with transaction.atomic(), _locked(job_id) as (handle, job):

@@ -219,7 +219,7 @@ def _write_settlement(
     # inside begin's transaction, or its own (its writes and its commit pipelined)
     with _settlement_transaction():
         if status == "completed":
-            written = queue.complete(job_id, result, fence=fence, now_ms=now_ms)
+            written = queue.complete(job_id, result, fence=fence, now_ms=now_ms, known=job)
         elif status == "canceled":
             written = queue.cancel(
                 job_id,
@@ -227,6 +227,7 @@ def _write_settlement(
                 by=fence.worker_id,
                 fence=fence,
                 now_ms=now_ms,
+                known=job,
             )
         else:
             written = queue.fail(
@@ -236,6 +237,7 @@ def _write_settlement(
                 no_retry=no_retry,
                 result=_final_result(job, status, result, no_retry),
                 now_ms=now_ms,
+                known=job,
             )
         if written.outcome is Outcome.TERMINAL:
             status, state, settled = "terminal_state", "rejected", None

@@ -320,6 +320,32 @@ def test_writes_from_a_superseded_attempt_report_fence_lost_and_write_nothing():
     assert queue.complete(job.job_id, "ok", fence=new).applied
 
 
+def test_a_settlement_given_the_job_as_its_worker_knew_it_checks_the_stream_first():
+    """A worker settles with the job as it last wrote it (no read when the stream still
+    ends there); a stream that moved on since is read, so a superseded attempt is refused
+    exactly as without it, and a command that arrived meanwhile is in the fold."""
+    job = enqueue().job
+    old = leased(job.job_id)
+    known = queue.get(job.job_id)
+    queue.fail(job.job_id, "boom", fence=old)  # attempt 1 of 2: requeued
+    new = leased(job.job_id, worker="w2")
+    stale = queue.complete(job.job_id, {}, fence=old, known=known)
+    assert stale.outcome is Outcome.FENCE_LOST and stale.job.attempt == 2
+
+    current = queue.get(job.job_id)
+    queue.steer(job.job_id, {"text": "also this"})  # appended after `current`
+    done = queue.complete(job.job_id, "ok", fence=new, known=current)
+    assert done.applied and [c.command for c in done.job.commands] == ["steer"]
+    assert_read_model_matches_receipts(job.job_id)
+
+    unchanged = enqueue().job
+    fence = leased(unchanged.job_id)
+    as_leased = queue.get(unchanged.job_id)
+    settled = queue.complete(unchanged.job_id, {"n": 1}, fence=fence, known=as_leased)
+    assert settled.applied and settled.job.result == {"n": 1}
+    assert_read_model_matches_receipts(unchanged.job_id)
+
+
 def test_retryable_failure_requeues_until_attempts_run_out():
     job = enqueue(max_attempts=2).job
     first = queue.fail(job.job_id, "flaky", fence=leased(job.job_id))

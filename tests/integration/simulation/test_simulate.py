@@ -87,8 +87,8 @@ def _complete_twice(monkeypatch):
     """A broken queue: every completion appends a second `job.completed`."""
     original = queue.complete
 
-    def complete(job_id, result=None, *, fence, now_ms=None):
-        written = original(job_id, result, fence=fence, now_ms=now_ms)
+    def complete(job_id, result=None, *, fence, now_ms=None, known=None):
+        written = original(job_id, result, fence=fence, now_ms=now_ms, known=known)
         if written.applied:
             store.append(
                 f"jobs/{job_id}",
