@@ -814,10 +814,16 @@ class Start(StrEnum):
     TERMINAL = "terminal_state"
     STALE = "stale_attempt"
     LEASE_LOST = "lease_lost"
+    UNCLAIMED = "unclaimed"  # the delivery's claim was refused: nothing is decided
 
 
 def start_attempt(
-    job_id: str, *, worker_id: str, attempt: int, now_ms: int | None = None
+    job_id: str,
+    *,
+    worker_id: str,
+    attempt: int,
+    now_ms: int | None = None,
+    claimed: Callable[[], bool] | None = None,
 ) -> tuple[Start, JobState | None]:
     """Begin attempt `attempt` as `worker_id` (D-5): lease a queued job with its first
     heartbeat in one append.
@@ -826,9 +832,14 @@ def start_attempt(
     handler: under another holder it is `lease_lost`; under this very worker id a sibling
     process of the same runworker is running it (the claim of the promise already
     refused the same delivery twice), so it is `stale_attempt`.
+
+    `claimed`: the outcome of the delivery's claim, sent before and known once the lock
+    is held (they travel together); a refused claim decides and writes nothing.
     """
     now = wall_clock_ms() if now_ms is None else now_ms
     with _worker_txn(), _locked(job_id) as (handle, job):
+        if claimed is not None and not claimed():
+            return Start.UNCLAIMED, job
         if job is None:
             return Start.MISSING, None
         if job.is_terminal:

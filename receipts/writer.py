@@ -192,7 +192,7 @@ def prepared(
     connection.ensure_connection()
     pg = connection.connection
     with connection.wrap_database_errors, psycopg.Cursor(pg) as cursor:
-        if not wait and _in_pipeline():
+        if not wait and in_pipeline():
             cursor.execute(sql, params, prepare=True)
             return [], -1
         with _results_now(pg):
@@ -200,7 +200,8 @@ def prepared(
         return (cursor.fetchall() if cursor.description else []), cursor.rowcount
 
 
-def _in_pipeline() -> bool:
+def in_pipeline() -> bool:
+    """PostgreSQL: the connection is in pipeline mode (inside `pipelined()`)."""
     pg = connection.connection
     return pg is not None and bool(pg.pgconn.pipeline_status)
 
@@ -230,7 +231,7 @@ def pipelined() -> Iterator[None]:
     that recovers from a failed statement under a savepoint and goes on: statements
     prepared after the failure were skipped by the server but are believed prepared.
     SQLite: nothing."""
-    if connection.vendor != "postgresql" or _in_pipeline():
+    if connection.vendor != "postgresql" or in_pipeline():
         yield
         return
     connection.close_if_health_check_failed()  # its SELECT 1 must not wait in the pipeline
@@ -284,7 +285,7 @@ class Writer:
         with connection.wrap_database_errors:
             if self.postgres:
                 self._cursor.execute(sql, params, prepare=True)
-                if not rows or not (self._cursor.description or _in_pipeline()):
+                if not rows or not (self._cursor.description or in_pipeline()):
                     return []
                 return self._cursor.fetchall()
             self._cursor.execute(sql, params)
@@ -313,7 +314,7 @@ class Writer:
 
         pg = connection.connection
         with connection.wrap_database_errors, psycopg.Cursor(pg) as reader:
-            with _results_now(pg) if _in_pipeline() else pg.pipeline():
+            with _results_now(pg) if in_pipeline() else pg.pipeline():
                 self._cursor.execute(*self._lock_statement(name, new), prepare=True)
                 reader.execute(read[0], read[1], prepare=True)
             head, count = self._cursor.fetchone()

@@ -90,11 +90,13 @@ def _begin(
     promise_id: str, *, job_id: str, attempt: int, worker_id: str, now_ms: int
 ) -> Ended | Running:
     with pipelined_transaction():
-        if not promises.claim(promise_id, worker_id):  # the same delivery is running elsewhere
-            return Ended("stale_attempt", _outcome("stale_attempt", job_id, attempt))
+        # the claim travels with the job's lock and read; known before anything is decided
+        claimed = promises.send_claim(promise_id, worker_id)
         start, job = queue.start_attempt(
-            job_id, worker_id=worker_id, attempt=attempt, now_ms=now_ms
+            job_id, worker_id=worker_id, attempt=attempt, now_ms=now_ms, claimed=claimed
         )
+        if start is Start.UNCLAIMED:  # the same delivery is running elsewhere
+            return Ended("stale_attempt", _outcome("stale_attempt", job_id, attempt))
         if start in _START_STATUS:
             status, state = _START_STATUS[start]
             extra = {"error": "missing"} if start is Start.MISSING else {}

@@ -4,13 +4,14 @@ counts as `timedout` (terminal) wherever it is read."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection
 
 from jobs.models import DeliveryPromise
-from receipts.writer import prepared
+from receipts.writer import in_pipeline, prepared
 
 TERMINAL_STATES = ("resolved", "rejected", "canceled", "timedout")
 # Open (unsettled): pending, or marked timed out by the sweep (which sets no settled_at).
@@ -260,6 +261,27 @@ def claim(promise_id: str, worker_id: str) -> bool:
     taken. This is what lets a queue drain on its own after a long outage.
     """
     return prepared(_CLAIM[connection.vendor], [worker_id, promise_id])[1] == 1
+
+
+def send_claim(promise_id: str, worker_id: str) -> Callable[[], bool]:
+    """`claim`, sent without waiting for its outcome inside `pipelined()` on PostgreSQL:
+    the outcome arrives with the next statement whose result is read (the stream lock of
+    the attempt's begin), and the returned function tells it then. Elsewhere the claim
+    runs at once."""
+    if connection.vendor != "postgresql" or not in_pipeline():
+        outcome = claim(promise_id, worker_id)
+        return lambda: outcome
+    import psycopg
+
+    cursor = psycopg.Cursor(connection.connection)
+    with connection.wrap_database_errors:
+        cursor.execute(_CLAIM["postgresql"], [worker_id, promise_id], prepare=True)
+
+    def claimed() -> bool:
+        with connection.wrap_database_errors, cursor:
+            return cursor.rowcount == 1
+
+    return claimed
 
 
 def read_execute(promise_id: str) -> tuple[str, int, str, str] | None:

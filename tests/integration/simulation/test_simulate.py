@@ -118,10 +118,13 @@ def test_two_attempts_under_one_live_fence_are_caught(monkeypatch):
     # twice under the same fence: what claim() and start_attempt's STALE prevent (D-5).
     monkeypatch.setattr(world.Process, "worker_id", lambda self, key, job_id: f"{self.group}:one")
     monkeypatch.setattr(promises, "claim", lambda promise_id, worker_id: True)
+    monkeypatch.setattr(promises, "send_claim", lambda promise_id, worker_id: lambda: True)
     original = queue.start_attempt
 
-    def start_attempt(job_id, *, worker_id, attempt, now_ms=None):
-        start, job = original(job_id, worker_id=worker_id, attempt=attempt, now_ms=now_ms)
+    def start_attempt(job_id, *, worker_id, attempt, now_ms=None, claimed=None):
+        start, job = original(
+            job_id, worker_id=worker_id, attempt=attempt, now_ms=now_ms, claimed=claimed
+        )
         if (
             start is queue.Start.STALE
             and job is not None
