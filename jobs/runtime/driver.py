@@ -8,16 +8,16 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
 
 from jobs import queue
 from jobs.core.contracts import routed_group
 from jobs.core.state import Fence, JobState
 from jobs.core.timing import TimingSettings
+from jobs.projector import state_from_rows
 from jobs.runtime import callbacks, counters, faults, promises, transport
 from jobs.runtime.roles import cluster_for_group
 from receipts.clock import now_ms as wall_clock_ms
-from receipts.writer import pipelined
+from receipts.writer import pipelined_transaction
 
 EXECUTE_TASK = "jobs.runtime.tasks.execute"
 STALE_LEASE_ERROR = "stale active job lost execution; retrying through driver"
@@ -44,14 +44,14 @@ def drive_many(promise_ids: list[str], *, now_ms: int | None = None) -> list[dic
     leased, abort requested, a promise already settled) takes the one-by-one path.
     """
     now = wall_clock_ms() if now_ms is None else now_ms
-    views = promises.get_many(promise_ids, now_ms=now)
-    jobs = queue.get_many([v.job_id for v in views.values()])
+    found = promises.get_with_jobs(promise_ids, now_ms=now)
     simple: list[tuple[promises.PromiseView, JobState]] = []
     results: list[dict[str, Any]] = []
     for promise_id in promise_ids:
-        view, job = views.get(promise_id), None
-        if view is not None:
-            job = jobs.get(view.job_id)
+        view, job = None, None
+        if promise_id in found:
+            view, stored = found[promise_id]
+            job = _job(stored)
         if (
             view is not None
             and view.function == "driver"
@@ -88,7 +88,7 @@ def _open_many(
             view.dispatch_key,
             job.lease_ms or default_lease,
         )
-    with transaction.atomic(), pipelined():
+    with pipelined_transaction():
         promises.recoverable_commit()
         opened = promises.create_many(list(new.values()), now_ms=now)
         for execute_id, group in sorted(routes.values()):
@@ -129,14 +129,19 @@ def _known(promise: promises.NewPromise) -> dict[str, Any]:
     }
 
 
+def _job(stored: Any) -> JobState | None:
+    """The job of a read-model `state` as `promises.get_with_jobs` returns it."""
+    return None if stored is None else state_from_rows([(stored,)])
+
+
 def _drive(promise_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
     now = wall_clock_ms() if now_ms is None else now_ms
-    promise = promises.get(promise_id, now_ms=now)
+    promise, stored = promises.get_with_jobs([promise_id], now_ms=now).get(promise_id, (None, None))
     if promise is None or promise.function != "driver":
         return {"status": "unknown_promise", "promiseId": promise_id}
     if not promise.open:  # settled already; a late but unsettled delivery still drives
         return {"status": "duplicate_delivery", "promiseId": promise_id, "state": promise.state}
-    job = queue.get(promise.job_id)
+    job = _job(stored)
     if job is None:
         promises.settle(promise_id, "rejected", now_ms=now, result={"status": "missing"})
         return {"status": "missing", "jobId": promise.job_id}

@@ -34,8 +34,10 @@ def recoverable_commit() -> None:
     commit that read its rows (a worker's begin, which is durable) writes it to disk
     first, in WAL order."""
     if connection.vendor == "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute("SET LOCAL synchronous_commit TO off")
+        prepared(_ASYNC_COMMIT, [], wait=False)
+
+
+_ASYNC_COMMIT = "SELECT set_config('synchronous_commit', 'off', true)"  # SET LOCAL, preparable
 
 
 @dataclass(frozen=True)
@@ -81,9 +83,11 @@ class PromiseView:
 
 
 def effective_state(row: DeliveryPromise, now_ms: int) -> str:
-    if row.state == "pending" and row.timeout_at <= now_ms:
-        return "timedout"
-    return row.state
+    return _effective(row.state, row.timeout_at, now_ms)
+
+
+def _effective(state: str, timeout_at: int, now_ms: int) -> str:
+    return "timedout" if state == "pending" and timeout_at <= now_ms else state
 
 
 def view(row: DeliveryPromise, now_ms: int) -> PromiseView:
@@ -106,6 +110,48 @@ def view(row: DeliveryPromise, now_ms: int) -> PromiseView:
 def get(promise_id: str, *, now_ms: int) -> PromiseView | None:
     row = DeliveryPromise.objects.filter(pk=promise_id).first()
     return view(row, now_ms) if row else None
+
+
+# A driver pass reads its promises and their jobs' read-model rows in one statement (no
+# ORM: it runs for every job, and the query compiler cost more than the round trip).
+_WITH_JOB = (
+    "SELECT p.id, p.function, p.job_id, p.attempt, p.target_group, p.dispatch_key, p.state, "
+    "p.timeout_at, p.created_at, p.settled_at, p.worker_id, p.result, j.state "
+    "FROM jobs_delivery_promise p LEFT JOIN jobs_job j ON j.id = p.job_id WHERE p.id "
+)
+_SQLITE_IDS_PER_READ = 500
+
+
+def get_with_jobs(promise_ids: list[str], *, now_ms: int) -> dict[str, tuple[PromiseView, Any]]:
+    """{promise id: (its view, its job's read-model `state` as stored, None without a
+    row)} for the promises that exist."""
+    if connection.vendor == "postgresql":
+        rows = prepared(_WITH_JOB + "= ANY(%s)", [list(promise_ids)])[0]
+    else:
+        rows = []
+        for start in range(0, len(promise_ids), _SQLITE_IDS_PER_READ):
+            part = promise_ids[start : start + _SQLITE_IDS_PER_READ]
+            marks = ", ".join(["%s"] * len(part))
+            rows += prepared(_WITH_JOB + f"IN ({marks})", part)[0]
+    found = {}
+    for row in rows:
+        result = json.loads(row[11]) if isinstance(row[11], str | bytes) else row[11]
+        view = PromiseView(
+            id=row[0],
+            function=row[1],
+            job_id=row[2],
+            attempt=row[3],
+            target_group=row[4],
+            dispatch_key=row[5],
+            state=_effective(row[6], row[7], now_ms),
+            timeout_at=row[7],
+            created_at=row[8],
+            settled_at=row[9],
+            worker_id=row[10],
+            result=result,
+        )
+        found[view.id] = (view, row[12])
+    return found
 
 
 _INSERT = (
@@ -155,11 +201,36 @@ def create(
     )
 
 
+_INSERT_PG = (
+    "INSERT INTO jobs_delivery_promise (id, function, job_id, attempt, target_group, "
+    "dispatch_key, state, timeout_at, created_at, available_at) "
+    "SELECT v.i, v.f, v.j, v.a, v.g, v.k, 'pending', v.t, %s, %s "
+    "FROM jsonb_to_recordset(%s::jsonb) AS v(i text, f text, j text, a int, g text, k text, "
+    "t bigint) ON CONFLICT (id) DO NOTHING RETURNING id"
+)
+
+
 def create_many(new: list[NewPromise], *, now_ms: int) -> set[str]:
-    """Insert pending promises in one statement; the ids that were new (the others
+    """Insert pending promises in one statement (on PostgreSQL one prepared statement for
+    any number, the rows as one JSON parameter); the ids that were new (the others
     existed: someone else won)."""
     if not new:
         return set()
+    if connection.vendor == "postgresql":
+        values = [
+            {
+                "i": p.promise_id,
+                "f": p.function,
+                "j": p.job_id,
+                "a": p.attempt,
+                "g": p.target_group,
+                "k": p.dispatch_key,
+                "t": now_ms + p.timeout_ms,
+            }
+            for p in new
+        ]
+        found, _ = prepared(_INSERT_PG, [now_ms, now_ms, json.dumps(values)])
+        return {row[0] for row in found}
     params: list[Any] = []
     for p in new:
         params += [
@@ -173,9 +244,8 @@ def create_many(new: list[NewPromise], *, now_ms: int) -> set[str]:
             now_ms,
             now_ms,
         ]
-    with connection.cursor() as cursor:
-        cursor.execute(_INSERT.format(rows=", ".join([_ROW] * len(new))), params)
-        return {row[0] for row in cursor.fetchall()}
+    rows, _ = prepared(_INSERT.format(rows=", ".join([_ROW] * len(new))), params)
+    return {row[0] for row in rows}
 
 
 def settle_many(settlements: list[tuple[str, Any]], state: str, *, now_ms: int) -> None:
@@ -202,11 +272,6 @@ _SETTLE_MANY_PG = (
     "UPDATE jobs_delivery_promise SET state = %s, settled_at = %s, result = (%s::jsonb) -> id "
     f"WHERE id = ANY(%s) AND {_OPEN['postgresql']}"
 )
-
-
-def get_many(promise_ids: list[str], *, now_ms: int) -> dict[str, PromiseView]:
-    rows = DeliveryPromise.objects.filter(pk__in=promise_ids)
-    return {row.id: view(row, now_ms) for row in rows}
 
 
 _SETTLE = {
