@@ -5,9 +5,11 @@ to the routed worker group. It never leases: leasing belongs to the worker.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+from django.db import connection, transaction
 
 from jobs import queue
 from jobs.core.contracts import routed_group
@@ -74,7 +76,7 @@ def _open_many(
 ) -> list[dict[str, Any]]:
     default_lease = TimingSettings.from_config(settings.RECEIPT).job_lease_ms
     new: dict[str, promises.NewPromise] = {}
-    routes = {}
+    routes: dict[str, tuple[str, str]] = {}
     for view, job in batch:
         group = routed_group(job.agent_id, job.kind)
         execute_id = execute_promise_id(job.job_id, job.attempt + 1, view.id)
@@ -88,34 +90,94 @@ def _open_many(
             view.dispatch_key,
             job.lease_ms or default_lease,
         )
+    opened: _Opened | set[str]
     with pipelined_transaction():
         promises.recoverable_commit()
-        opened = promises.create_many(list(new.values()), now_ms=now)
-        for execute_id, group in sorted(routes.values()):
-            if execute_id in opened:  # a wake-up per cluster and transaction on the database
-                transport.send(
-                    cluster_for_group(group), EXECUTE_TASK, execute_id, **_known(new[execute_id])
-                )
-        settled = []
-        for view, _ in batch:
-            execute_id = routes[view.id][0]
-            status = "dispatched" if execute_id in opened else "already_dispatched"
-            settled.append((view.id, {"status": status, "execute": execute_id}))
-        promises.settle_many(settled, "resolved", now_ms=now)
-        callbacks.record(
-            [("dispatched", job, now) for view, job in batch if routes[view.id][0] in opened]
-        )
+        if _one_statement():
+            opened = _open_in_one_statement(new, routes, now)
+        else:
+            opened = _open_and_settle(batch, new, routes, now)
     faults.crash("driver_after_execute_sent")
     callbacks.deliver_jobs(
         [job.job_id for view, job in batch if routes[view.id][0] in opened], now_ms=now
     )
     results = []
     for view, job in batch:
-        execute_id, group = routes[view.id]
+        execute_id = routes[view.id][0]
         status = "dispatched" if execute_id in opened else "already_dispatched"
         counters.incr("receipt_driver_outcomes_total", status=status)
         results.append({"status": status, "jobId": job.job_id, "execute": execute_id})
     return results
+
+
+def _open_and_settle(
+    batch: list[tuple[promises.PromiseView, JobState]],
+    new: dict[str, promises.NewPromise],
+    routes: dict[str, tuple[str, str]],
+    now: int,
+) -> set[str]:
+    """The pass's writes, each decided on what the one before returned: the execute
+    promises, their wake-ups or tasks, the driver promises' settlements, the callbacks."""
+    opened = promises.create_many(list(new.values()), now_ms=now)
+    for execute_id, target in sorted(routes.values()):
+        if execute_id in opened:  # a wake-up per cluster and transaction on the database
+            transport.send(
+                cluster_for_group(target), EXECUTE_TASK, execute_id, **_known(new[execute_id])
+            )
+    settled = []
+    for view, _ in batch:
+        execute_id = routes[view.id][0]
+        status = "dispatched" if execute_id in opened else "already_dispatched"
+        settled.append((view.id, {"status": status, "execute": execute_id}))
+    promises.settle_many(settled, "resolved", now_ms=now)
+    callbacks.record(
+        [("dispatched", job, now) for view, job in batch if routes[view.id][0] in opened]
+    )
+    return opened
+
+
+class _Opened:
+    """The execute promises a one-statement pass opened: known once its pipeline synced."""
+
+    def __init__(self, read: Callable[[], set[str]]) -> None:
+        self._read = read
+        self._ids: set[str] | None = None
+
+    def __contains__(self, execute_id: object) -> bool:
+        if self._ids is None:
+            self._ids = self._read()
+        return execute_id in self._ids
+
+
+def _one_statement() -> bool:
+    """A pass can write in one statement on PostgreSQL when nothing in it waits for what
+    was opened: no callbacks to record, and tasks pushed to Redis after the commit (the
+    database broker's wake-ups go in the transaction, per cluster it opened work for)."""
+    return (
+        connection.vendor == "postgresql"
+        and not settings.RECEIPT.callback_url
+        and not transport.wakes_by_notify()
+    )
+
+
+def _open_in_one_statement(
+    new: dict[str, promises.NewPromise], routes: dict[str, tuple[str, str]], now: int
+) -> _Opened:
+    """The execute promises and the driver promises' settlements as one statement sent
+    with the commit (one round trip for the write); the tasks of the promises it opened
+    are pushed once it committed."""
+    executes = {driver_id: execute_id for driver_id, (execute_id, _) in routes.items()}
+    opened = _Opened(promises.send_open_and_settle(list(new.values()), executes, now_ms=now))
+
+    def push() -> None:
+        for execute_id, target in sorted(routes.values()):
+            if execute_id in opened:  # after the commit: pushed at once
+                transport.send(
+                    cluster_for_group(target), EXECUTE_TASK, execute_id, **_known(new[execute_id])
+                )
+
+    transaction.on_commit(push)
+    return opened
 
 
 def _known(promise: promises.NewPromise) -> dict[str, Any]:

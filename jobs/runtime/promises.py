@@ -210,6 +210,18 @@ _INSERT_PG = (
 )
 
 
+def _insert_row(p: NewPromise, now_ms: int) -> dict[str, Any]:
+    return {
+        "i": p.promise_id,
+        "f": p.function,
+        "j": p.job_id,
+        "a": p.attempt,
+        "g": p.target_group,
+        "k": p.dispatch_key,
+        "t": now_ms + p.timeout_ms,
+    }
+
+
 def create_many(new: list[NewPromise], *, now_ms: int) -> set[str]:
     """Insert pending promises in one statement (on PostgreSQL one prepared statement for
     any number, the rows as one JSON parameter); the ids that were new (the others
@@ -217,18 +229,7 @@ def create_many(new: list[NewPromise], *, now_ms: int) -> set[str]:
     if not new:
         return set()
     if connection.vendor == "postgresql":
-        values = [
-            {
-                "i": p.promise_id,
-                "f": p.function,
-                "j": p.job_id,
-                "a": p.attempt,
-                "g": p.target_group,
-                "k": p.dispatch_key,
-                "t": now_ms + p.timeout_ms,
-            }
-            for p in new
-        ]
+        values = [_insert_row(p, now_ms) for p in new]
         found, _ = prepared(_INSERT_PG, [now_ms, now_ms, json.dumps(values)])
         return {row[0] for row in found}
     params: list[Any] = []
@@ -246,6 +247,45 @@ def create_many(new: list[NewPromise], *, now_ms: int) -> set[str]:
         ]
     rows, _ = prepared(_INSERT.format(rows=", ".join([_ROW] * len(new))), params)
     return {row[0] for row in rows}
+
+
+# A driver pass's whole write on PostgreSQL: the execute promises, and the driver promises
+# settled each with whether its execute promise was new (`settle_many`'s result shape).
+_OPEN_AND_SETTLE_PG = (
+    "WITH opened AS (" + _INSERT_PG + "), "
+    "settled AS (UPDATE jobs_delivery_promise SET state = 'resolved', settled_at = %s, "
+    "result = jsonb_build_object('status', CASE WHEN (%s::jsonb ->> id) IN "
+    "(SELECT id FROM opened) THEN 'dispatched' ELSE 'already_dispatched' END, "
+    "'execute', %s::jsonb ->> id) "
+    f"WHERE id = ANY(%s) AND {_OPEN['postgresql']}) "
+    "SELECT id FROM opened"
+)
+
+
+def send_open_and_settle(
+    new: list[NewPromise], executes: dict[str, str], *, now_ms: int
+) -> Callable[[], set[str]]:
+    """PostgreSQL, inside `pipelined()`: create `new` and settle the driver promises of
+    `executes` ({driver promise id: its execute promise id}) in ONE statement, sent
+    without waiting; the returned function gives the execute promises that were new once
+    the pipeline has synced (a commit sent after it needs no round trip of its own)."""
+    import psycopg
+
+    values = json.dumps([_insert_row(p, now_ms) for p in new])
+    mapping = json.dumps(executes)
+    cursor = psycopg.Cursor(connection.connection)
+    with connection.wrap_database_errors:
+        cursor.execute(
+            _OPEN_AND_SETTLE_PG,
+            [now_ms, now_ms, values, now_ms, mapping, mapping, list(executes)],
+            prepare=True,
+        )
+
+    def opened() -> set[str]:
+        with connection.wrap_database_errors, cursor:
+            return {row[0] for row in cursor.fetchall()}
+
+    return opened
 
 
 def settle_many(settlements: list[tuple[str, Any]], state: str, *, now_ms: int) -> None:

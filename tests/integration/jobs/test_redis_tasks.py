@@ -73,3 +73,53 @@ def test_the_execute_task_carries_what_the_worker_needs_and_runs_without_reading
         if q["sql"].lstrip().upper().startswith("SELECT") and "jobs_delivery_promise" in q["sql"]
     ]
     assert promise_reads == []
+
+
+def test_a_driver_pass_pushes_only_what_it_opened_and_says_so_on_each_promise(
+    monkeypatch, django_capture_on_commit_callbacks
+):
+    """D-4 with Redis: a pass over several driver promises opens the execute promises that
+    do not exist yet and settles every driver promise with what happened to its own
+    (on PostgreSQL one statement sent with the commit); a task is pushed, after the
+    commit, for each promise this pass opened and for no other."""
+    broker = _Broker()
+    redis_cluster = {k: v for k, v in settings.Q_CLUSTER.items() if k != "orm"}
+    monkeypatch.setattr(settings, "Q_CLUSTER", {**redis_cluster, "redis": "redis://unused"})
+    monkeypatch.setattr(transport, "_broker", lambda cluster: broker)
+    jobs = [queue.enqueue(AGENT, payload("factory.run", i=i)).job for i in range(3)]
+    for job in jobs:
+        start_driver(job)
+    # the first job's execute promise exists already (another pass opened it)
+    taken = driver.execute_promise_id(jobs[0].job_id, 1, jobs[0].job_id)
+    DeliveryPromise.objects.create(
+        id=taken,
+        function="execute",
+        job_id=jobs[0].job_id,
+        attempt=1,
+        target_group="chat",
+        dispatch_key=jobs[0].job_id,
+        timeout_at=10**13,
+        created_at=1,
+    )
+
+    with django_capture_on_commit_callbacks(execute=True) as hooks:
+        results = driver.drive_many([job.job_id for job in jobs])
+        assert broker.pushed == []  # nothing reaches Redis before the commit
+    assert hooks
+    by_job = {r["jobId"]: r["status"] for r in results}
+    assert by_job == {
+        jobs[0].job_id: "already_dispatched",
+        jobs[1].job_id: "dispatched",
+        jobs[2].job_id: "dispatched",
+    }
+    pushed = sorted(SignedPackage.loads(p)["args"][0] for p in broker.pushed)
+    expected = sorted(driver.execute_promise_id(j.job_id, 1, j.job_id) for j in jobs[1:])
+    assert pushed == expected
+    for job in jobs:
+        promise = DeliveryPromise.objects.get(pk=job.job_id)
+        execute = driver.execute_promise_id(job.job_id, 1, job.job_id)
+        assert (promise.state, promise.result) == (
+            "resolved",
+            {"status": by_job[job.job_id], "execute": execute},
+        )
+    assert DeliveryPromise.objects.filter(function="execute").count() == 3
