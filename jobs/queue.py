@@ -50,7 +50,7 @@ from jobs.core.vocabulary import (
     job_stream,
     validate_job_id,
 )
-from jobs.core.wire import command_to_wire, job_from_wire
+from jobs.core.wire import command_to_wire
 from jobs.errors import InvalidRequest, JobIdTaken, JobNotFound, JobTerminal, SessionKeyConflict
 from jobs.models import Job
 from jobs.projector import CACHE_KEY, load_state, state_from_rows, state_read
@@ -1086,12 +1086,6 @@ def expire_lease(job_id: str, *, now_ms: int | None = None) -> WriteResult:
 
 def get(job_id: str) -> JobState | None:
     return load_state(job_id)
-
-
-def get_many(job_ids: Sequence[str]) -> dict[str, JobState]:
-    """Jobs by id in one read (absent ids are left out)."""
-    rows = Job.objects.filter(pk__in=list(set(job_ids))).values_list("state", flat=True)
-    return {state.job_id: state for state in map(job_from_wire, rows)}
 
 
 def require(job_id: str) -> JobState:
