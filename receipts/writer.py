@@ -200,6 +200,27 @@ def prepared(
         return (cursor.fetchall() if cursor.description else []), cursor.rowcount
 
 
+def sent(sql: str, params: Sequence[Any]) -> Callable[[], tuple[list[tuple[Any, ...]], int]]:
+    """`prepared` whose outcome is read later. Inside `pipelined()` on PostgreSQL the
+    statement only travels: its (rows, rowcount) come with the next result the block
+    reads or with its end, and the returned function gives them then (once). Elsewhere it
+    runs at once."""
+    if connection.vendor != "postgresql" or not in_pipeline():
+        outcome = prepared(sql, params)
+        return lambda: outcome
+    import psycopg
+
+    cursor = psycopg.Cursor(connection.connection)
+    with connection.wrap_database_errors:
+        cursor.execute(sql, params, prepare=True)
+
+    def outcome_after_sync() -> tuple[list[tuple[Any, ...]], int]:
+        with connection.wrap_database_errors, cursor:
+            return (cursor.fetchall() if cursor.description else []), cursor.rowcount
+
+    return outcome_after_sync
+
+
 def in_pipeline() -> bool:
     """PostgreSQL: the connection is in pipeline mode (inside `pipelined()`)."""
     pg = connection.connection
@@ -241,19 +262,19 @@ def pipelined() -> Iterator[None]:
 
 
 @contextmanager
-def pipelined_transaction() -> Iterator[None]:
+def pipelined_transaction(*, savepoint: bool = True) -> Iterator[None]:
     """`transaction.atomic()` around `pipelined()` whose COMMIT, on PostgreSQL, travels
     with the block's last statements instead of costing a round trip of its own after
     them. Only an outermost transaction commits that way, and only when its block ends
     normally with nothing marked for rollback; inside another transaction this is plain
-    `atomic()` (a savepoint) around `pipelined()`.
+    `atomic(savepoint=savepoint)` around `pipelined()`.
 
     Django's own commit at the end of `atomic()` then finds the connection idle and sends
     nothing; its on-commit hooks run as usual, after the commit and outside the pipeline.
     A COMMIT that fails (its error comes with the block's results) rolls back as any
     failed commit does and raises."""
     if connection.vendor != "postgresql" or connection.in_atomic_block:
-        with transaction.atomic(), pipelined():
+        with transaction.atomic(savepoint=savepoint), pipelined():
             yield
         return
     with transaction.atomic(), pipelined():

@@ -13,12 +13,11 @@ deterministic simulation (`jobs.simulation`) drive these same functions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import OperationalError, transaction
+from django.db import OperationalError
 
 from jobs import handlers, queue
 from jobs.core.state import Fence, JobState
@@ -26,7 +25,7 @@ from jobs.queue import Outcome, Start
 from jobs.runtime import faults, promises
 from jobs.runtime.storage_retry import with_storage_retry
 from receipts.core.storable import storable
-from receipts.writer import pipelined, pipelined_transaction
+from receipts.writer import pipelined_transaction
 
 _START_STATUS = {
     Start.MISSING: ("failed", "rejected"),
@@ -191,20 +190,6 @@ def _final_result(job: JobState, status: str, result: Any, no_retry: bool) -> An
     return final
 
 
-def _settlement_transaction() -> Any:
-    """Begin's own transaction when inside it (no savepoint: a failed settlement fails the
-    begin), else a transaction of the settlement's own."""
-    if transaction.get_connection().in_atomic_block:
-        return _joined_transaction()
-    return pipelined_transaction()
-
-
-@contextmanager
-def _joined_transaction() -> Iterator[None]:
-    with transaction.atomic(savepoint=False), pipelined():
-        yield
-
-
 def _write_settlement(
     promise_id: str,
     job: JobState,
@@ -218,8 +203,9 @@ def _write_settlement(
     reason: str | None = None,
 ) -> Ended:
     job_id = job.job_id
-    # inside begin's transaction, or its own (its writes and its commit pipelined)
-    with _settlement_transaction():
+    # inside begin's transaction (no savepoint: a failed settlement fails the begin), or
+    # its own (its writes and its commit pipelined)
+    with pipelined_transaction(savepoint=False):
         if status == "completed":
             written = queue.complete(job_id, result, fence=fence, now_ms=now_ms, known=job)
         elif status == "canceled":

@@ -6,6 +6,7 @@ to the routed worker group. It never leases: leasing belongs to the worker.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import cache
 from typing import Any
 
 from django.conf import settings
@@ -90,13 +91,15 @@ def _open_many(
             view.dispatch_key,
             job.lease_ms or default_lease,
         )
-    opened: _Opened | set[str]
+    read_opened: Callable[[], set[str]] | None = None
     with pipelined_transaction():
         promises.recoverable_commit()
         if _one_statement():
-            opened = _open_in_one_statement(new, routes, now)
+            read_opened = _open_in_one_statement(new, routes, now)
         else:
             opened = _open_and_settle(batch, new, routes, now)
+    if read_opened is not None:
+        opened = read_opened()  # known once the pass's pipeline synced
     faults.crash("driver_after_execute_sent")
     callbacks.deliver_jobs(
         [job.job_id for view, job in batch if routes[view.id][0] in opened], now_ms=now
@@ -136,19 +139,6 @@ def _open_and_settle(
     return opened
 
 
-class _Opened:
-    """The execute promises a one-statement pass opened: known once its pipeline synced."""
-
-    def __init__(self, read: Callable[[], set[str]]) -> None:
-        self._read = read
-        self._ids: set[str] | None = None
-
-    def __contains__(self, execute_id: object) -> bool:
-        if self._ids is None:
-            self._ids = self._read()
-        return execute_id in self._ids
-
-
 def _one_statement() -> bool:
     """A pass can write in one statement on PostgreSQL when nothing in it waits for what
     was opened: no callbacks to record, and tasks pushed to Redis after the commit (the
@@ -162,16 +152,16 @@ def _one_statement() -> bool:
 
 def _open_in_one_statement(
     new: dict[str, promises.NewPromise], routes: dict[str, tuple[str, str]], now: int
-) -> _Opened:
+) -> Callable[[], set[str]]:
     """The execute promises and the driver promises' settlements as one statement sent
     with the commit (one round trip for the write); the tasks of the promises it opened
-    are pushed once it committed."""
+    are pushed once it committed. Returns what it opened, readable once it synced."""
     executes = {driver_id: execute_id for driver_id, (execute_id, _) in routes.items()}
-    opened = _Opened(promises.send_open_and_settle(list(new.values()), executes, now_ms=now))
+    opened = cache(promises.send_open_and_settle(list(new.values()), executes, now_ms=now))
 
     def push() -> None:
         for execute_id, target in sorted(routes.values()):
-            if execute_id in opened:  # after the commit: pushed at once
+            if execute_id in opened():  # after the commit: pushed at once
                 transport.send(
                     cluster_for_group(target), EXECUTE_TASK, execute_id, **_known(new[execute_id])
                 )

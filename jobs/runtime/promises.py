@@ -11,7 +11,7 @@ from typing import Any
 from django.db import connection
 
 from jobs.models import DeliveryPromise
-from receipts.writer import in_pipeline, prepared
+from receipts.writer import prepared, sent
 
 TERMINAL_STATES = ("resolved", "rejected", "canceled", "timedout")
 # Open (unsettled): pending, or marked timed out by the sweep (which sets no settled_at).
@@ -269,23 +269,12 @@ def send_open_and_settle(
     `executes` ({driver promise id: its execute promise id}) in ONE statement, sent
     without waiting; the returned function gives the execute promises that were new once
     the pipeline has synced (a commit sent after it needs no round trip of its own)."""
-    import psycopg
-
     values = json.dumps([_insert_row(p, now_ms) for p in new])
     mapping = json.dumps(executes)
-    cursor = psycopg.Cursor(connection.connection)
-    with connection.wrap_database_errors:
-        cursor.execute(
-            _OPEN_AND_SETTLE_PG,
-            [now_ms, now_ms, values, now_ms, mapping, mapping, list(executes)],
-            prepare=True,
-        )
-
-    def opened() -> set[str]:
-        with connection.wrap_database_errors, cursor:
-            return {row[0] for row in cursor.fetchall()}
-
-    return opened
+    outcome = sent(
+        _OPEN_AND_SETTLE_PG, [now_ms, now_ms, values, now_ms, mapping, mapping, list(executes)]
+    )
+    return lambda: {row[0] for row in outcome()[0]}
 
 
 def settle_many(settlements: list[tuple[str, Any]], state: str, *, now_ms: int) -> None:
@@ -373,20 +362,8 @@ def send_claim(promise_id: str, worker_id: str) -> Callable[[], bool]:
     the outcome arrives with the next statement whose result is read (the stream lock of
     the attempt's begin), and the returned function tells it then. Elsewhere the claim
     runs at once."""
-    if connection.vendor != "postgresql" or not in_pipeline():
-        outcome = claim(promise_id, worker_id)
-        return lambda: outcome
-    import psycopg
-
-    cursor = psycopg.Cursor(connection.connection)
-    with connection.wrap_database_errors:
-        cursor.execute(_CLAIM["postgresql"], [worker_id, promise_id], prepare=True)
-
-    def claimed() -> bool:
-        with connection.wrap_database_errors, cursor:
-            return cursor.rowcount == 1
-
-    return claimed
+    outcome = sent(_CLAIM[connection.vendor], [worker_id, promise_id])
+    return lambda: outcome()[1] == 1
 
 
 def read_execute(promise_id: str) -> tuple[str, int, str, str] | None:
