@@ -17,7 +17,7 @@ from jobs.core.contracts import routed_group
 from jobs.core.state import Fence, JobState
 from jobs.core.timing import TimingSettings
 from jobs.projector import state_from_rows
-from jobs.runtime import callbacks, counters, faults, promises, transport
+from jobs.runtime import callbacks, counters, faults, promisebroker, promises, transport
 from jobs.runtime.roles import cluster_for_group
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.writer import pipelined_transaction
@@ -32,24 +32,36 @@ def execute_promise_id(job_id: str, attempt: int, driver_promise_id: str) -> str
 
 
 def drive(promise_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
-    result = _drive(promise_id, now_ms=now_ms)
-    counters.incr("receipt_driver_outcomes_total", status=result["status"])
+    now = wall_clock_ms() if now_ms is None else now_ms
+    result = _drive_queued([promise_id], now).get(promise_id) or _drive_counted(promise_id, now)
     counters.flush()
+    return result
+
+
+def _drive_counted(promise_id: str, now: int) -> dict[str, Any]:
+    result = _drive(promise_id, now_ms=now)
+    counters.incr("receipt_driver_outcomes_total", status=result["status"])
     return result
 
 
 def drive_many(promise_ids: list[str], *, now_ms: int | None = None) -> list[dict[str, Any]]:
     """A driver pass over many promises (the database broker hands the driver batches).
 
-    The common case, a queued job with nothing unusual, is decided from two reads for the
-    whole batch and written in ONE transaction: every execute promise inserted, every
+    The common case, a queued job with nothing unusual, is decided by the database in
+    one statement where a pass can write in one (`_drive_queued`); else from one read for
+    the whole batch and written in ONE transaction: every execute promise inserted, every
     driver promise settled, one wake-up per worker cluster. Anything else (terminal,
     leased, abort requested, a promise already settled) takes the one-by-one path.
     """
     now = wall_clock_ms() if now_ms is None else now_ms
+    decided = _drive_queued(promise_ids, now)
+    results = list(decided.values())
+    promise_ids = [promise_id for promise_id in promise_ids if promise_id not in decided]
+    if not promise_ids:
+        counters.flush()
+        return results
     found = promises.get_with_jobs(promise_ids, now_ms=now)
     simple: list[tuple[promises.PromiseView, JobState]] = []
-    results: list[dict[str, Any]] = []
     for promise_id in promise_ids:
         view, job = None, None
         if promise_id in found:
@@ -65,10 +77,47 @@ def drive_many(promise_ids: list[str], *, now_ms: int | None = None) -> list[dic
         ):
             simple.append((view, job))
         else:
-            results.append(drive(promise_id, now_ms=now))
+            results.append(_drive_counted(promise_id, now))
     if simple:
         results += _open_many(simple, now)
     counters.flush()
+    return results
+
+
+def _drive_queued(promise_ids: list[str], now: int) -> dict[str, dict[str, Any]]:
+    """The common case decided by the database in ONE round trip: every driver promise
+    whose job is queued with no abort asked gets its execute promise and is settled, the
+    statement and its COMMIT sent together (`promises.send_drive_queued`), and its
+    worker's task pushed once committed. Returns {driver promise id: result} of those it
+    decided (none
+    where a pass cannot write in one statement); the others are read and decided as
+    before, so a job that is anything but plainly queued costs one more round trip."""
+    if not _one_statement(wake_in_statement=True):
+        return {}
+    default_lease = TimingSettings.from_config(settings.RECEIPT).job_lease_ms
+    channel = promisebroker.CHANNEL if transport.wakes_by_notify() else None
+    with pipelined_transaction():
+        promises.recoverable_commit()
+        read = promises.send_drive_queued(
+            promise_ids, now_ms=now, default_lease_ms=default_lease, wake_channel=channel
+        )
+    decided = read()
+    faults.crash("driver_after_execute_sent")
+    results = {}
+    for d in decided:
+        if d.opened:  # the database broker was woken by the statement
+            transport.send_woken(
+                cluster_for_group(d.target_group),
+                EXECUTE_TASK,
+                d.execute_id,
+                job_id=d.job_id,
+                attempt=d.attempt,
+                dispatch_key=d.dispatch_key,
+                target_group=d.target_group,
+            )
+        status = "dispatched" if d.opened else "already_dispatched"
+        counters.incr("receipt_driver_outcomes_total", status=status)
+        results[d.driver_id] = {"status": status, "jobId": d.job_id, "execute": d.execute_id}
     return results
 
 
@@ -139,14 +188,15 @@ def _open_and_settle(
     return opened
 
 
-def _one_statement() -> bool:
+def _one_statement(*, wake_in_statement: bool = False) -> bool:
     """A pass can write in one statement on PostgreSQL when nothing in it waits for what
-    was opened: no callbacks to record, and tasks pushed to Redis after the commit (the
-    database broker's wake-ups go in the transaction, per cluster it opened work for)."""
+    was opened: no callbacks to record, and tasks pushed to Redis after the commit. The
+    database broker's wake-ups go in the transaction, per cluster it opened work for: only
+    a statement that carries them itself (`wake_in_statement`) takes that broker."""
     return (
         connection.vendor == "postgresql"
         and not settings.RECEIPT.callback_url
-        and not transport.wakes_by_notify()
+        and (wake_in_statement or not transport.wakes_by_notify())
     )
 
 

@@ -277,6 +277,78 @@ def send_open_and_settle(
     return lambda: {row[0] for row in outcome()[0]}
 
 
+@dataclass(frozen=True)
+class Decided:
+    """A driver promise the common decision took (`send_drive_queued`): the execute
+    promise of its job's next attempt, and whether this statement opened it."""
+
+    driver_id: str
+    execute_id: str
+    job_id: str
+    attempt: int
+    target_group: str
+    dispatch_key: str
+    opened: bool
+
+
+def _open_as(alias: str) -> str:
+    return (
+        f"num_nulls({alias}.settled_at) = 1 "
+        f"AND {alias}.state NOT IN ('resolved', 'rejected', 'canceled')"
+    )
+
+
+# The driver's common decision (D-4) in SQL: an open driver promise whose job is queued
+# with no abort asked opens the execute promise of the job's next attempt on the job's
+# routed group (its row's worker_group, set from the same routing at enqueue), and is
+# settled as `send_open_and_settle` settles it. Nothing else is written; the promises it
+# does not return take the driver's read-and-decide path. Key-only: by promise id, then
+# the job by its id.
+_DRIVE_QUEUED_PG = (
+    "WITH v AS MATERIALIZED (SELECT d.id AS driver, d.dispatch_key AS k, j.id AS job, "
+    "j.attempt + 1 AS a, j.worker_group AS g, j.id || ':attempt:' || (j.attempt + 1) || "
+    "CASE WHEN d.id = j.id THEN '' ELSE ':dispatch:' || d.id END AS x, "
+    "coalesce(nullif((j.state ->> 'leaseMs')::bigint, 0), %s) AS lease "
+    "FROM jobs_delivery_promise d JOIN jobs_job j ON j.id = d.job_id "
+    f"WHERE d.id = ANY(%s) AND d.function = 'driver' AND {_open_as('d')} "
+    "AND j.status = 'queued' AND (j.state -> 'abortRequested') IS DISTINCT FROM 'true'), "
+    "opened AS (INSERT INTO jobs_delivery_promise (id, function, job_id, attempt, "
+    "target_group, dispatch_key, state, timeout_at, created_at, available_at) "
+    "SELECT x, 'execute', job, a, g, k, 'pending', %s + lease, %s, %s FROM v "
+    "ON CONFLICT (id) DO NOTHING RETURNING id), "
+    "settled AS (UPDATE jobs_delivery_promise p SET state = 'resolved', settled_at = %s, "
+    "result = jsonb_build_object('status', CASE WHEN v.x IN (SELECT id FROM opened) "
+    "THEN 'dispatched' ELSE 'already_dispatched' END, 'execute', v.x) "
+    f"FROM v WHERE p.id = v.driver AND {_open_as('p')}){{woke}} "
+    "SELECT v.driver, v.x, v.job, v.a, v.g, v.k, v.x IN (SELECT id FROM opened){count} FROM v"
+)
+# With the database broker the wake-up of each worker cluster given work travels in the
+# statement, and so commits with it.
+_WOKE = (
+    ", woke AS (SELECT pg_notify(%s, c) FROM (SELECT DISTINCT 'worker-' || g AS c "
+    "FROM v WHERE x IN (SELECT id FROM opened)) AS w)"
+)
+_DRIVE_QUEUED = {
+    True: _DRIVE_QUEUED_PG.format(woke=_WOKE, count=", (SELECT count(*) FROM woke)"),
+    False: _DRIVE_QUEUED_PG.format(woke="", count=""),
+}
+
+
+def send_drive_queued(
+    driver_ids: list[str], *, now_ms: int, default_lease_ms: int, wake_channel: str | None
+) -> Callable[[], list[Decided]]:
+    """PostgreSQL, inside `pipelined()`: the common decision for these driver promises
+    as ONE statement sent without waiting (`_DRIVE_QUEUED_PG`); the returned function
+    gives what it decided once the pipeline has synced. `wake_channel`: the database
+    broker's channel, notified per worker cluster given work."""
+    sql = _DRIVE_QUEUED[wake_channel is not None]
+    params: list[Any] = [default_lease_ms, driver_ids, now_ms, now_ms, now_ms, now_ms]
+    if wake_channel is not None:
+        params.append(wake_channel)
+    outcome = sent(sql, params)
+    return lambda: [Decided(*row[:7]) for row in outcome()[0]]
+
+
 def settle_many(settlements: list[tuple[str, Any]], state: str, *, now_ms: int) -> None:
     """Settle several promises (id, result) the same way: one statement on PostgreSQL (the
     rows as one JSON parameter, prepared), executemany on SQLite."""

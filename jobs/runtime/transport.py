@@ -42,6 +42,17 @@ def send(cluster: str, func: str, *args: Any, **kwargs: Any) -> None:
     transaction.on_commit(lambda: async_task(func, *args, q_options=options, **kwargs))
 
 
+def send_woken(cluster: str, func: str, *args: Any, **kwargs: Any) -> None:
+    """`send` for a promise whose own statement carried the database broker's wake-up:
+    with that broker nothing is left to do; Redis gets the task after the commit."""
+    if cluster not in CLUSTERS:
+        raise ValueError(f"unknown cluster {cluster!r}")
+    if settings.Q_CLUSTER.get("orm"):
+        return
+    options: dict[str, Any] = {"cluster": cluster, "broker": _broker(cluster)}
+    transaction.on_commit(lambda: async_task(func, *args, q_options=options, **kwargs))
+
+
 def wakes_by_notify() -> bool:
     """The database broker on PostgreSQL: a cluster is woken by `pg_notify`."""
     return bool(settings.Q_CLUSTER.get("orm")) and connection.vendor == "postgresql"

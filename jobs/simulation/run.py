@@ -18,11 +18,11 @@ report's `trace`). Ids the runtime generates (job ids, command ids, receipt ids)
 random and differ between runs; no decision depends on them (see `world`).
 
 The run patches process-wide state and restores it afterwards: `settings.RECEIPT`
-(short leases and redrive windows, no callback URL), `transport.send` (into the
-simulated broker), the runtime's wall clock (counted, see `clock`), `counters.flush`
-(wall-clock driven), the queue's after-commit listeners (the simulation runs the
-dispatch pass itself, and with the default rollback they would never fire), and the
-`receipt` loggers (quiet below ERROR). Do not run it in a process that is doing real
+(short leases and redrive windows, no callback URL), `transport.send` and `send_woken`
+(into the simulated broker), the runtime's wall clock (counted, see `clock`),
+`counters.flush` (wall-clock driven), the queue's after-commit listeners (the simulation
+runs the dispatch pass itself, and with the default rollback they would never fire), and
+the `receipt` loggers (quiet below ERROR). Do not run it in a process that is doing real
 work. It runs in one transaction, rolled back unless `keep`.
 """
 
@@ -174,6 +174,7 @@ def sandbox(world: World) -> Iterator[None]:
         config = dataclasses.replace(settings.RECEIPT, **SIM_SETTINGS)
         stack.enter_context(_patched(settings, "RECEIPT", config))
         stack.enter_context(_patched(transport, "send", world.broker.send))
+        stack.enter_context(_patched(transport, "send_woken", world.broker.send))
         stack.enter_context(_patched(counters, "flush", lambda **_: 0))
         stack.enter_context(_patched(receipts.clock, "now_ms", world.clock.read_by_runtime))
         for name in WALL_CLOCK_READERS:

@@ -28,6 +28,7 @@ STATEMENTS: dict[str, tuple[str, list[Any]]] = {
         promises._SETTLE_MANY_PG,
         ["resolved", 1, '{"job-1": {"status": "dispatched"}}', ["job-1", "job-2"]],
     ),
+    "drive_queued": (promises._DRIVE_QUEUED[True], [60_000, ["job-1"], 1, 1, 1, 1, "q"]),
 }
 
 
