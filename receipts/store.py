@@ -187,12 +187,14 @@ def _existing_for_event_ids(stream: str, event_ids: list[str]) -> list[Receipt]:
 
 
 def _positioned(
-    receipts: list[Receipt], first_stream_seq: int, positions: dict[int, int]
+    receipts: list[Receipt], first_stream_seq: int, positions: dict[int, int] | None
 ) -> list[Receipt]:
+    """The receipts at their stream seqs, and global seqs unless those were deferred."""
     out = []
     for offset, r in enumerate(receipts):
         stream_seq = first_stream_seq + offset
-        out.append(replace(r, seq=positions[stream_seq], stream_seq=stream_seq))
+        seq = None if positions is None else positions[stream_seq]
+        out.append(replace(r, seq=seq, stream_seq=stream_seq))
     return out
 
 

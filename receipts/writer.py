@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import replace
 from typing import Any
 
@@ -229,13 +230,19 @@ def in_pipeline() -> bool:
 
 @contextmanager
 def _results_now(pg: Any) -> Iterator[None]:
-    """In pipeline mode, a nested pipeline block ends with a sync: what was sent before
-    it and in it has its results when the block ends (one round trip for all of it)."""
-    if pg.pgconn.pipeline_status:
+    """In pipeline mode, one sync after the block: what was sent before it and in it has
+    its results when the block ends (one round trip for all of it). Not a nested pipeline
+    block: psycopg syncs on entering one while a statement is in flight, a round trip
+    more."""
+    pipeline = getattr(pg, "_pipeline", None)  # the connection's current pipeline
+    if not pg.pgconn.pipeline_status:
+        yield
+    elif pipeline is None:  # not where this psycopg keeps it: a nested block, as before
         with pg.pipeline():
             yield
     else:
         yield
+        pipeline.sync()
 
 
 @contextmanager
@@ -245,9 +252,10 @@ def pipelined() -> Iterator[None]:
     head, a state read, a RETURNING); everything else goes with the next read or the end
     of the block: a job write costs four round trips instead of seven.
 
-    Enter it inside the transaction (BEGIN then travels with the first statements): the
-    commit's on-commit hooks must not run in pipeline mode, where an ORM update's row
-    count is unknown until the next sync. Use it only around code that reads what it
+    Enter it inside the transaction (`pipelined_transaction` sends BEGIN with the first
+    statements; inside a plain `atomic()` psycopg waits for its own BEGIN): the commit's
+    on-commit hooks must not run in pipeline mode, where an ORM update's row count is
+    unknown until the next sync. Use it only around code that reads what it
     needs (`prepared`, `Writer`, fetches), never around ORM updates, and never around code
     that recovers from a failed statement under a savepoint and goes on: statements
     prepared after the failure were skipped by the server but are believed prepared.
@@ -261,29 +269,70 @@ def pipelined() -> Iterator[None]:
         yield
 
 
+# Inside `pipelined_transaction`: appends do not wait for their receipts' global seqs.
+_POSITIONS_DEFERRED: ContextVar[bool] = ContextVar("receipt_positions_deferred", default=False)
+
+
+def positions_deferred() -> bool:
+    """Appends in this block leave their receipts' global `seq` unread (None): the writes
+    travel with the rest of the block instead of waiting a round trip for it."""
+    return _POSITIONS_DEFERRED.get() and in_pipeline()
+
+
 @contextmanager
 def pipelined_transaction(*, savepoint: bool = True) -> Iterator[None]:
-    """`transaction.atomic()` around `pipelined()` whose COMMIT, on PostgreSQL, travels
-    with the block's last statements instead of costing a round trip of its own after
-    them. Only an outermost transaction commits that way, and only when its block ends
+    """`transaction.atomic()` around `pipelined()` whose BEGIN and COMMIT, on PostgreSQL,
+    travel with the block's first and last statements instead of costing a round trip
+    each. Only an outermost transaction does that, and commits only when its block ends
     normally with nothing marked for rollback; inside another transaction this is plain
     `atomic(savepoint=savepoint)` around `pipelined()`.
 
     Django's own commit at the end of `atomic()` then finds the connection idle and sends
     nothing; its on-commit hooks run as usual, after the commit and outside the pipeline.
     A COMMIT that fails (its error comes with the block's results) rolls back as any
-    failed commit does and raises."""
+    failed commit does and raises.
+
+    Appends in the block leave their receipts' global `seq` unread (`positions_deferred`):
+    for code that needs the state it wrote, never the positions (the attempt machine and
+    the driver)."""
+    token = _POSITIONS_DEFERRED.set(True)
+    try:
+        with _pipelined_transaction(savepoint=savepoint):
+            yield
+    finally:
+        _POSITIONS_DEFERRED.reset(token)
+
+
+@contextmanager
+def _pipelined_transaction(*, savepoint: bool) -> Iterator[None]:
     if connection.vendor != "postgresql" or connection.in_atomic_block:
         with transaction.atomic(savepoint=savepoint), pipelined():
             yield
         return
-    with transaction.atomic(), pipelined():
-        yield
-        if not connection.needs_rollback:
-            import psycopg
+    import psycopg
 
-            with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cur:
-                cur.execute("COMMIT")
+    with transaction.atomic():
+        connection.close_if_health_check_failed()  # its SELECT 1 must not wait in the pipeline
+        connection.ensure_connection()
+        pg = connection.connection
+        # psycopg begins a transaction of its own before the first statement and, in
+        # pipeline mode, waits for that BEGIN: a round trip. With its autocommit on (Django
+        # still counts the block as its transaction) the BEGIN is ours and travels with
+        # the block's first statements; the COMMIT, or the ROLLBACK, with its last.
+        pg.autocommit = True
+        try:
+            with pipelined(), connection.wrap_database_errors, psycopg.Cursor(pg) as cur:
+                cur.execute("BEGIN")
+                try:
+                    yield
+                except BaseException:
+                    cur.execute("ROLLBACK")  # skipped by the server after an error: fine
+                    raise
+                cur.execute("ROLLBACK" if connection.needs_rollback else "COMMIT")
+        finally:
+            if pg.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                pg.autocommit = False  # as Django set it for the block (it restores its own)
+            # else a failed block: Django's rollback ends the transaction either way
 
 
 class Writer:
@@ -349,8 +398,9 @@ class Writer:
         event_ids: Sequence[str | None],
         head: str,
         count: int,
-    ) -> dict[int, int]:
-        """Insert `receipts`, move the head; returns {stream_seq: global seq}."""
+    ) -> dict[int, int] | None:
+        """Insert `receipts`, move the head; returns {stream_seq: global seq}, or None
+        where positions are deferred (`positions_deferred`: the write is only sent)."""
         stream, last_ts = receipts[0].stream, receipts[-1].ts
         params = _rows(receipts, first_stream_seq, event_ids)
         try:
@@ -365,7 +415,11 @@ class Writer:
                     "ins.seq::text || ' ' || %s::text || ' ' || ins.event_type) FROM ins) "
                     "SELECT ins.seq, ins.stream_seq FROM ins, (SELECT count(*) FROM note) AS n"
                 )
-                rows = self._run(sql, [*params, head, count, last_ts, last_ts, stream, stream])
+                args = [*params, head, count, last_ts, last_ts, stream, stream]
+                if positions_deferred():
+                    self._run(sql, args, rows=False)
+                    return None
+                rows = self._run(sql, args)
             else:
                 one = "(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
                 sql = (

@@ -1,0 +1,118 @@
+"""Round trips of the hot path on PostgreSQL (T-3, T-4): on an idle machine each one is
+a wake-up of the server and of the caller, most of a job's latency. Counted in libpq's
+protocol trace: each time the client, having sent messages, reads the server's answer
+(the server answers a pipeline only at a Sync or a Flush, when the client waits).
+
+- a pipelined transaction sends its BEGIN with its first statements and its COMMIT with
+  its last (psycopg would wait for a BEGIN of its own);
+- a result read inside the pipeline costs one round trip, not a nested block's two;
+- an append there does not wait for its receipts' global seqs."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from itertools import pairwise
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+
+from jobs import handlers, queue
+from jobs.runtime import attempt as attempts
+from jobs.runtime import driver
+from jobs.runtime.context import JobResult
+from receipts import store
+from receipts.clock import now_ms as wall_clock_ms
+from receipts.models import Stream as StreamRow
+from receipts.writer import pipelined_transaction
+from tests.integration.jobs.helpers import payload
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only]
+AGENT = "test-round-trips"
+
+
+@contextmanager
+def syncs() -> Iterator[Callable[[], int]]:
+    """Counts the round trips of the connection inside the block."""
+    from psycopg import pq
+
+    connection.ensure_connection()
+    pgconn = connection.connection.pgconn
+    fd, path = tempfile.mkstemp(prefix="receipt-trace-")
+    pgconn.trace(fd)
+    pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
+    count: list[int] = []
+    try:
+        yield lambda: count[0]
+    finally:
+        pgconn.untrace()
+        with open(path) as trace:
+            lines = trace.readlines()
+        sides = [line[:1] for line in lines if line[:1] in ("F", "B")]
+        # a round trip: messages sent, then the server's answer read
+        count.append(sum(1 for pair in pairwise(sides) if pair == ("F", "B")))
+        os.close(fd)
+        os.unlink(path)
+
+
+def test_an_append_in_a_pipelined_transaction_costs_two_round_trips():
+    store.append("rt/a", {"type": "ping"})  # statements prepared, the stream exists
+    with syncs() as counted, pipelined_transaction():
+        receipts = store.append("rt/a", {"type": "ping"})
+    assert counted() == 2  # the lock's head; the write with the COMMIT
+    assert receipts[0].stream_seq == 2 and receipts[0].seq is None  # not waited for
+    assert StreamRow.objects.get(name="rt/a").receipt_count == 2
+    assert connection.get_autocommit() and connection.connection.autocommit
+
+
+def test_a_statement_the_server_refuses_mid_block_keeps_nothing():
+    store.append("rt/b", {"type": "ping"})
+    with pytest.raises(Exception), pipelined_transaction():  # noqa: B017 (the server's error)
+        store.append("rt/new", {"type": "ping"})
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1 / 0")
+    assert not StreamRow.objects.filter(name="rt/new").exists()
+    assert connection.get_autocommit() and connection.connection.autocommit
+    with transaction.atomic():  # the connection goes on as usual
+        store.append("rt/b", {"type": "ping"})
+    assert StreamRow.objects.get(name="rt/b").receipt_count == 2
+
+
+def _job() -> Any:
+    # a kind with no Factory ledger row (bookkeeping written after the commit)
+    job = queue.enqueue(AGENT, payload("factory.dispatch")).job
+    driver.drive(job.job_id)  # prepares the statements of a pass
+    return job
+
+
+def test_a_job_from_driver_to_settlement_costs_five_round_trips(monkeypatch):
+    monkeypatch.setitem(handlers._HANDLERS, AGENT, lambda job, ctx: JobResult.success("ran"))
+    warm = _job()  # every statement of the path prepared once
+    warming = attempts.begin(
+        driver.execute_promise_id(warm.job_id, 1, warm.job_id),
+        job_id=warm.job_id,
+        attempt=1,
+        worker_id="chat:rt:1",
+        now_ms=wall_clock_ms(),
+    )
+    assert isinstance(warming, attempts.Running)
+    attempts.settle(warming, "completed", now_ms=wall_clock_ms)
+    job = queue.enqueue(AGENT, payload("factory.dispatch")).job
+    with syncs() as drove:
+        driver.drive(job.job_id)
+    execute_id = driver.execute_promise_id(job.job_id, 1, job.job_id)
+    with syncs() as began:
+        running = attempts.begin(
+            execute_id, job_id=job.job_id, attempt=1, worker_id="chat:rt:1", now_ms=wall_clock_ms()
+        )
+    assert isinstance(running, attempts.Running)
+    with syncs() as settled:
+        ended = attempts.settle(running, "completed", now_ms=wall_clock_ms, result={"ok": 1})
+    assert ended.status == "completed"
+    assert queue.get(job.job_id).status == "completed"
+    # the pass's one statement; the claim with the lock and read, then the writes with the
+    # COMMIT; the lock, then the writes and the promise's settlement with the COMMIT
+    assert (drove(), began(), settled()) == (1, 2, 2)
