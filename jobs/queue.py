@@ -266,14 +266,19 @@ def warnings_for(agent_id: str) -> list[str]:
 
 @contextmanager
 def _locked(
-    job_id: str, *, new: bool = False, known: JobState | None = None
+    job_id: str, *, new: bool = False, known: JobState | None = None, assume: bool = False
 ) -> Iterator[tuple[StreamHandle, JobState | None]]:
     """Lock the job's stream and read its state (call inside transaction.atomic). `new`:
     a freshly generated id, whose stream and row almost surely do not exist yet. `known`:
     the job as the caller last wrote or read it; when the locked stream still ends at its
-    head, nothing was appended since and it is the state (no read), else the row is read."""
+    head, nothing was appended since and it is the state (no read), else the row is read.
+    `assume` (with `known`, inside `pipelined()` on PostgreSQL): it is the state, not
+    waited for; the transaction fails as it commits if the stream moved (`open_stream`)."""
     read = None if new or known is not None else state_read(job_id)
-    with open_stream(job_stream(job_id), savepoint=False, read=read, new=new) as handle:
+    held = (known.head, known.receipt_count) if assume and known and known.head else None
+    with open_stream(
+        job_stream(job_id), savepoint=False, read=read, new=new, assume=held
+    ) as handle:
         if not handle.existed:
             state = None
         elif known is not None and (handle.head, handle.count) == (
@@ -824,6 +829,7 @@ def start_attempt(
     attempt: int,
     now_ms: int | None = None,
     claimed: Callable[[], bool] | None = None,
+    assumed: JobState | None = None,
 ) -> tuple[Start, JobState | None]:
     """Begin attempt `attempt` as `worker_id` (D-5): lease a queued job with its first
     heartbeat in one append.
@@ -835,9 +841,13 @@ def start_attempt(
 
     `claimed`: the outcome of the delivery's claim, sent before and known once the lock
     is held (they travel together); a refused claim decides and writes nothing.
+
+    `assumed`: the job as the delivery saw it, decided on without waiting for the lock
+    (see `_locked`); a stream that moved since fails the transaction as it commits.
     """
     now = wall_clock_ms() if now_ms is None else now_ms
-    with _worker_txn(), _locked(job_id) as (handle, job):
+    locked = _locked(job_id, known=assumed, assume=True) if assumed else _locked(job_id)
+    with _worker_txn(), locked as (handle, job):
         if claimed is not None and not claimed():
             return Start.UNCLAIMED, job
         if job is None:

@@ -35,7 +35,7 @@ from receipts.core.storable import first_unstorable
 from receipts.errors import ExpectedPrevMismatch, InvalidEvent, PartialEventIds, ReplayRefused
 from receipts.models import Receipt as ReceiptRow
 from receipts.models import Stream as StreamRow
-from receipts.writer import Writer
+from receipts.writer import Writer, in_pipeline
 
 # Who wants to know how long appends take (the jobs app feeds a /metrics histogram): called
 # with the stream, the seconds one append took (sealing, insert, projector) and its receipts.
@@ -205,12 +205,18 @@ def open_stream(
     savepoint: bool = True,
     read: tuple[str, Sequence[Any]] | None = None,
     new: bool = False,
+    assume: tuple[str, int] | None = None,
 ) -> Iterator[StreamHandle]:
     """Lock `name` (creating it if new) for the rest of the current transaction.
 
     `read`, a statement to run under the lock (a projector's row), travels with the lock
     on PostgreSQL: its rows are on `handle.read`. `new`: the name was just generated, so
     the stream is most likely new (only which lock statement is cheaper depends on it).
+
+    `assume` (head, receipt count), on PostgreSQL inside `pipelined()`: the stream is
+    believed to end there, so the lock is sent without waiting for it and appends follow
+    at once; if it does not, the transaction fails when the pipeline syncs (an error with
+    SQLSTATE `writer.HEAD_MOVED`) and nothing of it is kept. Elsewhere it is ignored.
 
     Opens a transaction when none is active. Inside one, a savepoint keeps a refused
     append from poisoning the caller's transaction; services that own the whole
@@ -221,7 +227,13 @@ def open_stream(
     with transaction.atomic(savepoint=savepoint):
         writer = Writer()
         try:
-            head, count, rows = writer.lock(name, read, new=new)
+            head: str | None
+            rows: list[tuple[Any, ...]] = []
+            if assume is not None and writer.postgres and in_pipeline():
+                writer.send_held(name, *assume)
+                head, count = assume
+            else:
+                head, count, rows = writer.lock(name, read, new=new)
             handle = StreamHandle(
                 name=name, head=head, count=count, existed=count > 0, writer=writer, read=rows
             )

@@ -40,6 +40,16 @@ _LOCK = (
 # PostgreSQL: an existing stream (every append but a stream's first) is locked with FOR
 # UPDATE, which writes no new row version; only a missing one takes the upsert above (two
 # creators meet in its ON CONFLICT, as before). One statement, one round trip.
+# PostgreSQL: the lock of a stream the caller believes ends at a known head, sent without
+# waiting for it (`Writer.send_held`). When the row is not there as believed (another
+# append moved it, or it is gone) the statement divides by zero: the pipeline aborts and
+# nothing of the transaction is kept (`HEAD_MOVED` tells that error from others).
+_HELD_PG = (
+    "SELECT 1 / count(*) FROM (SELECT 1 FROM receipt_stream WHERE name = %s AND head = %s "
+    "AND receipt_count = %s FOR UPDATE) AS held"
+)
+HEAD_MOVED = "22012"  # division_by_zero: the SQLSTATE of a refused assumption
+
 _LOCK_PG = (
     "WITH found AS (SELECT head, receipt_count FROM receipt_stream WHERE name = %s FOR UPDATE), "
     "created AS (INSERT INTO receipt_stream (name, head, receipt_count, last_ts, updated_at) "
@@ -325,14 +335,27 @@ def _pipelined_transaction(*, savepoint: bool) -> Iterator[None]:
                 cur.execute("BEGIN")
                 try:
                     yield
+                    cur.execute("ROLLBACK" if connection.needs_rollback else "COMMIT")
                 except BaseException:
-                    cur.execute("ROLLBACK")  # skipped by the server after an error: fine
+                    _end_failed(pg, cur)
                     raise
-                cur.execute("ROLLBACK" if connection.needs_rollback else "COMMIT")
         finally:
             if pg.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE:
                 pg.autocommit = False  # as Django set it for the block (it restores its own)
             # else a failed block: Django's rollback ends the transaction either way
+
+
+def _end_failed(pg: Any, cur: Any) -> None:
+    """A pipelined transaction whose block failed: ROLLBACK, and the pipeline synced here,
+    so that the block's own error is the one raised (a server error also fails this sync,
+    and what psycopg reports of that on leaving the pipeline would only repeat it)."""
+    try:
+        cur.execute("ROLLBACK")  # skipped by the server after an error; Django's rollback
+        pipeline = getattr(pg, "_pipeline", None)
+        if pipeline is not None:
+            pipeline.sync()
+    except Exception:  # the block's error is the one the caller raises
+        pass
 
 
 class Writer:
@@ -553,6 +576,13 @@ class Writer:
                 return {name for (name,) in streams.fetchall()}
 
         return placed, created
+
+    def send_held(self, name: str, head: str, count: int) -> None:
+        """PostgreSQL, inside `pipelined()`: lock `name` assuming it ends at `head` after
+        `count` receipts, without waiting (`_HELD_PG`: a wrong assumption fails the
+        transaction when it syncs)."""
+        assert self.postgres and in_pipeline()
+        self._run(_HELD_PG, [name, head, count], rows=False)
 
     def drop_if_empty(self, name: str) -> None:
         self._run(_DROP_EMPTY, [name], rows=False)

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import OperationalError
+from django.db import DataError, OperationalError, connection
 
 from jobs import handlers, queue
 from jobs.core.state import Fence, JobState
@@ -25,7 +25,7 @@ from jobs.queue import Outcome, Start
 from jobs.runtime import faults, promises
 from jobs.runtime.storage_retry import with_storage_retry
 from receipts.core.storable import storable
-from receipts.writer import pipelined_transaction
+from receipts.writer import HEAD_MOVED, pipelined_transaction
 
 _START_STATUS = {
     Start.MISSING: ("failed", "rejected"),
@@ -73,10 +73,32 @@ def _settle_promise(
 
 
 def begin(
-    promise_id: str, *, job_id: str, attempt: int, worker_id: str, now_ms: int
+    promise_id: str,
+    *,
+    job_id: str,
+    attempt: int,
+    worker_id: str,
+    now_ms: int,
+    seen: JobState | None = None,
 ) -> Ended | Running:
     """Claim the promise and start the attempt: one transaction, retried as a unit on a
-    transient storage error (the platform's outage never costs the job an attempt)."""
+    transient storage error (the platform's outage never costs the job an attempt).
+
+    `seen`: the job as the delivery read it. When it is plainly queued for this attempt,
+    the begin assumes it still is and sends everything with the COMMIT (one round trip);
+    if the claim is refused or the stream moved since, that transaction fails whole and
+    the begin reads and decides as without it."""
+    if seen is not None and _assumable(seen, attempt):
+        try:
+            return with_storage_retry(
+                f"begin {job_id}",
+                lambda: _begin_seen(
+                    promise_id, seen, attempt=attempt, worker_id=worker_id, now_ms=now_ms
+                ),
+            )
+        except DataError as error:
+            if getattr(error.__cause__, "sqlstate", None) != HEAD_MOVED:
+                raise
     return with_storage_retry(
         f"begin {job_id}",
         lambda: _begin(
@@ -118,6 +140,31 @@ def _begin(
                 error=f"No handler for agent '{job.agent_id}'",
             )
         return Running(promise_id, job, fence)
+
+
+def _assumable(seen: JobState, attempt: int) -> bool:
+    """A begin that can only lease: on PostgreSQL, the job queued for this attempt with
+    no abort asked and a handler here (anything else is decided after reading)."""
+    return (
+        connection.vendor == "postgresql"
+        and seen.status == "queued"
+        and seen.attempt == attempt - 1
+        and not seen.abort_requested
+        and seen.head is not None
+        and handlers.handler_for(seen.agent_id) is not None
+    )
+
+
+def _begin_seen(
+    promise_id: str, seen: JobState, *, attempt: int, worker_id: str, now_ms: int
+) -> Running:
+    with pipelined_transaction():
+        promises.send_claim_held(promise_id, worker_id)
+        start, job = queue.start_attempt(
+            seen.job_id, worker_id=worker_id, attempt=attempt, now_ms=now_ms, assumed=seen
+        )
+        assert start is Start.LEASED and job is not None  # what `_assumable` guarantees
+    return Running(promise_id, job, Fence(worker_id, attempt))
 
 
 @dataclass(frozen=True)

@@ -114,6 +114,7 @@ def _drive_queued(promise_ids: list[str], now: int) -> dict[str, dict[str, Any]]
                 attempt=d.attempt,
                 dispatch_key=d.dispatch_key,
                 target_group=d.target_group,
+                state=d.job_state,  # the worker begins on it without reading the job
             )
         status = "dispatched" if d.opened else "already_dispatched"
         counters.incr("receipt_driver_outcomes_total", status=status)

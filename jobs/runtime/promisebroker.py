@@ -47,6 +47,10 @@ _TAKE_PG = (
     "ORDER BY available_at LIMIT %s FOR UPDATE SKIP LOCKED) "
     "RETURNING id, job_id, attempt, dispatch_key, available_at"
 )
+# A worker cluster's take: each promise with its job's state, which its worker begins on.
+_TAKE_WITH_JOB_PG = (
+    _TAKE_PG + ", (SELECT j.state FROM jobs_job j WHERE j.id = jobs_delivery_promise.job_id)"
+)
 _PEEK_SQLITE = (
     f"SELECT id FROM jobs_delivery_promise WHERE {_DELIVERABLE} ORDER BY available_at LIMIT %s"
 )
@@ -139,7 +143,8 @@ class PromiseBroker(Broker):
     def _take(self) -> list[tuple[Any, ...]]:
         now = _now_ms()
         if self._postgres():
-            return self._select(_TAKE_PG, [now + VISIBILITY_MS, self.group, now, self._limit()])
+            sql = _TAKE_PG if self.group == "driver" else _TAKE_WITH_JOB_PG
+            return self._select(sql, [now + VISIBILITY_MS, self.group, now, self._limit()])
         ids = [row[0] for row in self._select(_PEEK_SQLITE, [self.group, now, self._limit()])]
         if not ids:
             return []
@@ -165,6 +170,7 @@ class PromiseBroker(Broker):
                     "attempt": row[2],
                     "dispatch_key": row[3],
                     "target_group": self.group,
+                    **({"state": row[5]} if len(row) > 5 and row[5] is not None else {}),
                 },
             )
             for row in rows

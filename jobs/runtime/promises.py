@@ -289,6 +289,7 @@ class Decided:
     target_group: str
     dispatch_key: str
     opened: bool
+    job_state: Any = None  # the job's read-model state, as the statement read it
 
 
 def _open_as(alias: str) -> str:
@@ -308,7 +309,7 @@ _DRIVE_QUEUED_PG = (
     "WITH v AS MATERIALIZED (SELECT d.id AS driver, d.dispatch_key AS k, j.id AS job, "
     "j.attempt + 1 AS a, j.worker_group AS g, j.id || ':attempt:' || (j.attempt + 1) || "
     "CASE WHEN d.id = j.id THEN '' ELSE ':dispatch:' || d.id END AS x, "
-    "coalesce(nullif((j.state ->> 'leaseMs')::bigint, 0), %s) AS lease "
+    "coalesce(nullif((j.state ->> 'leaseMs')::bigint, 0), %s) AS lease, j.state AS st "
     "FROM jobs_delivery_promise d JOIN jobs_job j ON j.id = d.job_id "
     f"WHERE d.id = ANY(%s) AND d.function = 'driver' AND {_open_as('d')} "
     "AND j.status = 'queued' AND (j.state -> 'abortRequested') IS DISTINCT FROM 'true'), "
@@ -320,7 +321,8 @@ _DRIVE_QUEUED_PG = (
     "result = jsonb_build_object('status', CASE WHEN v.x IN (SELECT id FROM opened) "
     "THEN 'dispatched' ELSE 'already_dispatched' END, 'execute', v.x) "
     f"FROM v WHERE p.id = v.driver AND {_open_as('p')}){{woke}} "
-    "SELECT v.driver, v.x, v.job, v.a, v.g, v.k, v.x IN (SELECT id FROM opened){count} FROM v"
+    "SELECT v.driver, v.x, v.job, v.a, v.g, v.k, v.x IN (SELECT id FROM opened), v.st{count} "
+    "FROM v"
 )
 # With the database broker the wake-up of each worker cluster given work travels in the
 # statement, and so commits with it.
@@ -346,7 +348,7 @@ def send_drive_queued(
     if wake_channel is not None:
         params.append(wake_channel)
     outcome = sent(sql, params)
-    return lambda: [Decided(*row[:7]) for row in outcome()[0]]
+    return lambda: [Decided(*row[:8]) for row in outcome()[0]]
 
 
 def settle_many(settlements: list[tuple[str, Any]], state: str, *, now_ms: int) -> None:
@@ -436,6 +438,17 @@ def send_claim(promise_id: str, worker_id: str) -> Callable[[], bool]:
     runs at once."""
     outcome = sent(_CLAIM[connection.vendor], [worker_id, promise_id])
     return lambda: outcome()[1] == 1
+
+
+# The claim of a begin that does not wait for it (`send_claim_held`): refused, it divides
+# by zero, and the transaction fails as it commits (SQLSTATE `writer.HEAD_MOVED`).
+_CLAIM_HELD_PG = f"WITH c AS ({_CLAIM['postgresql']} RETURNING 1) SELECT 1 / count(*) FROM c"
+
+
+def send_claim_held(promise_id: str, worker_id: str) -> None:
+    """PostgreSQL, inside `pipelined()`: the claim, sent without waiting; a refused claim
+    fails the transaction when the pipeline syncs, so nothing decided after it is kept."""
+    prepared(_CLAIM_HELD_PG, [worker_id, promise_id], wait=False)
 
 
 def read_execute(promise_id: str) -> tuple[str, int, str, str] | None:

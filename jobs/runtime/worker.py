@@ -17,6 +17,7 @@ handler's late return changes nothing.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import socket
@@ -29,8 +30,9 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 
 from jobs import handlers, queue
-from jobs.core.state import Command
+from jobs.core.state import Command, JobState
 from jobs.core.timing import TimingSettings, execution_timeout_ms, heartbeat_interval_ms
+from jobs.core.wire import job_from_wire
 from jobs.queue import Outcome
 from jobs.runtime import attempt as attempts
 from jobs.runtime import callbacks, counters, keeper, processes, promises
@@ -66,10 +68,12 @@ def execute(
     attempt: int | None = None,
     dispatch_key: str | None = None,
     target_group: str | None = None,
+    state: Any = None,
 ) -> dict[str, Any]:
     """Run one execute promise. The database broker passes what it read with the take, the
     driver what it knew with a Redis task; a task without them (sent by an older release)
-    has its promise read here."""
+    has its promise read here. `state`: the job's read-model state as the take or the
+    driver read it, which the begin assumes instead of waiting for the job's lock."""
     group = target_group  # not `group`: django-q2 takes that keyword for its own
     if job_id is None or attempt is None or dispatch_key is None or group is None:
         known = promises.read_execute(promise_id)
@@ -88,6 +92,7 @@ def execute(
             attempt=attempt,
             worker_id=worker_id_for(group, dispatch_key, job_id),
             now_ms=wall_clock_ms(),
+            seen=_seen(state),
         )
         if isinstance(begun, attempts.Ended):
             return _finish(begun)
@@ -96,6 +101,17 @@ def execute(
         with _running_lock:
             _running.discard(key)
         counters.flush()  # at most every few seconds
+
+
+def _seen(state: Any) -> JobState | None:
+    """The job as its delivery read it (a read-model `state`, as JSON text or decoded);
+    None when absent or unreadable: the begin then reads the job itself."""
+    if state is None:
+        return None
+    try:
+        return job_from_wire(json.loads(state) if isinstance(state, str | bytes) else state)
+    except Exception:  # a malformed hint costs the round trip it was meant to save
+        return None
 
 
 def _count(outcome: dict[str, Any]) -> dict[str, Any]:

@@ -116,3 +116,23 @@ def test_a_job_from_driver_to_settlement_costs_five_round_trips(monkeypatch):
     # the pass's one statement; the claim with the lock and read, then the writes with the
     # COMMIT; the lock, then the writes and the promise's settlement with the COMMIT
     assert (drove(), began(), settled()) == (1, 2, 2)
+
+
+def test_a_begin_on_the_job_its_delivery_saw_is_one_round_trip(monkeypatch, caplog):
+    monkeypatch.setitem(handlers._HANDLERS, AGENT, lambda job, ctx: JobResult.success("ran"))
+    for _ in range(2):  # the second with every statement prepared
+        job = _job()
+        seen = queue.get(job.job_id)
+        with syncs() as began:
+            running = attempts.begin(
+                driver.execute_promise_id(job.job_id, 1, job.job_id),
+                job_id=job.job_id,
+                attempt=1,
+                worker_id="chat:rt:1",
+                now_ms=wall_clock_ms(),
+                seen=seen,
+            )
+        assert isinstance(running, attempts.Running)
+        assert running.job == queue.get(job.job_id) and running.job.status == "running"
+    assert began() == 1  # claim, lock, the two receipts, the row and the COMMIT together
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
