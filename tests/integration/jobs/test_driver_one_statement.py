@@ -22,6 +22,7 @@ from jobs.runtime.dispatch import start_driver
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.writer import pipelined_transaction
 from tests.integration.jobs.helpers import payload
+from tests.support import listening
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
 
@@ -130,21 +131,9 @@ def test_anything_but_a_plainly_queued_job_is_left_to_the_read_and_decide_path()
 def test_the_database_broker_is_woken_by_the_statement_itself():
     """With the database broker the worker cluster given work is notified in the
     statement's own transaction: it hears of the promise when it commits."""
-    import psycopg
-
     assert settings.Q_CLUSTER.get("orm")
     (job,) = _enqueue(1)
-    db = settings.DATABASES["default"]
-    listener = psycopg.connect(
-        host=db["HOST"],
-        port=db["PORT"] or 5432,
-        user=db["USER"],
-        password=db["PASSWORD"] or None,
-        dbname=db["NAME"],
-        autocommit=True,
-    )
-    try:
-        listener.execute(f"LISTEN {promisebroker.CHANNEL}")
+    with listening(promisebroker.CHANNEL) as listener:
         (result,) = driver.drive_many([job.job_id])
         assert result["status"] == "dispatched"
         assert not connection.in_atomic_block
@@ -155,5 +144,3 @@ def test_the_database_broker_is_woken_by_the_statement_itself():
             select.select([listener.fileno()], [], [], 0.5)
             heard |= {n.payload for n in listener.notifies(timeout=0, stop_after=0)}
         assert cluster in heard
-    finally:
-        listener.close()

@@ -88,27 +88,27 @@ def _job() -> Any:
     return job
 
 
-def test_a_job_from_driver_to_settlement_costs_five_round_trips(monkeypatch):
-    monkeypatch.setitem(handlers._HANDLERS, AGENT, lambda job, ctx: JobResult.success("ran"))
-    warm = _job()  # every statement of the path prepared once
-    warming = attempts.begin(
-        driver.execute_promise_id(warm.job_id, 1, warm.job_id),
-        job_id=warm.job_id,
+def _begin(job: Any, seen: Any = None) -> attempts.Running:
+    running = attempts.begin(
+        driver.execute_promise_id(job.job_id, 1, job.job_id),
+        job_id=job.job_id,
         attempt=1,
         worker_id="chat:rt:1",
         now_ms=wall_clock_ms(),
+        seen=seen,
     )
-    assert isinstance(warming, attempts.Running)
-    attempts.settle(warming, "completed", now_ms=wall_clock_ms)
+    assert isinstance(running, attempts.Running)
+    return running
+
+
+def test_a_job_from_driver_to_settlement_costs_five_round_trips(monkeypatch):
+    monkeypatch.setitem(handlers._HANDLERS, AGENT, lambda job, ctx: JobResult.success("ran"))
+    attempts.settle(_begin(_job()), "completed", now_ms=wall_clock_ms)  # all prepared once
     job = queue.enqueue(AGENT, payload("factory.dispatch")).job
     with syncs() as drove:
         driver.drive(job.job_id)
-    execute_id = driver.execute_promise_id(job.job_id, 1, job.job_id)
     with syncs() as began:
-        running = attempts.begin(
-            execute_id, job_id=job.job_id, attempt=1, worker_id="chat:rt:1", now_ms=wall_clock_ms()
-        )
-    assert isinstance(running, attempts.Running)
+        running = _begin(job)
     with syncs() as settled:
         ended = attempts.settle(running, "completed", now_ms=wall_clock_ms, result={"ok": 1})
     assert ended.status == "completed"
@@ -124,15 +124,7 @@ def test_a_begin_on_the_job_its_delivery_saw_is_one_round_trip(monkeypatch, capl
         job = _job()
         seen = queue.get(job.job_id)
         with syncs() as began:
-            running = attempts.begin(
-                driver.execute_promise_id(job.job_id, 1, job.job_id),
-                job_id=job.job_id,
-                attempt=1,
-                worker_id="chat:rt:1",
-                now_ms=wall_clock_ms(),
-                seen=seen,
-            )
-        assert isinstance(running, attempts.Running)
+            running = _begin(job, seen)
         assert running.job == queue.get(job.job_id) and running.job.status == "running"
     assert began() == 1  # claim, lock, the two receipts, the row and the COMMIT together
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
