@@ -88,7 +88,7 @@ def begin(
     the begin assumes it still is and sends everything with the COMMIT (one round trip);
     if the claim is refused or the stream moved since, that transaction fails whole and
     the begin reads and decides as without it."""
-    if seen is not None and _assumable(seen, attempt):
+    if seen is not None and seen.job_id == job_id and _assumable(seen, attempt):
         try:
             return with_storage_retry(
                 f"begin {job_id}",
