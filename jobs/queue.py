@@ -846,8 +846,7 @@ def start_attempt(
     (see `_locked`); a stream that moved since fails the transaction as it commits.
     """
     now = wall_clock_ms() if now_ms is None else now_ms
-    locked = _locked(job_id, known=assumed, assume=True) if assumed else _locked(job_id)
-    with _worker_txn(), locked as (handle, job):
+    with _worker_txn(), _locked(job_id, known=assumed, assume=True) as (handle, job):
         if claimed is not None and not claimed():
             return Start.UNCLAIMED, job
         if job is None:

@@ -40,6 +40,13 @@ _LOCK = (
 # PostgreSQL: an existing stream (every append but a stream's first) is locked with FOR
 # UPDATE, which writes no new row version; only a missing one takes the upsert above (two
 # creators meet in its ON CONFLICT, as before). One statement, one round trip.
+_LOCK_PG = (
+    "WITH found AS (SELECT head, receipt_count FROM receipt_stream WHERE name = %s FOR UPDATE), "
+    "created AS (INSERT INTO receipt_stream (name, head, receipt_count, last_ts, updated_at) "
+    "SELECT %s, NULL, 0, NULL, 0 WHERE NOT EXISTS (SELECT 1 FROM found) "
+    "ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING head, receipt_count) "
+    "SELECT head, receipt_count FROM found UNION ALL SELECT head, receipt_count FROM created"
+)
 # PostgreSQL: the lock of a stream the caller believes ends at a known head, sent without
 # waiting for it (`Writer.send_held`). When the row is not there as believed (another
 # append moved it, or it is gone) the statement divides by zero: the pipeline aborts and
@@ -49,14 +56,6 @@ _HELD_PG = (
     "AND receipt_count = %s FOR UPDATE) AS held"
 )
 HEAD_MOVED = "22012"  # division_by_zero: the SQLSTATE of a refused assumption
-
-_LOCK_PG = (
-    "WITH found AS (SELECT head, receipt_count FROM receipt_stream WHERE name = %s FOR UPDATE), "
-    "created AS (INSERT INTO receipt_stream (name, head, receipt_count, last_ts, updated_at) "
-    "SELECT %s, NULL, 0, NULL, 0 WHERE NOT EXISTS (SELECT 1 FROM found) "
-    "ON CONFLICT (name) DO UPDATE SET name = excluded.name RETURNING head, receipt_count) "
-    "SELECT head, receipt_count FROM found UNION ALL SELECT head, receipt_count FROM created"
-)
 _UPDATE_HEAD = (
     "UPDATE receipt_stream SET head = %s, receipt_count = %s, last_ts = %s, "
     "updated_at = %s WHERE name = %s"

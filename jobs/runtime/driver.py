@@ -89,9 +89,9 @@ def _drive_queued(promise_ids: list[str], now: int) -> dict[str, dict[str, Any]]
     whose job is queued with no abort asked gets its execute promise and is settled, the
     statement and its COMMIT sent together (`promises.send_drive_queued`), and its
     worker's task pushed once committed. Returns {driver promise id: result} of those it
-    decided (none
-    where a pass cannot write in one statement); the others are read and decided as
-    before, so a job that is anything but plainly queued costs one more round trip."""
+    decided (none where a pass cannot write in one statement); the others are read and
+    decided as before, so a job that is anything but plainly queued costs one more round
+    trip."""
     if not _one_statement(wake_in_statement=True):
         return {}
     default_lease = TimingSettings.from_config(settings.RECEIPT).job_lease_ms

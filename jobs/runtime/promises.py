@@ -14,13 +14,23 @@ from jobs.models import DeliveryPromise
 from receipts.writer import prepared, sent
 
 TERMINAL_STATES = ("resolved", "rejected", "canceled", "timedout")
+
+
 # Open (unsettled): pending, or marked timed out by the sweep (which sets no settled_at).
 # Statements that find a promise by id say "open" in a form no index can serve: a plan
 # prepared while the table's statistics looked empty (after a TRUNCATE, on a new install, in
 # a burst before autovacuum analyzes) otherwise reads every pending promise through the
 # state or deliverable index and filters for the id, once per claim and per settlement.
+def _open_pg(alias: str = "") -> str:
+    """The open condition on PostgreSQL, of the promise row `alias` names ("d." in a join)."""
+    return (
+        f"num_nulls({alias}settled_at) = 1 "
+        f"AND {alias}state NOT IN ('resolved', 'rejected', 'canceled')"
+    )
+
+
 _OPEN = {
-    "postgresql": "num_nulls(settled_at) = 1 AND state NOT IN ('resolved', 'rejected', 'canceled')",
+    "postgresql": _open_pg(),
     "sqlite": "settled_at IS NULL AND state IN ('pending', 'timedout')",
 }
 _UNCLAIMED = {"postgresql": "num_nulls(worker_id) = 1", "sqlite": "worker_id IS NULL"}
@@ -292,13 +302,6 @@ class Decided:
     job_state: Any = None  # the job's read-model state, as the statement read it
 
 
-def _open_as(alias: str) -> str:
-    return (
-        f"num_nulls({alias}.settled_at) = 1 "
-        f"AND {alias}.state NOT IN ('resolved', 'rejected', 'canceled')"
-    )
-
-
 # The driver's common decision (D-4) in SQL: an open driver promise whose job is queued
 # with no abort asked opens the execute promise of the job's next attempt on the job's
 # routed group (its row's worker_group, set from the same routing at enqueue), and is
@@ -311,7 +314,7 @@ _DRIVE_QUEUED_PG = (
     "CASE WHEN d.id = j.id THEN '' ELSE ':dispatch:' || d.id END AS x, "
     "coalesce(nullif((j.state ->> 'leaseMs')::bigint, 0), %s) AS lease, j.state AS st "
     "FROM jobs_delivery_promise d JOIN jobs_job j ON j.id = d.job_id "
-    f"WHERE d.id = ANY(%s) AND d.function = 'driver' AND {_open_as('d')} "
+    f"WHERE d.id = ANY(%s) AND d.function = 'driver' AND {_open_pg('d.')} "
     "AND j.status = 'queued' AND (j.state -> 'abortRequested') IS DISTINCT FROM 'true'), "
     "opened AS (INSERT INTO jobs_delivery_promise (id, function, job_id, attempt, "
     "target_group, dispatch_key, state, timeout_at, created_at, available_at) "
@@ -320,7 +323,7 @@ _DRIVE_QUEUED_PG = (
     "settled AS (UPDATE jobs_delivery_promise p SET state = 'resolved', settled_at = %s, "
     "result = jsonb_build_object('status', CASE WHEN v.x IN (SELECT id FROM opened) "
     "THEN 'dispatched' ELSE 'already_dispatched' END, 'execute', v.x) "
-    f"FROM v WHERE p.id = v.driver AND {_open_as('p')}){{woke}} "
+    f"FROM v WHERE p.id = v.driver AND {_open_pg('p.')}){{woke}} "
     "SELECT v.driver, v.x, v.job, v.a, v.g, v.k, v.x IN (SELECT id FROM opened), v.st{count} "
     "FROM v"
 )

@@ -38,8 +38,7 @@ def send(cluster: str, func: str, *args: Any, **kwargs: Any) -> None:
     if settings.Q_CLUSTER.get("orm"):
         _wake(cluster)
         return
-    options: dict[str, Any] = {"cluster": cluster, "broker": _broker(cluster)}
-    transaction.on_commit(lambda: async_task(func, *args, q_options=options, **kwargs))
+    _push_after_commit(cluster, func, args, kwargs)
 
 
 def send_woken(cluster: str, func: str, *args: Any, **kwargs: Any) -> None:
@@ -47,8 +46,13 @@ def send_woken(cluster: str, func: str, *args: Any, **kwargs: Any) -> None:
     with that broker nothing is left to do; Redis gets the task after the commit."""
     if cluster not in CLUSTERS:
         raise ValueError(f"unknown cluster {cluster!r}")
-    if settings.Q_CLUSTER.get("orm"):
-        return
+    if not settings.Q_CLUSTER.get("orm"):
+        _push_after_commit(cluster, func, args, kwargs)
+
+
+def _push_after_commit(
+    cluster: str, func: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
     options: dict[str, Any] = {"cluster": cluster, "broker": _broker(cluster)}
     transaction.on_commit(lambda: async_task(func, *args, q_options=options, **kwargs))
 
