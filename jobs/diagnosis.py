@@ -90,7 +90,7 @@ def capacity_of(job: JobState, *, slots: int, cap: int = COUNT_CAP) -> Capacity 
     if job.is_terminal:
         return None
     group = routed_group(job.agent_id, job.kind)
-    # partial indexes job_group_busy / job_group_queued: active rows of the group only
+    # partial indexes job_group_busy / job_active_cells: active rows of the group only
     busy_jobs, busy = selectors.busy_in_group(group, shown=BUSY_SHOWN, cap=cap)
     ahead = selectors.queued_ahead(group, job, cap=cap) if job.status == "queued" else 0
     return Capacity(group=group, busy=busy, slots=slots, busy_jobs=busy_jobs, queued_ahead=ahead)

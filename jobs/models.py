@@ -36,8 +36,11 @@ class Job(models.Model):
                 name="job_objective_newest",
                 condition=models.Q(objective_id__isnull=False),
             ),
-            models.Index(fields=["worker_group", "-created_at", "-id"], name="job_group_newest"),
-            models.Index(fields=["lane", "-created_at", "-id"], name="job_lane_newest"),
+            # No newest-first index of lane or routed group: both have a handful of fixed
+            # values, so their pages walk job_newest (or job_status_newest) and filter, and
+            # their active rows are ranges of job_active_cells below; at three index
+            # entries per job write that were served by nothing else, they cost every
+            # enqueue and every status change more than they saved a page.
             # recovery loops (L-1, L-2) and singleton scans (J-7..J-9)
             models.Index(fields=["status", "updated_at"], name="job_status_updated"),
             # lease expiry scans only look at held leases (partial: settled rows add nothing)
@@ -51,21 +54,18 @@ class Job(models.Model):
                 name="job_session_status",
                 condition=models.Q(session_key__isnull=False),
             ),
-            # capacity in diagnosis: a group's busy jobs and the queue ahead of a job, oldest
-            # first, without walking the settled history (partial: active rows only)
+            # capacity in diagnosis: a group's busy jobs, oldest first, without walking the
+            # settled history (partial: held rows only); the queue ahead of a job is a range
+            # per lane of job_active_cells
             models.Index(
                 fields=["worker_group", "created_at", "id"],
                 name="job_group_busy",
                 condition=models.Q(status__in=["leased", "running"]),
             ),
-            models.Index(
-                fields=["worker_group", "created_at", "id"],
-                name="job_group_queued",
-                condition=models.Q(status="queued"),
-            ),
             # bounded counts of the dashboard, /metrics and /healthz: a range per (status,
             # lane, group) cell, read index-only up to its cap, and each queued cell's oldest
-            # job first (partial: active rows only; the organization for org-bound metrics)
+            # job first (partial: active rows only; the organization for org-bound metrics);
+            # also the queue of a group, ahead of a job, one range per lane
             models.Index(
                 fields=["status", "lane", "worker_group", "created_at", "id"],
                 name="job_active_cells",

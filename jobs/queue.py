@@ -500,7 +500,8 @@ def _enqueue_fresh(requests: Sequence[EnqueueRequest], now: int) -> list[Enqueue
         new.append(NewStream(job_stream(job_id), body, _enqueue_context(job_id, request)))
     joined = _joined(new) if joined_dispatch and joins_statement(new) else None
     try:
-        handles = append_new_streams(new, now_ms=now, joined=joined)
+        # Nothing here reads a receipt's global seq: the call waits for its COMMIT only.
+        handles = append_new_streams(new, now_ms=now, joined=joined, positions=False)
     except ExpectedPrevMismatch:  # a generated id that exists (2^-48): rolled back, redo
         with transaction.atomic():
             return [_enqueue_locked(request, now) for request in requests]

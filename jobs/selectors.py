@@ -23,6 +23,7 @@ from jobs.core.vocabulary import (
     ACTIVE_STATUSES,
     JOB_CANCELED,
     JOB_PROGRESS,
+    LANES,
     LEASED_STATUSES,
     STATUSES,
     TERMINAL_STATUSES,
@@ -303,9 +304,10 @@ def busy_in_group(group: str, *, shown: int, cap: int) -> tuple[tuple[str, ...],
 
 def queued_ahead(group: str, job: JobState, *, cap: int) -> int:
     """How many queued jobs of the group were enqueued before `job`, up to cap + 1:
-    (created_at, id) < (mine), as a range on created_at (partial index job_group_queued)."""
+    (created_at, id) < (mine), as a range on created_at under each lane of the partial
+    index job_active_cells (every lane named: the index leads with status and lane)."""
     earlier = Job.objects.filter(
-        status="queued", worker_group=group, created_at__lte=job.created_at
+        status="queued", lane__in=LANES, worker_group=group, created_at__lte=job.created_at
     ).filter(Q(created_at__lt=job.created_at) | Q(id__lt=job.job_id))
     return earlier.order_by()[: cap + 1].count()
 

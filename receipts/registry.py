@@ -46,20 +46,26 @@ class StreamFamily:
 
 
 _FAMILIES: dict[str, StreamFamily] = {}
+# The families, longest prefix first: the first that matches is the longest match.
+_LONGEST_FIRST: list[StreamFamily] = []
 
 
 def register(family: StreamFamily) -> StreamFamily:
     _FAMILIES[family.prefix] = family
+    _order()
     return family
+
+
+def _order() -> None:
+    _LONGEST_FIRST[:] = sorted(_FAMILIES.values(), key=lambda f: -len(f.prefix))
 
 
 def family_for(stream: str) -> StreamFamily | None:
     """The family with the longest prefix matching `stream`."""
-    best: StreamFamily | None = None
-    for prefix, family in _FAMILIES.items():
-        if stream.startswith(prefix) and (best is None or len(prefix) > len(best.prefix)):
-            best = family
-    return best
+    for family in _LONGEST_FIRST:
+        if stream.startswith(family.prefix):
+            return family
+    return None
 
 
 def families() -> list[StreamFamily]:
@@ -75,3 +81,4 @@ def describe_state(stream: str, state: Any) -> Any:
 
 def unregister(prefix: str) -> None:
     _FAMILIES.pop(prefix, None)
+    _order()

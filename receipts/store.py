@@ -13,6 +13,7 @@ updates or deletes a receipt row.
 
 from __future__ import annotations
 
+import itertools
 import re
 import secrets
 import time
@@ -35,7 +36,7 @@ from receipts.core.storable import first_unstorable
 from receipts.errors import ExpectedPrevMismatch, InvalidEvent, PartialEventIds, ReplayRefused
 from receipts.models import Receipt as ReceiptRow
 from receipts.models import Stream as StreamRow
-from receipts.writer import Writer, in_pipeline
+from receipts.writer import Writer, in_pipeline, pipelined_transaction
 
 # Who wants to know how long appends take (the jobs app feeds a /metrics histogram): called
 # with the stream, the seconds one append took (sealing, insert, projector) and its receipts.
@@ -281,7 +282,11 @@ Joined = Callable[[Sequence[int]], tuple[str, str]]
 
 
 def append_new_streams(
-    new: Sequence[NewStream], *, now_ms: int | None = None, joined: Joined | None = None
+    new: Sequence[NewStream],
+    *,
+    now_ms: int | None = None,
+    joined: Joined | None = None,
+    positions: bool = True,
 ) -> list[StreamHandle]:
     """Open many new streams, each with its first receipt, in a few statements (T-1).
 
@@ -303,6 +308,11 @@ def append_new_streams(
     the receipts' statement, chunk by chunk. With it nothing falls back: a name that
     exists raises ExpectedPrevMismatch with nothing written, and the caller goes its own
     careful way.
+
+    `positions=False`: the caller needs what it wrote, never where it landed. Where the
+    read models join the statement (PostgreSQL), the receipts then keep their global seqs
+    unread (None; stream seqs are 1) and the whole call is one pipelined transaction
+    that waits for the server once, for its COMMIT.
     """
     if not new:
         return []
@@ -311,7 +321,7 @@ def append_new_streams(
     assert joined is None or joins_statement(new)
     try:
         if _at_once(new):
-            handles = _open_new_at_once(new, ts, joined)
+            handles = _open_new_at_once(new, ts, joined, positions)
         else:
             with transaction.atomic():
                 handles = _open_new(new, ts)
@@ -362,7 +372,7 @@ def _at_once(new: Sequence[NewStream]) -> bool:
 
 
 def _open_new_at_once(
-    new: Sequence[NewStream], ts: int, joined: Joined | None
+    new: Sequence[NewStream], ts: int, joined: Joined | None, positions: bool
 ) -> list[StreamHandle]:
     """PostgreSQL: the stream rows, the receipts and the read-model rows of new streams as
     one statement per chunk (`Writer.send_open_new`). One chunk outside a transaction is
@@ -372,6 +382,8 @@ def _open_new_at_once(
     next is sealed)."""
     writer = Writer()
     try:
+        if not positions:
+            return _open_new_unplaced(writer, new, ts, joined)
         if len(new) <= _CHUNK and not connection.in_atomic_block:
             return _placed([_send_new(writer, new, 0, ts, {}, joined)])
         with transaction.atomic():
@@ -388,6 +400,25 @@ def _open_new_at_once(
         writer.close()
 
 
+# The first chunk of an unplaced call: small, so that the server starts writing while the
+# client seals the rest.
+_FIRST_CHUNK = 50
+
+
+def _open_new_unplaced(
+    writer: Writer, new: Sequence[NewStream], ts: int, joined: Joined | None
+) -> list[StreamHandle]:
+    """`_open_new_at_once` leaving global seqs unread: one pipelined transaction (its BEGIN
+    and COMMIT travel with the chunks), the first chunk small; nothing is read back."""
+    heads: dict[str, str] = {}
+    handles: list[StreamHandle] = []
+    bounds = [0, *range(min(_FIRST_CHUNK, len(new)), len(new), _CHUNK), len(new)]
+    with pipelined_transaction():
+        for start, end in itertools.pairwise(bounds):
+            handles += _send_new(writer, new[start:end], start, ts, heads, joined, False)[0]
+    return handles
+
+
 def _send_new(
     writer: Writer,
     new: Sequence[NewStream],
@@ -395,10 +426,12 @@ def _send_new(
     ts: int,
     heads: dict[str, str],
     joined: Joined | None,
+    positions: bool = True,
 ) -> tuple[list[StreamHandle], Callable[[], dict[str, int]]]:
     """Seal and project one chunk of new streams (from position `start` of the call's) and
     send its statement: the handles, and the function that reads the receipts' global
-    seqs (inside `writer.pipeline()`, once the pipeline has synced)."""
+    seqs (inside `writer.pipeline()`, once the pipeline has synced; only with
+    `positions`)."""
     sealed = _seal_first(new, ts, heads)
     handles = [_handle(r, writer) for r in sealed]
     groups = _joining_projectors([r.stream for r in sealed]) or {}
@@ -408,7 +441,7 @@ def _send_new(
     ]
     if joined is not None:
         rows.append(joined(range(start, start + len(new))))
-    return handles, writer.send_open_new(sealed, rows)
+    return handles, writer.send_open_new(sealed, rows, positions=positions)
 
 
 def _placed(
@@ -482,6 +515,7 @@ def _seal_first(new: Sequence[NewStream], ts: int, heads: dict[str, str]) -> lis
                 ts=ts,
                 random_hex16=randomness[16 * index : 16 * index + 16],
                 context=item.context,
+                stream_seq=1,
             )
         except ValueError as error:  # CanonicalJSONError included
             raise InvalidEvent(f"event 0 of {item.name}: {error}") from None

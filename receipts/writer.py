@@ -96,9 +96,13 @@ _WRITE_FIRST_SQLITE = (
 # receipts in the order given (global seqs from the sequence, ascending), a `pg_notify`
 # each, then `{rows}`, the projectors' INSERTs as further data-modifying CTEs. A name that
 # exists fails the stream insert (unique name) and with it the whole statement.
+# The sealed texts come beside the JSON, as a binary text array zipped to its records:
+# inside the JSON each would be a string of escaped quotes that the server unescapes
+# character by character.
 _OPEN_NEW_PG = (
-    "WITH v AS MATERIALIZED (SELECT * FROM jsonb_to_recordset(%s::jsonb) AS v("
-    "o int, s text, i text, t bigint, h text, e text, b jsonb, c jsonb, z text)), "
+    "WITH v AS MATERIALIZED (SELECT * FROM ROWS FROM (jsonb_to_recordset(%s::jsonb) AS ("
+    "o int, s text, i text, t bigint, h text, e text, b jsonb, c jsonb), "
+    "unnest(%b::text[])) AS v(o, s, i, t, h, e, b, c, z)), "
     "st AS (INSERT INTO receipt_stream (name, head, receipt_count, last_ts, updated_at) "
     "SELECT s, h, 1, t, t FROM v), "
     f"ins AS (INSERT INTO receipt_receipt ({_COLUMNS}) "
@@ -107,8 +111,12 @@ _OPEN_NEW_PG = (
     f"note AS (SELECT pg_notify('{NOTIFY_CHANNEL}', "
     "ins.seq::text || ' ' || ins.stream::text || ' ' || ins.event_type) FROM ins)"
     "{rows} "
-    "SELECT ins.seq, ins.stream FROM ins, (SELECT count(*) FROM note) AS n"
+    "{result}"
 )
+# What the statement returns: each stream's global seq, or (positions left unread) only
+# the count that makes the notifications run.
+_OPEN_NEW_SEQS = "SELECT ins.seq, ins.stream FROM ins, (SELECT count(*) FROM note) AS n"
+_OPEN_NEW_COUNT = "SELECT count(*) FROM note"
 # Variables per statement on SQLite (its default limit).
 MAX_PARAMS = 32766
 
@@ -509,28 +517,35 @@ class Writer:
         return placed
 
     def send_open_new(
-        self, receipts: Sequence[Receipt], rows: Sequence[tuple[str, str]]
+        self,
+        receipts: Sequence[Receipt],
+        rows: Sequence[tuple[str, str]],
+        *,
+        positions: bool = True,
     ) -> Callable[[], dict[str, int]]:
         """PostgreSQL: insert receipts that each open a new stream, their stream rows and
         `rows` ((an INSERT with one JSON parameter, its parameter) per read model) in one
         statement; returns the function that reads {stream: global seq} (inside
-        `pipeline`, call it after the block). Outside a transaction the statement commits
-        on its own. A stream that exists fails it with an IntegrityError (on sending, or
-        in a pipeline when it syncs) and nothing of it is written."""
+        `pipeline`, call it after the block; without `positions` the statement returns no
+        seqs and the function must not be called). Outside a transaction the statement
+        commits on its own. A stream that exists fails it with an IntegrityError (on
+        sending, or in a pipeline when it syncs) and nothing of it is written."""
         import psycopg
 
         assert self.postgres
         sql = _OPEN_NEW_PG.format(
-            rows="".join(f", r{k} AS ({insert})" for k, (insert, _) in enumerate(rows))
+            rows="".join(f", r{k} AS ({insert})" for k, (insert, _) in enumerate(rows)),
+            result=_OPEN_NEW_SEQS if positions else _OPEN_NEW_COUNT,
         )
         first = [
             {"o": o, "s": r.stream, "i": r.id, "t": r.ts, "h": r.hash, "e": r.type}
-            | {"b": r.body, "c": r.context, "z": r.sealed}
+            | {"b": r.body, "c": r.context}
             for o, r in enumerate(receipts)
         ]
+        sealed = [r.sealed for r in receipts]
         cursor = psycopg.Cursor(connection.connection)
         with connection.wrap_database_errors:
-            cursor.execute(sql, [_json(first), *(param for _, param in rows)], prepare=True)
+            cursor.execute(sql, [_json(first), sealed, *(param for _, param in rows)], prepare=True)
 
         def seqs() -> dict[str, int]:
             with connection.wrap_database_errors, cursor:

@@ -170,7 +170,9 @@ def joined_promises(jobs: list[tuple[str, int]]) -> tuple[str, str]:
     """The driver promises of new jobs, each under its job id (a fresh id has no delivery
     yet: the first key of D-3), as a part of the enqueue's own statement: (INSERT with one
     JSON parameter, that parameter). With the database broker the promise is the task and
-    the statement also wakes the driver cluster; both reach it only if the enqueue commits."""
+    the statement also wakes the driver cluster; both reach it only if the enqueue commits.
+    A promise that somehow exists under such an id fails the statement like a taken
+    stream name does, and the enqueue takes its careful path, which knows D-3's keys."""
     now = wall_clock_ms()
     default_lease_ms = TimingSettings.from_config(settings.RECEIPT).job_lease_ms
     rows = [
@@ -186,6 +188,5 @@ _JOINED_PROMISES = {
     "SELECT p.i, 'driver', p.i, NULL, 'driver', p.i, 'pending', p.t, p.n, p.n "
     "FROM jsonb_to_recordset(%s::jsonb) AS p(i text, t bigint, n bigint)"
     + (f", (SELECT pg_notify('{CHANNEL}', 'driver')) AS wake" if wake else "")
-    + " ON CONFLICT (id) DO NOTHING"
     for wake in (True, False)
 }

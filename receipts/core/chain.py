@@ -158,8 +158,9 @@ def seal(
     random_hex16: str,
     context: dict[str, Any] | None = None,
     hints: dict[str, Any] | None = None,
+    stream_seq: int | None = None,
 ) -> Receipt:
-    """Build the next receipt of `stream` after head `prev`."""
+    """Build the next receipt of `stream` after head `prev` (at `stream_seq` when known)."""
     if not isinstance(body, dict) or not isinstance(body.get("type"), str) or not body["type"]:
         raise ValueError("a receipt body is a JSON object with a non-empty string 'type'")
     if context is not None and not isinstance(context, dict):
@@ -182,6 +183,7 @@ def seal(
         hash=digest,
         context=context,
         hints=hints,
+        stream_seq=stream_seq,
         sealed=text,
     )
 

@@ -131,6 +131,7 @@ def test_chunked_runs_change_nothing(monkeypatch):
     from receipts import writer
 
     monkeypatch.setattr(store, "_CHUNK", 4)
+    monkeypatch.setattr(store, "_FIRST_CHUNK", 2)  # chunks of 2, 4, 4, 1 on PostgreSQL
     monkeypatch.setattr(projector, "_CHUNK", 3)
     monkeypatch.setattr(writer, "MAX_PARAMS", 30)
     results = queue.enqueue_many([plain(i) for i in range(11)], now_ms=T0)
@@ -421,6 +422,33 @@ def test_a_joined_enqueue_whose_id_is_taken_falls_back_to_the_dispatch_pass(monk
     result = queue.enqueue_many([plain(0)], now_ms=T0)[0]
     assert result.created and not result.dispatched and heard == [False]
     assert DeliveryPromise.objects.count() == 0  # the pass (not running here) owns it
+
+
+@pytest.mark.postgres_only
+@pytest.mark.django_db(transaction=True)
+def test_a_promise_that_exists_under_a_fresh_id_fails_the_statement_and_the_enqueue_goes_on(
+    monkeypatch,
+):
+    """A delivery row under an id no job has (left behind by hand, say) is never written
+    over: the joined statement fails as a whole and the enqueue takes its careful path."""
+    monkeypatch.setattr(queue, "secrets", Randomness())
+    taken = f"{base36(T0)}-{Randomness().token_hex(6)}"  # the first id the batch will draw
+    DeliveryPromise.objects.create(
+        id=taken,
+        function="driver",
+        job_id=taken,
+        target_group="driver",
+        dispatch_key=taken,
+        timeout_at=T0,
+        created_at=T0,
+        state="canceled",
+        settled_at=T0,
+    )
+    [result] = queue.enqueue_many([plain(0)], now_ms=T0)
+    assert result.created and result.job.job_id != taken and not result.dispatched
+    assert store.stream_info(f"jobs/{taken}") is None and not Job.objects.filter(pk=taken)
+    assert DeliveryPromise.objects.get(pk=taken).state == "canceled"  # untouched
+    assert_read_model_matches_receipts(result.job.job_id)
 
 
 def test_dispatch_opens_one_driver_promise_per_created_job_with_one_insert(

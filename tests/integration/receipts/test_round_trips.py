@@ -81,6 +81,24 @@ def test_a_statement_the_server_refuses_mid_block_keeps_nothing():
     assert StreamRow.objects.get(name="rt/b").receipt_count == 2
 
 
+@pytest.mark.parametrize("n", [1, 700])
+def test_a_batch_enqueue_waits_for_the_server_once(monkeypatch, n):
+    """T-1: a plain batch, chunk after chunk, is one pipelined transaction that reads
+    nothing back: its BEGIN, every chunk's statement and its COMMIT, then one wait."""
+
+    def plain(i: int) -> queue.EnqueueRequest:  # no Factory ledger row (written after)
+        return queue.build_request(AGENT, payload("factory.dispatch", i=i))
+
+    queue.enqueue_many([plain(i) for i in range(3)])  # the statements are prepared
+    monkeypatch.setattr(store, "_FIRST_CHUNK", 5)
+    with syncs() as counted:
+        results = queue.enqueue_many([plain(i) for i in range(n)])
+    assert counted() == 1
+    assert all(r.created and r.dispatched for r in results) and len(results) == n
+    assert StreamRow.objects.filter(name__in=[f"jobs/{r.job.job_id}" for r in results]).count() == n
+    assert connection.connection.info.transaction_status.name == "IDLE"
+
+
 def _job() -> Any:
     # a kind with no Factory ledger row (bookkeeping written after the commit)
     job = queue.enqueue(AGENT, payload("factory.dispatch")).job
