@@ -26,7 +26,7 @@ from receipts.core import wire_json
 from receipts.core.chain import Receipt
 from receipts.projection import RowProjector
 from receipts.store import StreamHandle
-from receipts.writer import prepared
+from receipts.writer import prepared, text_arrays
 
 CACHE_KEY = "job"  # StreamHandle.cache slot: the job's state as of the stream head
 
@@ -114,9 +114,9 @@ class JobProjector(RowProjector[JobState]):
 
     def insert_new(
         self, batch: Sequence[tuple[StreamHandle, Sequence[Receipt]]]
-    ) -> tuple[str, str]:
+    ) -> tuple[str, list[list[str | None]]]:
         """PostgreSQL, streams the store is opening: each new job folded (and kept on its
-        handle), and their rows as (INSERT with one JSON parameter, that parameter), which
+        handle), and their rows as (INSERT, its parameters: a text array per column), which
         the store sends in the receipts' own statement (`store.append_new_streams`)."""
         rows: list[dict[str, Any]] = []
         for handle, receipts in batch:
@@ -127,7 +127,7 @@ class JobProjector(RowProjector[JobState]):
             if after is not None:
                 rows.append(row_for(after))
         keys = tuple(rows[0]) if rows else ("id",)  # no job (J-3): inserts nothing
-        return _insert_sql("postgresql", keys), wire_json.dumps(rows)
+        return _insert_sql("postgresql", keys), _text_columns(rows, keys)
 
 
 _CHUNK = 250  # new rows per INSERT (14 variables each on SQLite, under its 32766)
@@ -135,18 +135,33 @@ _CHUNK = 250  # new rows per INSERT (14 variables each on SQLite, under its 3276
 
 @cache
 def _insert_sql(vendor: str, keys: tuple[str, ...]) -> str:
-    """The INSERT of new job rows with `keys`: on PostgreSQL of a fixed shape, its one
-    parameter the rows as a JSON array (`jsonb_populate_recordset` by column name); on
-    SQLite multi-row VALUES (`{rows}`)."""
+    """The INSERT of new job rows with `keys`: on PostgreSQL of a fixed shape, a binary
+    text array per column (`_text_columns`), cast where the column is not text; on SQLite
+    multi-row VALUES (`{rows}`)."""
     fields = [Job._meta.get_field(key) for key in keys]
-    assert all(f.column == f.name for f in fields)  # the JSON keys are the columns
+    assert all(f.column == f.name for f in fields)  # the row keys are the columns
     columns = ", ".join(f.column for f in fields)
     if vendor != "postgresql":
         return f"INSERT INTO {Job._meta.db_table} ({columns}) VALUES {{rows}}"
-    return (
-        f"INSERT INTO {Job._meta.db_table} ({columns}) SELECT {columns} "
-        f"FROM jsonb_populate_recordset(NULL::{Job._meta.db_table}, %s::jsonb)"
+    # No cast to a character column: an explicit cast to varchar(n) would cut a long
+    # value where the INSERT's own assignment refuses it.
+    values = ", ".join(
+        f.column
+        if f.get_internal_type() in ("CharField", "TextField")
+        else f"{f.column}::{f.db_type(connection)}"
+        for f in fields
     )
+    arrays = ", ".join(["%b::text[]"] * len(fields))
+    return (
+        f"INSERT INTO {Job._meta.db_table} ({columns}) SELECT {values} "
+        f"FROM unnest({arrays}) AS u({columns})"
+    )
+
+
+def _text_columns(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[list[str | None]]:
+    """The parameters of `_insert_sql` on PostgreSQL for `rows`."""
+    json = [position for position, key in enumerate(keys) if key in _JSON_KEYS]
+    return text_arrays([tuple(row.values()) for row in rows], len(keys), json=json)
 
 
 def _insert(rows: list[dict[str, Any]]) -> None:
@@ -159,7 +174,7 @@ def _insert(rows: list[dict[str, Any]]) -> None:
 
         connection.ensure_connection()
         with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-            cursor.execute(sql, [wire_json.dumps(rows)], prepare=True)
+            cursor.execute(sql, _text_columns(rows, keys), prepare=True)
         return
     values = [value for row in rows for value in _values(row, keys)]
     one = f"({', '.join(['%s'] * len(keys))})"

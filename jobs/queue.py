@@ -84,7 +84,7 @@ on_commit_listeners: list[Callable[[list[JobState], bool], None]] = []
 # (PostgreSQL with the database broker: the promise row is the task, its wake-up a NOTIFY,
 # both delivered only on commit): for [(job id, lease ms)], (an INSERT with one JSON
 # parameter, that parameter). At most one.
-joined_dispatch: list[Callable[[list[tuple[str, int]]], tuple[str, str]]] = []
+joined_dispatch: list[Callable[[list[tuple[str, int]]], tuple[str, Sequence[Any]]]] = []
 # Listeners run after any job write commits, once per write: (type of the write's last
 # receipt, the job after the write, that receipt's body). A write may append several
 # receipts (a lease with its first heartbeat): listeners should read the job, not count

@@ -277,8 +277,8 @@ class NewStream:
 
 
 # A further data-modifying part of the statement that opens new streams: for the positions
-# (in `new`) of one chunk, (an INSERT with one JSON parameter, that parameter).
-Joined = Callable[[Sequence[int]], tuple[str, str]]
+# (in `new`) of one chunk, (an INSERT, its parameters: `writer.text_arrays`).
+Joined = Callable[[Sequence[int]], tuple[str, Sequence[Any]]]
 
 
 def append_new_streams(

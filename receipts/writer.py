@@ -96,13 +96,15 @@ _WRITE_FIRST_SQLITE = (
 # receipts in the order given (global seqs from the sequence, ascending), a `pg_notify`
 # each, then `{rows}`, the projectors' INSERTs as further data-modifying CTEs. A name that
 # exists fails the stream insert (unique name) and with it the whole statement.
-# The sealed texts come beside the JSON, as a binary text array zipped to its records:
-# inside the JSON each would be a string of escaped quotes that the server unescapes
-# character by character.
+# Each column comes as its own binary text array (`unnest` zips them): the server reads
+# the values as they are, with no JSON document around them to parse (nor the sealed
+# texts as JSON strings of escaped quotes, unescaped character by character), and parses
+# only the JSON columns.
 _OPEN_NEW_PG = (
-    "WITH v AS MATERIALIZED (SELECT * FROM ROWS FROM (jsonb_to_recordset(%s::jsonb) AS ("
-    "o int, s text, i text, t bigint, h text, e text, b jsonb, c jsonb), "
-    "unnest(%b::text[])) AS v(o, s, i, t, h, e, b, c, z)), "
+    "WITH v AS MATERIALIZED (SELECT s, i, t::bigint AS t, h, e, b::jsonb AS b, "
+    "c::jsonb AS c, z, o FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], "
+    "%b::text[], %b::text[], %b::text[], %b::text[]) WITH ORDINALITY AS v(s, i, t, h, e, "
+    "b, c, z, o)), "
     "st AS (INSERT INTO receipt_stream (name, head, receipt_count, last_ts, updated_at) "
     "SELECT s, h, 1, t, t FROM v), "
     f"ins AS (INSERT INTO receipt_receipt ({_COLUMNS}) "
@@ -133,6 +135,27 @@ def chunks(items: Sequence[Any], width: int) -> list[Sequence[Any]]:
 
 def _json(rows: list[dict[str, Any]]) -> str:
     return wire_json.dumps(rows)
+
+
+def text_arrays(
+    rows: Sequence[Sequence[Any]], width: int, *, json: Sequence[int] = ()
+) -> list[list[str | None]]:
+    """PostgreSQL: the `width` columns of `rows`, each as one list of texts to send as a
+    binary `%b::text[]` parameter and `unnest` in the statement, cast there where the
+    column is not text: integers in decimal, the columns at positions `json` as JSON text,
+    None as NULL. Nothing is escaped on the way and the server parses only the JSON
+    columns."""
+    columns: list[list[str | None]] = []
+    for index in range(width):
+        if index in json:
+            columns.append([None if r[index] is None else wire_json.dumps(r[index]) for r in rows])
+        else:
+            columns.append([_text(r[index]) for r in rows])
+    return columns
+
+
+def _text(value: Any) -> str | None:
+    return value if value is None or type(value) is str else str(value)
 
 
 def _streams_json(receipts: Sequence[Receipt]) -> str:
@@ -519,12 +542,12 @@ class Writer:
     def send_open_new(
         self,
         receipts: Sequence[Receipt],
-        rows: Sequence[tuple[str, str]],
+        rows: Sequence[tuple[str, Sequence[Any]]],
         *,
         positions: bool = True,
     ) -> Callable[[], dict[str, int]]:
         """PostgreSQL: insert receipts that each open a new stream, their stream rows and
-        `rows` ((an INSERT with one JSON parameter, its parameter) per read model) in one
+        `rows` ((an INSERT, its parameters) per read model; `text_arrays` helps) in one
         statement; returns the function that reads {stream: global seq} (inside
         `pipeline`, call it after the block; without `positions` the statement returns no
         seqs and the function must not be called). Outside a transaction the statement
@@ -537,15 +560,16 @@ class Writer:
             rows="".join(f", r{k} AS ({insert})" for k, (insert, _) in enumerate(rows)),
             result=_OPEN_NEW_SEQS if positions else _OPEN_NEW_COUNT,
         )
-        first = [
-            {"o": o, "s": r.stream, "i": r.id, "t": r.ts, "h": r.hash, "e": r.type}
-            | {"b": r.body, "c": r.context}
-            for o, r in enumerate(receipts)
-        ]
-        sealed = [r.sealed for r in receipts]
+        columns = text_arrays(
+            [(r.stream, r.id, r.ts, r.hash, r.type, r.body, r.context, r.sealed) for r in receipts],
+            8,
+            json=(5, 6),
+        )
         cursor = psycopg.Cursor(connection.connection)
         with connection.wrap_database_errors:
-            cursor.execute(sql, [_json(first), sealed, *(param for _, param in rows)], prepare=True)
+            cursor.execute(
+                sql, [*columns, *(param for _, params in rows for param in params)], prepare=True
+            )
 
         def seqs() -> dict[str, int]:
             with connection.wrap_database_errors, cursor:

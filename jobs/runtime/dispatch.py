@@ -12,6 +12,7 @@ from __future__ import annotations
 import atexit
 import logging
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -24,7 +25,7 @@ from jobs.runtime import counters, outbox, promises, transport
 from jobs.runtime.promisebroker import CHANNEL
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
-from receipts.core import wire_json
+from receipts.writer import text_arrays
 
 logger = logging.getLogger("receipt.delivery")
 MAX_GENERATIONS = 32
@@ -166,27 +167,26 @@ def dispatch_created(jobs: list[JobState], dispatched: bool) -> None:
         OUTBOX.submit(jobs)
 
 
-def joined_promises(jobs: list[tuple[str, int]]) -> tuple[str, str]:
+def joined_promises(jobs: list[tuple[str, int]]) -> tuple[str, list[Any]]:
     """The driver promises of new jobs, each under its job id (a fresh id has no delivery
-    yet: the first key of D-3), as a part of the enqueue's own statement: (INSERT with one
-    JSON parameter, that parameter). With the database broker the promise is the task and
+    yet: the first key of D-3), as a part of the enqueue's own statement: (INSERT, its
+    parameters). With the database broker the promise is the task and
     the statement also wakes the driver cluster; both reach it only if the enqueue commits.
     A promise that somehow exists under such an id fails the statement like a taken
     stream name does, and the enqueue takes its careful path, which knows D-3's keys."""
     now = wall_clock_ms()
     default_lease_ms = TimingSettings.from_config(settings.RECEIPT).job_lease_ms
     rows = [
-        {"i": job_id, "t": now + driver_timeout_ms(lease_ms or default_lease_ms), "n": now}
-        for job_id, lease_ms in jobs
+        (job_id, now + driver_timeout_ms(lease_ms or default_lease_ms)) for job_id, lease_ms in jobs
     ]
-    return _JOINED_PROMISES[transport.wakes_by_notify()], wire_json.dumps(rows)
+    return _JOINED_PROMISES[transport.wakes_by_notify()], [*text_arrays(rows, 2), str(now)]
 
 
 _JOINED_PROMISES = {
     wake: "INSERT INTO jobs_delivery_promise (id, function, job_id, attempt, target_group, "
     "dispatch_key, state, timeout_at, created_at, available_at) "
-    "SELECT p.i, 'driver', p.i, NULL, 'driver', p.i, 'pending', p.t, p.n, p.n "
-    "FROM jsonb_to_recordset(%s::jsonb) AS p(i text, t bigint, n bigint)"
+    "SELECT p.i, 'driver', p.i, NULL, 'driver', p.i, 'pending', p.t::bigint, n.n, n.n "
+    "FROM unnest(%b::text[], %b::text[]) AS p(i, t), (SELECT %b::text::bigint AS n) AS n"
     + (f", (SELECT pg_notify('{CHANNEL}', 'driver')) AS wake" if wake else "")
     for wake in (True, False)
 }
