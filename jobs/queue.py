@@ -66,7 +66,6 @@ from receipts.store import (
     NewStream,
     StreamHandle,
     append_new_streams,
-    joins_statement,
     open_stream,
 )
 
@@ -498,21 +497,24 @@ def _enqueue_fresh(requests: Sequence[EnqueueRequest], now: int) -> list[Enqueue
             "leaseMs": lease_ms_for(request.agent_id, request.payload, timing),
         }
         new.append(NewStream(job_stream(job_id), body, _enqueue_context(job_id, request)))
-    joined = _joined(new) if joined_dispatch and joins_statement(new) else None
+    joined: list[bool] = []  # whether the store took the deliveries into its statement
     try:
         # Nothing here reads a receipt's global seq: the call waits for its COMMIT only.
-        handles = append_new_streams(new, now_ms=now, joined=joined, positions=False)
+        handles = append_new_streams(
+            new,
+            now_ms=now,
+            joined=_joined(new, joined) if joined_dispatch else None,
+            positions=False,
+        )
     except ExpectedPrevMismatch:  # a generated id that exists (2^-48): rolled back, redo
         with transaction.atomic():
             return [_enqueue_locked(request, now) for request in requests]
+    warned = {agent: warnings_for(agent) for agent in {r.agent_id for r in requests}}
     results = [
         EnqueueResult(
-            _state(handle),
-            created=True,
-            warnings=warnings_for(request.agent_id),
-            dispatched=joined is not None,
+            _state(handle), created=True, warnings=list(warned[agent]), dispatched=bool(joined)
         )
-        for handle, request in zip(handles, requests, strict=True)
+        for handle, agent in zip(handles, (r.agent_id for r in requests), strict=True)
     ]
     if mutation_listeners:
         written = [
@@ -528,12 +530,16 @@ def _enqueue_fresh(requests: Sequence[EnqueueRequest], now: int) -> list[Enqueue
     return results
 
 
-def _joined(new: list[NewStream]) -> Joined:
-    """The new jobs' deliveries as rows of the enqueue's own statement, chunk by chunk."""
+def _joined(new: list[NewStream], used: list[bool]) -> Joined:
+    """The new jobs' deliveries as rows of the enqueue's own statement, chunk by chunk;
+    `used` records that the store took them."""
     dispatch = joined_dispatch[0]
-    return lambda positions: dispatch(
-        [(new[p].body["jobId"], new[p].body["leaseMs"]) for p in positions]
-    )
+
+    def rows(positions: Sequence[int]) -> tuple[str, Sequence[Any]]:
+        used.append(True)
+        return dispatch([(new[p].body["jobId"], new[p].body["leaseMs"]) for p in positions])
+
+    return rows
 
 
 def _enqueue_locked(request: EnqueueRequest, now: int) -> EnqueueResult:

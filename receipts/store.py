@@ -304,10 +304,10 @@ def append_new_streams(
     projector put there. The handles are closed: append to these streams again through
     `open_stream`.
 
-    `joined` (only where `joins_statement(new)`): rows of the caller's own that commit in
-    the receipts' statement, chunk by chunk. With it nothing falls back: a name that
-    exists raises ExpectedPrevMismatch with nothing written, and the caller goes its own
-    careful way.
+    `joined`: rows of the caller's own that commit in the receipts' statement, chunk by
+    chunk, where there is one (`joins_statement`); the caller knows it was used when it
+    was called. Used, nothing falls back: a name that exists raises ExpectedPrevMismatch
+    with nothing written, and the caller goes its own careful way.
 
     `positions=False`: the caller needs what it wrote, never where it landed. Where the
     read models join the statement (PostgreSQL), the receipts then keep their global seqs
@@ -318,10 +318,12 @@ def append_new_streams(
         return []
     started = time.perf_counter()
     ts = wall_clock_ms() if now_ms is None else now_ms
-    assert joined is None or joins_statement(new)
+    families = _joining_families(new)
+    if families is None:
+        joined = None  # the caller's rows join only the set-based statement
     try:
-        if _at_once(new):
-            handles = _open_new_at_once(new, ts, joined, positions)
+        if families is not None:
+            handles = _open_new_at_once(new, families, ts, joined, positions)
         else:
             with transaction.atomic():
                 handles = _open_new(new, ts)
@@ -342,37 +344,35 @@ class _Taken(Exception):
 _CHUNK = 250  # streams per statement: small enough to overlap sealing with writing
 
 
-def _joining_projectors(names: Sequence[str]) -> dict[str, tuple[Any, list[int]]] | None:
-    """{family prefix: (its projector, positions of its streams in `names`)} when every
-    projector of these streams can hand its new rows to the receipts' own statement
-    (`insert_new`); None when one cannot."""
-    groups: dict[str, tuple[Any, list[int]]] = {}
-    for position, name in enumerate(names):
-        family = registry.family_for(name)
+def _joining_families(new: Sequence[NewStream]) -> list[registry.StreamFamily | None] | None:
+    """On PostgreSQL, when every read model of these streams can hand its new rows to the
+    receipts' own statement (`insert_new`): each stream's family (None where it has no
+    projector). None when one cannot, and on SQLite."""
+    if connection.vendor != "postgresql":
+        return None
+    families: list[registry.StreamFamily | None] = []
+    for item in new:
+        family = registry.family_for(item.name)
         if family is None or family.projector is None:
-            continue
-        if getattr(family.projector, "insert_new", None) is None:
+            families.append(None)
+        elif getattr(family.projector, "insert_new", None) is None:
             return None
-        groups.setdefault(family.prefix, (family.projector, []))[1].append(position)
-    return groups
+        else:
+            families.append(family)
+    return families
 
 
 def joins_statement(new: Sequence[NewStream]) -> bool:
     """Whether `append_new_streams(new, joined=...)` can take rows of the caller's own."""
-    return _at_once(new)
-
-
-def _at_once(new: Sequence[NewStream]) -> bool:
-    """On PostgreSQL, when the read models of these streams can join the receipts' own
-    statement."""
-    return (
-        connection.vendor == "postgresql"
-        and _joining_projectors([item.name for item in new]) is not None
-    )
+    return _joining_families(new) is not None
 
 
 def _open_new_at_once(
-    new: Sequence[NewStream], ts: int, joined: Joined | None, positions: bool
+    new: Sequence[NewStream],
+    families: Sequence[registry.StreamFamily | None],
+    ts: int,
+    joined: Joined | None,
+    positions: bool,
 ) -> list[StreamHandle]:
     """PostgreSQL: the stream rows, the receipts and the read-model rows of new streams as
     one statement per chunk (`Writer.send_open_new`). One chunk outside a transaction is
@@ -383,16 +383,16 @@ def _open_new_at_once(
     writer = Writer()
     try:
         if not positions:
-            return _open_new_unplaced(writer, new, ts, joined)
+            return _open_new_unplaced(writer, new, families, ts, joined)
         if len(new) <= _CHUNK and not connection.in_atomic_block:
-            return _placed([_send_new(writer, new, 0, ts, {}, joined)])
+            return _placed([_send_new(writer, new, families, 0, ts, {}, joined)])
         with transaction.atomic():
             if len(new) <= _CHUNK:
-                return _placed([_send_new(writer, new, 0, ts, {}, joined)])
+                return _placed([_send_new(writer, new, families, 0, ts, {}, joined)])
             heads: dict[str, str] = {}
             with writer.pipeline():
                 sent = [
-                    _send_new(writer, new[start : start + _CHUNK], start, ts, heads, joined)
+                    _send_new(writer, new, families, start, ts, heads, joined)
                     for start in range(0, len(new), _CHUNK)
                 ]
             return _placed(sent)
@@ -406,41 +406,51 @@ _FIRST_CHUNK = 50
 
 
 def _open_new_unplaced(
-    writer: Writer, new: Sequence[NewStream], ts: int, joined: Joined | None
+    writer: Writer,
+    new: Sequence[NewStream],
+    families: Sequence[registry.StreamFamily | None],
+    ts: int,
+    joined: Joined | None,
 ) -> list[StreamHandle]:
     """`_open_new_at_once` leaving global seqs unread: one pipelined transaction (its BEGIN
     and COMMIT travel with the chunks), the first chunk small; nothing is read back."""
     heads: dict[str, str] = {}
     handles: list[StreamHandle] = []
-    bounds = [0, *range(min(_FIRST_CHUNK, len(new)), len(new), _CHUNK), len(new)]
+    starts = [0, *range(min(_FIRST_CHUNK, len(new)), len(new), _CHUNK)]
     with pipelined_transaction():
-        for start, end in itertools.pairwise(bounds):
-            handles += _send_new(writer, new[start:end], start, ts, heads, joined, False)[0]
+        for start, end in itertools.pairwise([*starts, len(new)]):
+            sent = _send_new(writer, new, families, start, ts, heads, joined, end, False)
+            handles += sent[0]
     return handles
 
 
 def _send_new(
     writer: Writer,
     new: Sequence[NewStream],
+    families: Sequence[registry.StreamFamily | None],
     start: int,
     ts: int,
     heads: dict[str, str],
     joined: Joined | None,
+    end: int | None = None,
     positions: bool = True,
 ) -> tuple[list[StreamHandle], Callable[[], dict[str, int]]]:
-    """Seal and project one chunk of new streams (from position `start` of the call's) and
-    send its statement: the handles, and the function that reads the receipts' global
-    seqs (inside `writer.pipeline()`, once the pipeline has synced; only with
-    `positions`)."""
-    sealed = _seal_first(new, ts, heads)
+    """Seal and project the chunk `new[start:end]` (`end`: a chunk's length on) and send
+    its statement: the handles, and the function that reads the receipts' global seqs
+    (inside `writer.pipeline()`, once the pipeline has synced; only with `positions`)."""
+    end = min(len(new), start + _CHUNK) if end is None else end
+    sealed = _seal_first(new[start:end], ts, heads)
     handles = [_handle(r, writer) for r in sealed]
-    groups = _joining_projectors([r.stream for r in sealed]) or {}
+    groups: dict[str, tuple[Any, list[int]]] = {}
+    for offset, family in enumerate(families[start:end]):
+        if family is not None:
+            groups.setdefault(family.prefix, (family.projector, []))[1].append(offset)
     rows = [
-        projector.insert_new([(handles[p], handles[p].appended) for p in positions])
-        for projector, positions in groups.values()
+        projector.insert_new([(handles[p], handles[p].appended) for p in offsets])
+        for projector, offsets in groups.values()
     ]
     if joined is not None:
-        rows.append(joined(range(start, start + len(new))))
+        rows.append(joined(range(start, end)))
     return handles, writer.send_open_new(sealed, rows, positions=positions)
 
 

@@ -159,8 +159,7 @@ def dispatch_created(jobs: list[JobState], dispatched: bool) -> None:
     """
     counters.incr("receipt_jobs_enqueued_total", len(jobs))
     if dispatched:
-        for job in jobs:
-            transport.push_committed("driver", DRIVE_TASK, job.job_id)
+        transport.push_committed_many("driver", DRIVE_TASK, [(job.job_id,) for job in jobs])
     elif settings.RECEIPT.dispatch_mode == "inline":
         dispatch_batch(jobs)
     else:

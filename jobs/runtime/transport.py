@@ -10,6 +10,7 @@ transactional), so it exists only if the promise it delivers committed.
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
@@ -62,12 +63,14 @@ def wakes_by_notify() -> bool:
     return bool(settings.Q_CLUSTER.get("orm")) and connection.vendor == "postgresql"
 
 
-def push_committed(cluster: str, func: str, *args: Any) -> None:
-    """The task of a promise that has committed: nothing to push with the database broker
-    (the promise row is the task); to Redis at once."""
+def push_committed_many(cluster: str, func: str, calls: Sequence[Sequence[Any]]) -> None:
+    """The tasks of promises that have committed, one per call (its arguments): nothing
+    to push with the database broker (the promise row is the task); to Redis at once."""
     if cluster not in CLUSTERS:
         raise ValueError(f"unknown cluster {cluster!r}")
-    if not settings.Q_CLUSTER.get("orm"):
+    if settings.Q_CLUSTER.get("orm"):
+        return
+    for args in calls:
         async_task(func, *args, q_options={"cluster": cluster, "broker": _broker(cluster)})
 
 
