@@ -112,9 +112,11 @@ def by_status(
     """Jobs per status, each count stopped at cap + 1 (one statement).
 
     Each is a range of `job_status_newest`; with `updated_since_ms`, of
-    `job_status_updated`: jobs whose last receipt is that recent, which for a settled job
-    is its settlement. With an organization the rows are filtered, so that count reads
-    up to the window's (or the status's) rows until it finds cap + 1.
+    `job_status_updated` for a settled status: jobs whose last receipt is that recent,
+    which for a settled job is its settlement. With an organization the rows are
+    filtered, so that count reads up to the window's (or the status's) rows until it
+    finds cap + 1. Each status is its own subquery naming it, so that the planner can
+    prove the partial index's condition.
     """
     cap = STATUS_CAP if cap is None else cap
     names = list(statuses)
@@ -123,11 +125,13 @@ def by_status(
         extra, params = " AND j.updated_at >= %s", [updated_since_ms]
     if organization_id is not None:
         extra, params = extra + " AND j.organization_id = %s", [*params, organization_id]
-    statement = (
-        "SELECT v.column1, (SELECT COUNT(*) FROM (SELECT 1 FROM jobs_job j"
-        f" WHERE j.status = v.column1{extra} LIMIT %s) AS c)"
-        " FROM (VALUES " + ", ".join(["(%s)"] * len(names)) + ") AS v"
+    one = (
+        "SELECT %s, (SELECT COUNT(*) FROM (SELECT 1 FROM jobs_job j"
+        f" WHERE j.status = %s{extra} LIMIT %s) AS c)"
     )
     with connection.cursor() as cursor:
-        cursor.execute(statement, [*params, cap + 1, *names])
+        cursor.execute(
+            " UNION ALL ".join([one] * len(names)),
+            [value for name in names for value in (name, name, *params, cap + 1)],
+        )
         return {status: Count.of(n, cap) for status, n in cursor.fetchall()}

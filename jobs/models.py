@@ -41,8 +41,13 @@ class Job(models.Model):
             # their active rows are ranges of job_active_cells below; at three index
             # entries per job write that were served by nothing else, they cost every
             # enqueue and every status change more than they saved a page.
-            # recovery loops (L-1, L-2) and singleton scans (J-7..J-9)
-            models.Index(fields=["status", "updated_at"], name="job_status_updated"),
+            # settlements by time: retention, the dashboard's and /metrics' recent counts
+            # (partial: a job adds its entry when it settles, none while it is active)
+            models.Index(
+                fields=["status", "updated_at"],
+                name="job_status_updated",
+                condition=models.Q(status__in=["completed", "failed", "canceled"]),
+            ),
             # lease expiry scans only look at held leases (partial: settled rows add nothing)
             models.Index(
                 fields=["status", "lease_until"],

@@ -58,10 +58,13 @@ def redrive_queued(
     exhausted = DeliveryPromise.objects.filter(
         id=Concat(OuterRef("id"), Value(f":recovery:{MAX_GENERATIONS}"), output_field=CharField())
     )
+    # Oldest first on job_status_newest: a job's last receipt is never older than its
+    # first, so `created_at` bounds the range that `updated_at` filters.
+    cutoff = now_ms - min_age
     rows = (
-        Job.objects.filter(status="queued", updated_at__lte=now_ms - min_age)
+        Job.objects.filter(status="queued", created_at__lte=cutoff, updated_at__lte=cutoff)
         .filter(~Exists(pending), ~Exists(recent), ~Exists(exhausted))
-        .order_by("updated_at")
+        .order_by("created_at", "id")
         .values_list("state", flat=True)[:limit]
     )
     report = Report("queued_redrive")
