@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 
 from jobs import handlers
 from jobs.core import contracts
@@ -40,6 +40,7 @@ from jobs.core.vocabulary import (
     JOB_LEASE_EXPIRED,
     JOB_LEASED,
     JOB_PROGRESS,
+    JOB_STREAM_PREFIX,
     LANES,
     LEASED_STATUSES,
     MAX_MAX_ATTEMPTS,
@@ -66,8 +67,11 @@ from receipts.store import (
     NewStream,
     StreamHandle,
     append_new_streams,
+    chunk_bounds,
     open_stream,
+    send_new_streams,
 )
+from receipts.writer import pipelined_transaction
 
 SINGLETON_CANCEL_REASON = "singleton cancel"
 ABORT_REQUESTED_REASON = "abort requested"
@@ -476,51 +480,21 @@ def _refuse_foreign_jobs(
 
 def _enqueue_fresh(requests: Sequence[EnqueueRequest], now: int) -> list[EnqueueResult]:
     """Plain requests with new ids: nothing to lock or decide, so every job stream is
-    opened at once (`store.append_new_streams`): the same receipts and rows as
-    `_enqueue_locked`, a few statements for the whole run instead of four per job."""
+    opened at once: the same receipts and rows as `_enqueue_locked`, a statement per chunk
+    of jobs instead of four per job.
+
+    On PostgreSQL the run is one pipelined transaction (`store.send_new_streams`): each
+    chunk's statement is sent as soon as it is sealed, the results are built while the
+    server writes, and the call waits for the server once, for the COMMIT. Nothing reads
+    a receipt's global seq."""
     if not requests:
         return []
-    timing = _timing()
-    prefix, randomness = base36(now), secrets.token_hex(6 * len(requests))
-    new: list[NewStream] = []
-    for index, request in enumerate(requests):
-        job_id = f"{prefix}-{randomness[12 * index : 12 * index + 12]}"  # as new_job_id(now)
-        body = {
-            "type": JOB_ENQUEUED,
-            "jobId": job_id,
-            "agentId": request.agent_id,
-            "lane": request.lane,
-            "payload": request.payload,
-            "maxAttempts": request.max_attempts,
-            "sessionKey": request.session_key,
-            "singletonMode": request.singleton_mode,
-            "leaseMs": lease_ms_for(request.agent_id, request.payload, timing),
-        }
-        new.append(NewStream(job_stream(job_id), body, _enqueue_context(job_id, request)))
-    joined: list[bool] = []  # whether the store took the deliveries into its statement
     try:
-        # Nothing here reads a receipt's global seq: the call waits for its COMMIT only.
-        handles = append_new_streams(
-            new,
-            now_ms=now,
-            joined=_joined(new, joined) if joined_dispatch else None,
-            positions=False,
-        )
-    except ExpectedPrevMismatch:  # a generated id that exists (2^-48): rolled back, redo
-        with transaction.atomic():
+        results, written = _open_fresh(requests, now)
+    except (ExpectedPrevMismatch, IntegrityError):  # a generated id that exists (2^-48)
+        with transaction.atomic():  # that run rolled back: redo it with fresh ids
             return [_enqueue_locked(request, now) for request in requests]
-    warned = {agent: warnings_for(agent) for agent in {r.agent_id for r in requests}}
-    results = [
-        EnqueueResult(
-            _state(handle), created=True, warnings=list(warned[agent]), dispatched=bool(joined)
-        )
-        for handle, agent in zip(handles, (r.agent_id for r in requests), strict=True)
-    ]
-    if mutation_listeners:
-        written = [
-            (result.job, handle.appended[-1].body)
-            for result, handle in zip(results, handles, strict=True)
-        ]
+    if written:
 
         def notify() -> None:
             for job, body in written:
@@ -530,9 +504,61 @@ def _enqueue_fresh(requests: Sequence[EnqueueRequest], now: int) -> list[Enqueue
     return results
 
 
+def _open_fresh(
+    requests: Sequence[EnqueueRequest], now: int
+) -> tuple[list[EnqueueResult], list[tuple[JobState, dict[str, Any]]]]:
+    """The results of `_enqueue_fresh`, and what the mutation listeners are to hear."""
+    timing = _timing()
+    prefix, randomness = base36(now), secrets.token_hex(6 * len(requests))
+    warned = {agent: warnings_for(agent) for agent in {r.agent_id for r in requests}}
+    results: list[EnqueueResult] = []
+    written: list[tuple[JobState, dict[str, Any]]] = []
+    with pipelined_transaction():
+        for start, end in chunk_bounds(len(requests)):
+            part = requests[start:end]
+            new = [
+                _fresh(f"{prefix}-{randomness[12 * i : 12 * i + 12]}", request, timing)
+                for i, request in enumerate(part, start)  # ids as new_job_id(now)
+            ]
+            joined: list[bool] = []  # whether the store took the deliveries into its statement
+            delivered = _joined(new, joined) if joined_dispatch else None
+            handles = send_new_streams(new, now_ms=now, joined=delivered)
+            if handles is None:
+                handles = append_new_streams(new, now_ms=now, joined=delivered)
+            for handle, request in zip(handles, part, strict=True):
+                job = _state(handle)
+                results.append(
+                    EnqueueResult(
+                        job,
+                        created=True,
+                        warnings=list(warned[request.agent_id]),
+                        dispatched=bool(joined),
+                    )
+                )
+                if mutation_listeners:
+                    written.append((job, handle.appended[-1].body))
+    return results, written
+
+
+def _fresh(job_id: str, request: EnqueueRequest, timing: TimingSettings) -> NewStream:
+    """The stream of a new job and its `job.enqueued`, as `_enqueue_locked` writes them."""
+    body = {
+        "type": JOB_ENQUEUED,
+        "jobId": job_id,
+        "agentId": request.agent_id,
+        "lane": request.lane,
+        "payload": request.payload,
+        "maxAttempts": request.max_attempts,
+        "sessionKey": request.session_key,
+        "singletonMode": request.singleton_mode,
+        "leaseMs": lease_ms_for(request.agent_id, request.payload, timing),
+    }
+    return NewStream(JOB_STREAM_PREFIX + job_id, body, _enqueue_context(job_id, request))
+
+
 def _joined(new: list[NewStream], used: list[bool]) -> Joined:
-    """The new jobs' deliveries as rows of the enqueue's own statement, chunk by chunk;
-    `used` records that the store took them."""
+    """The new jobs' deliveries as rows of the enqueue's own statement; `used` records
+    that the store took them."""
     dispatch = joined_dispatch[0]
 
     def rows(positions: Sequence[int]) -> tuple[str, Sequence[Any]]:

@@ -36,7 +36,7 @@ from receipts.core.storable import first_unstorable
 from receipts.errors import ExpectedPrevMismatch, InvalidEvent, PartialEventIds, ReplayRefused
 from receipts.models import Receipt as ReceiptRow
 from receipts.models import Stream as StreamRow
-from receipts.writer import Writer, in_pipeline, pipelined_transaction
+from receipts.writer import Writer, in_pipeline
 
 # Who wants to know how long appends take (the jobs app feeds a /metrics histogram): called
 # with the stream, the seconds one append took (sealing, insert, projector) and its receipts.
@@ -286,7 +286,6 @@ def append_new_streams(
     *,
     now_ms: int | None = None,
     joined: Joined | None = None,
-    positions: bool = True,
 ) -> list[StreamHandle]:
     """Open many new streams, each with its first receipt, in a few statements (T-1).
 
@@ -309,10 +308,7 @@ def append_new_streams(
     was called. Used, nothing falls back: a name that exists raises ExpectedPrevMismatch
     with nothing written, and the caller goes its own careful way.
 
-    `positions=False`: the caller needs what it wrote, never where it landed. Where the
-    read models join the statement (PostgreSQL), the receipts then keep their global seqs
-    unread (None; stream seqs are 1) and the whole call is one pipelined transaction
-    that waits for the server once, for its COMMIT.
+    `send_new_streams` writes the same without waiting for any of it.
     """
     if not new:
         return []
@@ -323,7 +319,7 @@ def append_new_streams(
         joined = None  # the caller's rows join only the set-based statement
     try:
         if families is not None:
-            handles = _open_new_at_once(new, families, ts, joined, positions)
+            handles = _open_new_at_once(new, families, ts, joined)
         else:
             with transaction.atomic():
                 handles = _open_new(new, ts)
@@ -372,7 +368,6 @@ def _open_new_at_once(
     families: Sequence[registry.StreamFamily | None],
     ts: int,
     joined: Joined | None,
-    positions: bool,
 ) -> list[StreamHandle]:
     """PostgreSQL: the stream rows, the receipts and the read-model rows of new streams as
     one statement per chunk (`Writer.send_open_new`). One chunk outside a transaction is
@@ -382,8 +377,6 @@ def _open_new_at_once(
     next is sealed)."""
     writer = Writer()
     try:
-        if not positions:
-            return _open_new_unplaced(writer, new, families, ts, joined)
         if len(new) <= _CHUNK and not connection.in_atomic_block:
             return _placed([_send_new(writer, new, families, 0, ts, {}, joined)])
         with transaction.atomic():
@@ -400,27 +393,47 @@ def _open_new_at_once(
         writer.close()
 
 
-# The first chunk of an unplaced call: small, so that the server starts writing while the
+# The first chunk of a sent run: small, so that the server starts writing while the
 # client seals the rest.
 _FIRST_CHUNK = 50
 
 
-def _open_new_unplaced(
-    writer: Writer,
-    new: Sequence[NewStream],
-    families: Sequence[registry.StreamFamily | None],
-    ts: int,
-    joined: Joined | None,
-) -> list[StreamHandle]:
-    """`_open_new_at_once` leaving global seqs unread: one pipelined transaction (its BEGIN
-    and COMMIT travel with the chunks), the first chunk small; nothing is read back."""
-    heads: dict[str, str] = {}
-    handles: list[StreamHandle] = []
-    starts = [0, *range(min(_FIRST_CHUNK, len(new)), len(new), _CHUNK)]
-    with pipelined_transaction():
-        for start, end in itertools.pairwise([*starts, len(new)]):
-            sent = _send_new(writer, new, families, start, ts, heads, joined, end, False)
-            handles += sent[0]
+def chunk_bounds(count: int) -> list[tuple[int, int]]:
+    """How to cut a run of `count` new streams into `send_new_streams` calls: (start, end)
+    of each chunk, the first small. One chunk on SQLite, where nothing is sent ahead."""
+    if connection.vendor != "postgresql":
+        return [(0, count)] if count else []
+    starts = [0, *range(min(_FIRST_CHUNK, count), count, _CHUNK)] if count else []
+    return list(itertools.pairwise([*starts, count]))
+
+
+def send_new_streams(
+    new: Sequence[NewStream], *, now_ms: int | None = None, joined: Joined | None = None
+) -> list[StreamHandle] | None:
+    """Open new streams with one statement that is only sent (PostgreSQL, inside
+    `pipelined_transaction`, for streams whose read models join the receipts' statement):
+    what `append_new_streams` writes, with the handles at once. Their receipts' global
+    seqs are never read (None; stream seqs are 1); a name that exists fails the
+    transaction when it ends (IntegrityError), nothing of it written. The caller does its
+    own work while the server writes, and cuts a long run with `chunk_bounds`.
+
+    None, with nothing sent, where this cannot be (SQLite, no pipelined transaction, a
+    read model without `insert_new`): `append_new_streams` then."""
+    if not new:
+        return []
+    if not (in_pipeline() and connection.in_atomic_block):
+        return None
+    families = _joining_families(new)
+    if families is None:
+        return None
+    started = time.perf_counter()
+    ts = wall_clock_ms() if now_ms is None else now_ms
+    writer = Writer()
+    try:
+        handles = _send_new(writer, new, families, 0, ts, {}, joined, len(new), False)[0]
+    finally:
+        writer.close()
+    _observe(new[0].name, started, len(new))
     return handles
 
 

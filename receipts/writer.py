@@ -265,7 +265,7 @@ def sent(sql: str, params: Sequence[Any]) -> Callable[[], tuple[list[tuple[Any, 
 def in_pipeline() -> bool:
     """PostgreSQL: the connection is in pipeline mode (inside `pipelined()`)."""
     pg = connection.connection
-    return pg is not None and bool(pg.pgconn.pipeline_status)
+    return connection.vendor == "postgresql" and pg is not None and bool(pg.pgconn.pipeline_status)
 
 
 @contextmanager

@@ -275,3 +275,28 @@ def test_each_new_receipt_is_notified_on_postgres(receipt_listener):
     )
     payloads = [n.payload for n in listener.notifies(timeout=5, stop_after=3)]
     assert sorted(payloads) == sorted(f"{h.appended[0].seq} {h.name} ping" for h in handles)
+
+
+def test_send_new_streams_declines_where_it_cannot_send_ahead(memory_family):
+    """Outside a pipelined transaction, on SQLite, or for a read model that cannot join
+    the receipts' statement (no `insert_new`), nothing is sent and the caller is told to
+    append (None)."""
+    from receipts.writer import pipelined_transaction
+
+    assert store.send_new_streams(new_streams("ahead/", 2)) is None  # no transaction
+    with pipelined_transaction():
+        assert store.send_new_streams(new_streams("test/", 2)) is None  # apply only
+        assert store.send_new_streams([]) == []
+    assert StreamRow.objects.filter(name__startswith="ahead/").count() == 0
+    assert StreamRow.objects.filter(name__startswith="test/").count() == 0
+    assert memory_family.rows == {}
+
+
+def test_chunk_bounds_cover_a_run_once_in_order():
+    bounds = store.chunk_bounds(601)
+    assert [i for start, end in bounds for i in range(start, end)] == list(range(601))
+    if connection.vendor == "postgresql":  # a small first chunk, so the server starts soon
+        assert bounds[0] == (0, store._FIRST_CHUNK) and len(bounds) > 1
+    else:
+        assert bounds == [(0, 601)]
+    assert store.chunk_bounds(0) == []
