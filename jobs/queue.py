@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 import logging
+import re
 import secrets
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -181,7 +182,7 @@ def check_payload_size(payload: Any) -> None:
     except CanonicalJSONError as error:
         raise InvalidRequest("invalid_payload", str(error)) from None
     try:
-        size = len(wire_json.dumps(payload).encode("utf-8"))
+        size = wire_json.size(payload)
     except UnicodeEncodeError:  # the API refuses these at parse; an in-process caller here
         where, reason = first_unstorable(payload, "$.payload") or ("$.payload", "lone surrogate")
         raise InvalidRequest("invalid_payload", f"{reason} at {where}") from None
@@ -189,6 +190,9 @@ def check_payload_size(payload: Any) -> None:
         raise InvalidRequest(
             "payload_too_large", f"payload is {size} bytes; the limit is {config.max_payload_bytes}"
         )
+
+
+_NOT_IN_AGENT_ID = re.compile(r"[\s/]")  # \s as str.isspace(): whitespace of any script
 
 
 def build_request(
@@ -204,7 +208,7 @@ def build_request(
 ) -> EnqueueRequest:
     """Validate an enqueue (J-6, K-1, K-2, Q-3); raise InvalidRequest naming the problem."""
     _check_text("invalid_agent_id", "agentId", agent_id, MAX_AGENT_ID, required=True)
-    if any(c.isspace() or c == "/" for c in agent_id):
+    if _NOT_IN_AGENT_ID.search(agent_id):
         raise InvalidRequest("invalid_agent_id", "agentId must not contain whitespace or '/'")
     if job_id is not None:
         try:

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import CharField, Exists, OuterRef, Q, Value
-from django.db.models.functions import Concat
+from django.db.models.functions import Collate, Concat
 
 from jobs.core.retention import Lane, Windows, lanes
 from jobs.core.vocabulary import (
@@ -316,8 +316,11 @@ def _remove(
 # ---- verify: rows that name a job stream that is gone ---------------------------------------
 
 
-def _stream_of(column: str) -> Concat:
-    return Concat(Value(JOB_STREAM_PREFIX), OuterRef(column), output_field=CharField())
+def _stream_of(column: str) -> Concat | Collate:
+    name = Concat(Value(JOB_STREAM_PREFIX), OuterRef(column), output_field=CharField())
+    # Stream names compare byte by byte on PostgreSQL (receipts.models.NameField): the
+    # job id's own collation would conflict with theirs.
+    return Collate(name, "C") if connection.vendor == "postgresql" else name
 
 
 def check(prefix: str) -> list[receipt_retention.Issue]:

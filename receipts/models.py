@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 
 
+class NameField(models.CharField):
+    """A stream name, receipt id or hash: text compared byte by byte on PostgreSQL
+    (collation "C"), as SQLite does. The store's indexes lead with these columns and
+    every append compares its keys against theirs: a byte comparison costs a fraction
+    of the locale's collation, order them as any client would (by code point), and
+    lets the primary key serve a prefix (`LIKE 'jobs/%'`) without an index of its own."""
+
+    def db_parameters(self, connection: Any) -> dict[str, Any]:
+        parameters = super().db_parameters(connection)
+        if connection.vendor == "postgresql":
+            parameters["collation"] = "C"
+        return parameters
+
+
 class Stream(models.Model):
-    name = models.CharField(max_length=255, primary_key=True)
-    head = models.CharField(max_length=64, null=True)
+    name = NameField(max_length=255, primary_key=True)
+    head = NameField(max_length=64, null=True)
     receipt_count = models.BigIntegerField(default=0)
     last_ts = models.BigIntegerField(null=True)
     # ms since epoch; not indexed, so moving the head stays a heap-only (HOT) update
@@ -27,12 +43,12 @@ class Stream(models.Model):
 
 class Receipt(models.Model):
     seq = models.BigAutoField(primary_key=True)  # global sequence (SSE ids, resume)
-    stream = models.CharField(max_length=255)
+    stream = NameField(max_length=255)
     stream_seq = models.BigIntegerField()
-    receipt_id = models.CharField(max_length=40)
+    receipt_id = NameField(max_length=40)
     ts = models.BigIntegerField()
-    prev = models.CharField(max_length=64, null=True)
-    hash = models.CharField(max_length=64)
+    prev = NameField(max_length=64, null=True)
+    hash = NameField(max_length=64)
     event_type = models.CharField(max_length=100)
     body = models.JSONField()  # for queries; PostgreSQL's jsonb may respell numbers
     context = models.JSONField(null=True)
@@ -40,7 +56,7 @@ class Receipt(models.Model):
     # NULL on rows written before 0004, which verify from the jsonb columns as before.
     sealed = models.TextField(null=True)
     hints = models.JSONField(null=True)
-    event_id = models.CharField(max_length=255, null=True)
+    event_id = NameField(max_length=255, null=True)
 
     class Meta:
         db_table = "receipt_receipt"
@@ -68,17 +84,17 @@ class Tombstone(models.Model):
     never updated: verify recomputes each batch's hash from these rows."""
 
     id = models.BigAutoField(primary_key=True)
-    stream = models.CharField(max_length=255)
+    stream = NameField(max_length=255)
     family = models.CharField(max_length=32)  # the retention family whose window applied
     receipt_count = models.BigIntegerField()
-    head = models.CharField(max_length=64)
+    head = NameField(max_length=64)
     final_status = models.CharField(max_length=16)
     settled_at = models.BigIntegerField()  # ms since epoch
     pruned_at = models.BigIntegerField()  # ms since epoch
     organization_id = models.CharField(max_length=128, null=True)
     agent_id = models.CharField(max_length=128, null=True)
     kind = models.CharField(max_length=64, null=True)
-    retention_stream = models.CharField(max_length=255)
+    retention_stream = NameField(max_length=255)
     batch = models.BigIntegerField()  # stream_seq of the retention receipt committing to it
 
     class Meta:

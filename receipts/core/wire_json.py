@@ -19,3 +19,12 @@ def dumps(value: Any) -> str:
         return orjson.dumps(value).decode()
     except (orjson.JSONEncodeError, TypeError):
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def size(value: Any) -> int:
+    """The length in UTF-8 bytes of `dumps(value)`; UnicodeEncodeError for a lone
+    surrogate, which has no UTF-8 bytes."""
+    try:
+        return len(orjson.dumps(value))
+    except (orjson.JSONEncodeError, TypeError):
+        return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
