@@ -26,6 +26,7 @@ from receipts.core import wire_json
 from receipts.core.chain import Receipt
 from receipts.projection import RowProjector
 from receipts.store import StreamHandle
+from receipts.text_array import TextArray
 from receipts.writer import prepared, text_arrays
 
 CACHE_KEY = "job"  # StreamHandle.cache slot: the job's state as of the stream head
@@ -114,7 +115,7 @@ class JobProjector(RowProjector[JobState]):
 
     def insert_new(
         self, batch: Sequence[tuple[StreamHandle, Sequence[Receipt]]]
-    ) -> tuple[str, list[list[str | None]]]:
+    ) -> tuple[str, list[TextArray]]:
         """PostgreSQL, streams the store is opening: each new job folded (and kept on its
         handle), and their rows as (INSERT, its parameters: a text array per column), which
         the store sends in the receipts' own statement (`store.append_new_streams`)."""
@@ -158,7 +159,7 @@ def _insert_sql(vendor: str, keys: tuple[str, ...]) -> str:
     )
 
 
-def _text_columns(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[list[str | None]]:
+def _text_columns(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[TextArray]:
     """The parameters of `_insert_sql` on PostgreSQL for `rows`."""
     json = [position for position, key in enumerate(keys) if key in _JSON_KEYS]
     return text_arrays([tuple(row.values()) for row in rows], len(keys), json=json)

@@ -15,7 +15,7 @@ import logging
 import re
 import secrets
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -517,8 +517,10 @@ def _open_fresh(
     warned = {agent: warnings_for(agent) for agent in {r.agent_id for r in requests}}
     results: list[EnqueueResult] = []
     written: list[tuple[JobState, dict[str, Any]]] = []
-    with pipelined_transaction():
-        for start, end in chunk_bounds(len(requests)):
+    bounds = chunk_bounds(len(requests))
+    # One chunk needs no transaction of its own: its statement is one (one round trip).
+    with pipelined_transaction() if len(bounds) > 1 else nullcontext():
+        for start, end in bounds:
             part = requests[start:end]
             new = [
                 _fresh(f"{prefix}-{randomness[12 * i : 12 * i + 12]}", request, timing)

@@ -25,6 +25,7 @@ from django.db import IntegrityError, connection, transaction
 from receipts.core import wire_json
 from receipts.core.chain import Receipt
 from receipts.errors import ExpectedPrevMismatch
+from receipts.text_array import TextArray
 
 NOTIFY_CHANNEL = "receipt"
 _COLUMNS = (
@@ -139,18 +140,18 @@ def _json(rows: list[dict[str, Any]]) -> str:
 
 def text_arrays(
     rows: Sequence[Sequence[Any]], width: int, *, json: Sequence[int] = ()
-) -> list[list[str | None]]:
-    """PostgreSQL: the `width` columns of `rows`, each as one list of texts to send as a
-    binary `%b::text[]` parameter and `unnest` in the statement, cast there where the
-    column is not text: integers in decimal, the columns at positions `json` as JSON text,
-    None as NULL. Nothing is escaped on the way and the server parses only the JSON
-    columns."""
-    columns: list[list[str | None]] = []
+) -> list[TextArray]:
+    """PostgreSQL: the `width` columns of `rows`, each as one binary `%b::text[]`
+    parameter to `unnest` in the statement, cast there where the column is not text:
+    integers in decimal, the columns at positions `json` as JSON text, None as NULL.
+    Nothing is escaped on the way and the server parses only the JSON columns."""
+    columns: list[TextArray] = []
     for index in range(width):
         if index in json:
-            columns.append([None if r[index] is None else wire_json.dumps(r[index]) for r in rows])
+            values = [None if r[index] is None else wire_json.dumps(r[index]) for r in rows]
         else:
-            columns.append([_text(r[index]) for r in rows])
+            values = [_text(r[index]) for r in rows]
+        columns.append(TextArray(values))
     return columns
 
 
