@@ -424,6 +424,28 @@ def test_a_joined_enqueue_whose_id_is_taken_falls_back_to_the_dispatch_pass(monk
     assert DeliveryPromise.objects.count() == 0  # the pass (not running here) owns it
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_taken_id_in_a_later_chunk_rolls_the_whole_run_back_and_it_is_redone(monkeypatch):
+    """A run of several chunks is one transaction (on PostgreSQL pipelined, its refusal
+    known only at the COMMIT): a generated id that exists in its third chunk leaves
+    nothing of the run, which is redone with fresh ids; the connection goes on."""
+    monkeypatch.setattr(store, "_FIRST_CHUNK", 2)
+    monkeypatch.setattr(store, "_CHUNK", 2)
+    monkeypatch.setattr(queue, "secrets", Randomness())
+    taken = f"{base36(T0)}-{Randomness().token_hex(30)[48:60]}"  # the fifth id drawn
+    queue.enqueue("factory", payload(), job_id=taken, now_ms=T0)
+    results = queue.enqueue_many([plain(i) for i in range(6)], now_ms=T0)
+    created = [r.job.job_id for r in results]
+    assert all(r.created for r in results) and taken not in created and len(set(created)) == 6
+    assert Job.objects.count() == 7 and len(store.read(f"jobs/{taken}")) == 1
+    assert not connection.in_atomic_block
+    if connection.vendor == "postgresql":
+        assert connection.connection.info.transaction_status.name == "IDLE"
+    for job_id in created:
+        assert_read_model_matches_receipts(job_id)
+    queue.enqueue_many([plain(9)], now_ms=T0)  # the connection goes on
+
+
 @pytest.mark.postgres_only
 @pytest.mark.django_db(transaction=True)
 def test_a_promise_that_exists_under_a_fresh_id_fails_the_statement_and_the_enqueue_goes_on(
