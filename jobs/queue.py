@@ -548,7 +548,13 @@ def _open_fresh(
 
 def _fresh(job_id: str, request: EnqueueRequest, timing: TimingSettings) -> NewStream:
     """The stream of a new job and its `job.enqueued`, as `_enqueue_locked` writes them."""
-    body = {
+    body = _enqueued(job_id, request, timing)
+    return NewStream(JOB_STREAM_PREFIX + job_id, body, _enqueue_context(job_id, request))
+
+
+def _enqueued(job_id: str, request: EnqueueRequest, timing: TimingSettings) -> dict[str, Any]:
+    """The body of a new job's `job.enqueued` receipt (J-1)."""
+    return {
         "type": JOB_ENQUEUED,
         "jobId": job_id,
         "agentId": request.agent_id,
@@ -559,7 +565,6 @@ def _fresh(job_id: str, request: EnqueueRequest, timing: TimingSettings) -> NewS
         "singletonMode": request.singleton_mode,
         "leaseMs": lease_ms_for(request.agent_id, request.payload, timing),
     }
-    return NewStream(JOB_STREAM_PREFIX + job_id, body, _enqueue_context(job_id, request))
 
 
 def _joined(new: list[NewStream], used: list[bool]) -> Joined:
@@ -590,17 +595,7 @@ def _enqueue_locked(request: EnqueueRequest, now: int) -> EnqueueResult:
     with _locked(job_id, new=request.job_id is None) as (handle, state):
         if state is not None:  # a concurrent enqueue with the same explicit id won
             return EnqueueResult(state, created=False, warnings=warnings)
-        body = {
-            "type": JOB_ENQUEUED,
-            "jobId": job_id,
-            "agentId": request.agent_id,
-            "lane": request.lane,
-            "payload": request.payload,
-            "maxAttempts": request.max_attempts,
-            "sessionKey": request.session_key,
-            "singletonMode": request.singleton_mode,
-            "leaseMs": lease_ms_for(request.agent_id, request.payload, _timing()),
-        }
+        body = _enqueued(job_id, request, _timing())
         context = _enqueue_context(job_id, request)
         handle.append(body, now_ms=now, context=context)
         return EnqueueResult(_state(handle), created=True, warnings=warnings)
