@@ -304,8 +304,8 @@ def append_new_streams(
     `open_stream`.
 
     `joined`: rows of the caller's own that commit in the receipts' statement, chunk by
-    chunk, where there is one (`joins_statement`); the caller knows it was used when it
-    was called. Used, nothing falls back: a name that exists raises ExpectedPrevMismatch
+    chunk, where there is one (PostgreSQL, every read model with `insert_new`); the
+    caller knows it was used when it was called. Used, nothing falls back: a name that exists raises ExpectedPrevMismatch
     with nothing written, and the caller goes its own careful way.
 
     `send_new_streams` writes the same without waiting for any of it.
@@ -356,11 +356,6 @@ def _joining_families(new: Sequence[NewStream]) -> list[registry.StreamFamily | 
         else:
             families.append(family)
     return families
-
-
-def joins_statement(new: Sequence[NewStream]) -> bool:
-    """Whether `append_new_streams(new, joined=...)` can take rows of the caller's own."""
-    return _joining_families(new) is not None
 
 
 def _open_new_at_once(
