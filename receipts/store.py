@@ -421,11 +421,13 @@ def send_new_streams(
     families = _joining_families(new)
     if families is None:
         return None
+    if len(new) > _CHUNK:
+        raise ValueError(f"at most {_CHUNK} new streams a statement: cut with chunk_bounds")
     started = time.perf_counter()
     ts = wall_clock_ms() if now_ms is None else now_ms
     writer = Writer()
     try:
-        handles = _send_new(writer, new, families, 0, ts, {}, joined, len(new), False)[0]
+        handles = _send_new(writer, new, families, 0, ts, {}, joined, positions=False)[0]
     finally:
         writer.close()
     _observe(new[0].name, started, len(new))
@@ -440,13 +442,13 @@ def _send_new(
     ts: int,
     heads: dict[str, str],
     joined: Joined | None,
-    end: int | None = None,
+    *,
     positions: bool = True,
 ) -> tuple[list[StreamHandle], Callable[[], dict[str, int]]]:
-    """Seal and project the chunk `new[start:end]` (`end`: a chunk's length on) and send
+    """Seal and project the chunk of `new` from `start` (at most `_CHUNK` streams) and send
     its statement: the handles, and the function that reads the receipts' global seqs
     (inside `writer.pipeline()`, once the pipeline has synced; only with `positions`)."""
-    end = min(len(new), start + _CHUNK) if end is None else end
+    end = min(len(new), start + _CHUNK)
     sealed = _seal_first(new[start:end], ts, heads)
     handles = [_handle(r, writer) for r in sealed]
     groups: dict[str, tuple[Any, list[int]]] = {}

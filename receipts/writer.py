@@ -148,7 +148,7 @@ def text_arrays(
     columns: list[TextArray] = []
     for index in range(width):
         if index in json:
-            values = [None if r[index] is None else wire_json.dumps(r[index]) for r in rows]
+            values = [_dump(r[index]) for r in rows]
         else:
             values = [_text(r[index]) for r in rows]
         columns.append(TextArray(values))

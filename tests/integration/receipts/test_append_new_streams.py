@@ -300,3 +300,14 @@ def test_chunk_bounds_cover_a_run_once_in_order():
     else:
         assert bounds == [(0, 601)]
     assert store.chunk_bounds(0) == []
+
+
+@pytest.mark.postgres_only
+def test_send_new_streams_refuses_more_than_a_statement_holds(monkeypatch):
+    from receipts.writer import pipelined_transaction
+
+    monkeypatch.setattr(store, "_CHUNK", 2)
+    new = [NewStream(f"jobs/too-many-{i}", {"type": "job.enqueued"}) for i in range(3)]
+    with pytest.raises(ValueError, match="chunk_bounds"), pipelined_transaction():
+        store.send_new_streams(new)
+    assert not StreamRow.objects.filter(name__startswith="jobs/too-many-").exists()
