@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from receipts.json_text import JSONTextField
+
 
 class Job(models.Model):
     id = models.CharField(max_length=128, primary_key=True)
@@ -20,7 +22,8 @@ class Job(models.Model):
     lease_until = models.BigIntegerField(null=True)
     created_at = models.BigIntegerField()  # ms since epoch: ts of job.enqueued
     updated_at = models.BigIntegerField()  # ms since epoch: ts of the last receipt
-    state = models.JSONField()  # the full fold, camelCase wire form (jobs.core.wire)
+    # the full fold, camelCase wire form (jobs.core.wire); `json` text on PostgreSQL
+    state = JSONTextField()
 
     class Meta:
         db_table = "jobs_job"

@@ -196,8 +196,12 @@ def _values(row: dict[str, Any], keys: Sequence[str]) -> list[Any]:
 
 @cache
 def _update_sql(vendor: str, keys: tuple[str, ...]) -> str:
-    cast = "::jsonb" if vendor == "postgresql" else ""
-    sets = ", ".join(f"{k} = %s{cast if k in _JSON_KEYS else ''}" for k in keys)
+    def cast(key: str) -> str:
+        if vendor != "postgresql" or key not in _JSON_KEYS:
+            return ""
+        return f"::{Job._meta.get_field(key).db_type(connection)}"  # json or jsonb
+
+    sets = ", ".join(f"{k} = %s{cast(k)}" for k in keys)
     return f"UPDATE {Job._meta.db_table} SET {sets} WHERE id = %s"
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
+from django.db import connections
 from django.db.models import Case, Q, QuerySet, When
 from django.db.models.fields.json import KT
 from django.db.models.functions import Substr
@@ -180,15 +181,17 @@ class JobChangeList(ChangeList):
         super().get_results(request)
         # Two keys of the page's folds: the last error is cut in the database, since a
         # handler's error can be 8,000 characters and a page shows a hundred of them.
-        # (SQLite's KT reads a JSON null as the text 'null': the When keeps it NULL.)
-        self.result_list = self.result_list.annotate(
+        # A JSON null reads as NULL through PostgreSQL's `->>` (whose `json` column has no
+        # JSON equality to test it with) but as the text 'null' through SQLite's KT.
+        rows = self.result_list
+        if connections[rows.db].vendor == "postgresql":
+            known = Q(last_error_text__isnull=False)
+        else:
+            known = ~Q(state__lastError=None)
+        self.result_list = rows.annotate(
             max_attempts=KT("state__maxAttempts"),
-            last_error=Case(
-                When(
-                    ~Q(state__lastError=None),
-                    then=Substr(KT("state__lastError"), 1, ERROR_TOOLTIP_CHARS),
-                )
-            ),
+            last_error_text=KT("state__lastError"),
+            last_error=Case(When(known, then=Substr("last_error_text", 1, ERROR_TOOLTIP_CHARS))),
         )
 
 

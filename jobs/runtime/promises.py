@@ -315,7 +315,7 @@ _DRIVE_QUEUED_PG = (
     "coalesce(nullif((j.state ->> 'leaseMs')::bigint, 0), %s) AS lease, j.state AS st "
     "FROM jobs_delivery_promise d JOIN jobs_job j ON j.id = d.job_id "
     f"WHERE d.id = ANY(%s) AND d.function = 'driver' AND {_open_pg('d.')} "
-    "AND j.status = 'queued' AND (j.state -> 'abortRequested') IS DISTINCT FROM 'true'), "
+    "AND j.status = 'queued' AND (j.state ->> 'abortRequested') IS DISTINCT FROM 'true'), "
     "opened AS (INSERT INTO jobs_delivery_promise (id, function, job_id, attempt, "
     "target_group, dispatch_key, state, timeout_at, created_at, available_at) "
     "SELECT x, 'execute', job, a, g, k, 'pending', %s + lease, %s, %s FROM v "

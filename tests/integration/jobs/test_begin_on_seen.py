@@ -5,6 +5,8 @@ that transaction keeps nothing and the begin reads and decides as it always did.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from jobs import handlers, queue
@@ -100,4 +102,4 @@ def test_the_database_brokers_take_hands_each_worker_task_its_jobs_state():
         broker._close()
     task = SignedPackage.loads(package)
     assert task["args"] == (execute_id,)
-    assert job_from_wire(task["kwargs"]["state"]) == job
+    assert job_from_wire(json.loads(task["kwargs"]["state"])) == job  # the stored text

@@ -16,7 +16,7 @@ from django.db import connection
 from jobs import queue
 from jobs.core.contracts import routed_group
 from jobs.core.timing import TimingSettings
-from jobs.models import DeliveryPromise
+from jobs.models import DeliveryPromise, Job
 from jobs.runtime import driver, promisebroker, promises
 from jobs.runtime.dispatch import start_driver
 from receipts.clock import now_ms as wall_clock_ms
@@ -125,6 +125,20 @@ def test_anything_but_a_plainly_queued_job_is_left_to_the_read_and_decide_path()
     }
     assert queue.get(aborted.job_id).status == "canceled"
     assert queue.get(leased.job_id).status == "running"  # its first heartbeat came with the lease
+
+
+def test_a_queued_fold_with_an_abort_asked_is_left_to_the_read_and_decide_path():
+    # The fold is `json` text: the statement reads the flag as the key's text. Written
+    # through the ORM here (a queued job with an abort asked is otherwise a moment's state).
+    asked, plain = _enqueue(2)
+    row = Job.objects.get(pk=asked.job_id)
+    Job.objects.filter(pk=asked.job_id).update(state={**row.state, "abortRequested": True})
+    assert Job.objects.get(pk=asked.job_id).state["abortRequested"] is True
+
+    decided = _decided([asked.job_id, plain.job_id])
+
+    assert [d.job_id for d in decided] == [plain.job_id]
+    assert DeliveryPromise.objects.get(pk=asked.job_id).settled_at is None
 
 
 @pytest.mark.django_db(transaction=True)
