@@ -6,6 +6,8 @@ from typing import Any
 
 from django.db import models
 
+from receipts.json_text import JSONTextField
+
 
 class NameField(models.CharField):
     """A stream name, receipt id or hash: text compared byte by byte on PostgreSQL
@@ -50,12 +52,14 @@ class Receipt(models.Model):
     prev = NameField(max_length=64, null=True)
     hash = NameField(max_length=64)
     event_type = models.CharField(max_length=100)
-    body = models.JSONField()  # for queries; PostgreSQL's jsonb may respell numbers
-    context = models.JSONField(null=True)
+    # JSON columns for queries (`->`, `->>`), kept as text on PostgreSQL (`json`, see
+    # receipts.json_text); rows from before 0007 hold what jsonb respelled (numbers).
+    body = JSONTextField()
+    context = JSONTextField(null=True)
     # The exact canonical text the hash covers (S-2): what readers and verify trust.
-    # NULL on rows written before 0004, which verify from the jsonb columns as before.
+    # NULL on rows written before 0004, which verify from the JSON columns as before.
     sealed = models.TextField(null=True)
-    hints = models.JSONField(null=True)
+    hints = JSONTextField(null=True)
     event_id = NameField(max_length=255, null=True)
 
     class Meta:

@@ -4,7 +4,7 @@ Appends lock the stream row (an upsert that returns the head: a row lock on
 PostgreSQL, the database write lock of an IMMEDIATE transaction on SQLite), seal the
 receipts onto the head, insert them, run the family's projector in the same
 transaction (S-5), move the head and, on PostgreSQL, `pg_notify` (S-9).
-Each row keeps the canonical text its hash covers (`sealed`) beside the jsonb columns:
+Each row keeps the canonical text its hash covers (`sealed`) beside the JSON columns:
 reads decode body and context from that text, so every reader (folds, the API, the
 admin) gets exactly what was sealed on either database, and verification checks both.
 `append_new_streams` does the same for many new streams at once, set-based. Nothing here
@@ -624,10 +624,10 @@ def _receipts(rows: QuerySet[ReceiptRow], *, stored: bool = False) -> list[Recei
     """`rows` (ordered, perhaps sliced) as receipts.
 
     By default body and context are exactly what was sealed, decoded from the sealed
-    text; the jsonb columns, which PostgreSQL may respell, are not even selected. Rows
-    from before the sealed text (NULL) take their jsonb columns, in one more query.
-    `stored=True` gives the jsonb columns as the database holds them, beside the sealed
-    text: what verification compares.
+    text; the JSON columns (respelled by jsonb in rows older than the `json` columns)
+    are not even selected. Rows from before the sealed text (NULL) take their JSON
+    columns, in one more query. `stored=True` gives the JSON columns as the database
+    holds them, beside the sealed text: what verification compares.
     """
     if stored:
         return [
@@ -717,7 +717,7 @@ def last_seq() -> int:
 
 def verify(stream: str) -> Verification:
     """S-6 over what the database holds: each sealed text must hash to its receipt's hash
-    and the jsonb columns must still hold the values it seals."""
+    and the JSON columns must still hold the values it seals."""
     return verify_receipts(stream, iter_receipts(stream, stored=True))
 
 

@@ -5,7 +5,7 @@ prepared (the hot path runs the same few statements millions of times), and the 
 insert, the head update and `pg_notify` travel as ONE statement (data-modifying CTEs), so
 an append costs three round trips: lock, write, commit. SQLite: the same steps as plain
 statements (it has no data-modifying CTEs and nothing to notify). Each receipt row carries
-its sealed text (S-2) in the same INSERT as its jsonb columns.
+its sealed text (S-2) in the same INSERT as its JSON columns (`json` text on PostgreSQL).
 
 Opening many new streams at once (`create_streams`, `write_first`, or both as
 `send_first` inside `pipeline`) is set-based: one statement for the stream rows and one
@@ -83,7 +83,7 @@ _CREATE_SQLITE = (
 _WRITE_FIRST_PG = (
     f"WITH ins AS (INSERT INTO receipt_receipt (seq, {_COLUMNS}) "
     "SELECT q, s, 1, i, t, p, h, e, b, c, x, NULL, z FROM jsonb_to_recordset(%s::jsonb) AS v("
-    "q bigint, s text, i text, t bigint, p text, h text, e text, b jsonb, c jsonb, x jsonb, "
+    "q bigint, s text, i text, t bigint, p text, h text, e text, b json, c json, x json, "
     "z text) "
     "RETURNING seq, stream, event_type) "
     f"SELECT pg_notify('{NOTIFY_CHANNEL}', "
@@ -102,8 +102,8 @@ _WRITE_FIRST_SQLITE = (
 # texts as JSON strings of escaped quotes, unescaped character by character), and parses
 # only the JSON columns.
 _OPEN_NEW_PG = (
-    "WITH v AS MATERIALIZED (SELECT s, i, t::bigint AS t, h, e, b::jsonb AS b, "
-    "c::jsonb AS c, z, o FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], "
+    "WITH v AS MATERIALIZED (SELECT s, i, t::bigint AS t, h, e, b::json AS b, "
+    "c::json AS c, z, o FROM unnest(%b::text[], %b::text[], %b::text[], %b::text[], "
     "%b::text[], %b::text[], %b::text[], %b::text[]) WITH ORDINALITY AS v(s, i, t, h, e, "
     "b, c, z, o)), "
     "st AS (INSERT INTO receipt_stream (name, head, receipt_count, last_ts, updated_at) "
@@ -459,7 +459,7 @@ class Writer:
         params = _rows(receipts, first_stream_seq, event_ids)
         try:
             if self.postgres:
-                one = "(%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s::jsonb, %s::jsonb, %s, %s)"
+                one = "(%s, %s, %s, %s, %s, %s, %s, %s::json, %s::json, %s::json, %s, %s)"
                 sql = (
                     f"WITH ins AS (INSERT INTO receipt_receipt ({_COLUMNS}) VALUES "
                     f"{', '.join([one] * len(receipts))} RETURNING seq, stream_seq, event_type), "

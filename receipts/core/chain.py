@@ -235,7 +235,7 @@ def fault(receipt: Receipt, prev: str | None) -> tuple[str, dict[str, Any]] | No
     """Why `receipt` does not follow head `prev` (S-6), or None when it does.
 
     `hash mismatch` covers both a sealed text that does not hash to the stored hash and
-    a field whose stored value is not the sealed one (an edited jsonb column)."""
+    a field whose stored value is not the sealed one (an edited JSON column)."""
     if receipt.prev != prev:
         return "broken prev", {"expected": prev, "found": receipt.prev}
     if receipt.expected_hash() != receipt.hash:

@@ -19,13 +19,19 @@ pytestmark = pytest.mark.django_db
 AGENT = "test-fold-column"
 
 
+def _wire(job_id: str) -> dict:
+    job = queue.get(job_id)
+    assert job is not None
+    return job_to_wire(job)
+
+
 def test_raw_reads_get_the_text_and_the_orm_the_fold():
-    job = queue.enqueue(AGENT, payload("factory.run", note="ünïcode \"quoted\"")).job
+    job = queue.enqueue(AGENT, payload("factory.run", note='ünïcode "quoted"')).job
     with connection.cursor() as cursor:
         cursor.execute("SELECT state FROM jobs_job WHERE id = %s", [job.job_id])
         (text,) = cursor.fetchone()
     assert isinstance(text, str)
-    assert json.loads(text) == job_to_wire(queue.get(job.job_id))
+    assert json.loads(text) == _wire(job.job_id)
     assert Job.objects.get(pk=job.job_id).state == json.loads(text)
 
 
@@ -33,11 +39,13 @@ def test_raw_reads_get_the_text_and_the_orm_the_fold():
 def test_postgresql_keeps_the_fold_as_written():
     job = queue.enqueue(AGENT, payload("factory.run", zeta=1, alpha=2)).job
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_typeof(state)::text, state FROM jobs_job WHERE id = %s", [job.job_id])
+        cursor.execute(
+            "SELECT pg_typeof(state)::text, state FROM jobs_job WHERE id = %s", [job.job_id]
+        )
         kind, text = cursor.fetchone()
     assert kind == "json"
     # jsonb would have sorted the keys (shortest first); json keeps the writer's order
-    assert list(json.loads(text)) == list(job_to_wire(queue.get(job.job_id)))
+    assert list(json.loads(text)) == list(_wire(job.job_id))
     assert list(json.loads(text)) != sorted(json.loads(text), key=lambda k: (len(k), k))
 
 
