@@ -113,7 +113,9 @@ class DeliveryPromise(models.Model):
     result = models.JSONField(null=True)
     # The promise is also the broker's task (jobs.runtime.promisebroker): deliverable while
     # unsettled and unclaimed once `available_at` passed; a take pushes it into the future
-    # (a visibility timeout), so a crash between take and claim redelivers it.
+    # (a visibility timeout), so a crash between take and claim redelivers it. No index
+    # holds it: a take then changes no indexed column and is a heap-only (HOT) update,
+    # with no new entry in any index (pages are left half empty for it, migration 0015).
     available_at = models.BigIntegerField(default=0)
 
     class Meta:
@@ -127,8 +129,8 @@ class DeliveryPromise(models.Model):
                 name="promise_pending_timeout",
                 condition=models.Q(state="pending"),
             ),
-            models.Index(
-                fields=["target_group", "available_at"],
+            models.Index(  # the broker takes oldest first, skipping promises in flight
+                fields=["target_group", "created_at"],
                 name="promise_deliverable",
                 condition=models.Q(settled_at__isnull=True, worker_id__isnull=True),
             ),

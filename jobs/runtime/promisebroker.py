@@ -6,8 +6,11 @@ cluster takes its unsettled, unclaimed promises straight from `jobs_delivery_pro
 one UPDATE ... RETURNING per batch, `FOR UPDATE SKIP LOCKED` on PostgreSQL so replicas of
 a role never wait on each other. The take pushes `available_at` forward (a visibility
 timeout): a process that dies after a take and before its worker claims the promise
-lets it come back. Settling or claiming a promise takes it out of the partial index, so
-there is nothing to acknowledge.
+lets it come back. Promises are taken oldest first (`created_at`); those in flight sit
+at the front of the index until claimed and are skipped (a handful: what the cluster's
+queue holds). The take's write touches no indexed column, so it is a heap-only update.
+Settling or claiming a promise takes it out of the partial index, so there is nothing to
+acknowledge.
 
 Wake-ups: `transport.send` issues `pg_notify('receipt_q', <cluster>)` with the promise's
 transaction; a pusher waits on the same connection it takes with (one connection per
@@ -44,7 +47,7 @@ _DELIVERABLE = (
 _TAKE_PG = (
     "UPDATE jobs_delivery_promise SET available_at = %s WHERE id IN ("
     f"SELECT id FROM jobs_delivery_promise WHERE {_DELIVERABLE} "
-    "ORDER BY available_at LIMIT %s FOR UPDATE SKIP LOCKED) "
+    "ORDER BY created_at LIMIT %s FOR UPDATE SKIP LOCKED) "
     "RETURNING id, job_id, attempt, dispatch_key, available_at"
 )
 # A worker cluster's take: each promise with its job's state, which its worker begins on.
@@ -52,7 +55,7 @@ _TAKE_WITH_JOB_PG = (
     _TAKE_PG + ", (SELECT j.state FROM jobs_job j WHERE j.id = jobs_delivery_promise.job_id)"
 )
 _PEEK_SQLITE = (
-    f"SELECT id FROM jobs_delivery_promise WHERE {_DELIVERABLE} ORDER BY available_at LIMIT %s"
+    f"SELECT id FROM jobs_delivery_promise WHERE {_DELIVERABLE} ORDER BY created_at LIMIT %s"
 )
 
 

@@ -158,3 +158,29 @@ def test_the_database_broker_is_woken_by_the_statement_itself():
             select.select([listener.fileno()], [], [], 0.5)
             heard |= {n.payload for n in listener.notifies(timeout=0, stop_after=0)}
         assert cluster in heard
+
+
+def test_a_take_is_a_heap_only_update():
+    """The broker's take pushes `available_at`, which no index holds: the row's new version
+    stays on its page and adds no index entry (the table leaves half of each page for it)."""
+    jobs = _enqueue(3)
+    # this backend's counts not yet reported (they may include earlier transactions')
+    counts = (
+        "SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables "
+        "WHERE relname = 'jobs_delivery_promise'"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(counts)
+        updated_before, hot_before = cursor.fetchone()
+        cursor.execute(
+            promisebroker._TAKE_PG,
+            [wall_clock_ms() + promisebroker.VISIBILITY_MS, "driver", wall_clock_ms(), 10],
+        )
+        taken = {row[0] for row in cursor.fetchall()}
+        cursor.execute(counts)
+        updated, hot = cursor.fetchone()
+        cursor.execute("SELECT reloptions FROM pg_class WHERE relname = 'jobs_delivery_promise'")
+        (options,) = cursor.fetchone()
+    assert taken == {job.job_id for job in jobs}
+    assert (updated - updated_before, hot - hot_before) == (3, 3)
+    assert "fillfactor=50" in options
