@@ -307,15 +307,20 @@ class Decided:
 # routed group (its row's worker_group, set from the same routing at enqueue), and is
 # settled as `send_open_and_settle` settles it. Nothing else is written; the promises it
 # does not return take the driver's read-and-decide path. Key-only: by promise id, then
-# the job by its id.
+# the job by its id. The job's status is tested only after the join (CTE `c`): beside it
+# the planner, reading `status = 'queued'` as selective (a table analyzed when few jobs
+# were queued, or never), walked every queued job's entry of the status index for each
+# promise and parsed its state to filter it, a pass slower the longer the backlog.
 _DRIVE_QUEUED_PG = (
-    "WITH v AS MATERIALIZED (SELECT d.id AS driver, d.dispatch_key AS k, j.id AS job, "
-    "j.attempt + 1 AS a, j.worker_group AS g, j.id || ':attempt:' || (j.attempt + 1) || "
-    "CASE WHEN d.id = j.id THEN '' ELSE ':dispatch:' || d.id END AS x, "
-    "coalesce(nullif((j.state ->> 'leaseMs')::bigint, 0), %s) AS lease, j.state AS st "
+    "WITH c AS MATERIALIZED (SELECT d.id AS driver, d.dispatch_key AS k, j.id AS job, "
+    "j.attempt, j.worker_group AS g, j.status, j.state AS st "
     "FROM jobs_delivery_promise d JOIN jobs_job j ON j.id = d.job_id "
-    f"WHERE d.id = ANY(%s) AND d.function = 'driver' AND {_open_pg('d.')} "
-    "AND j.status = 'queued' AND (j.state ->> 'abortRequested') IS DISTINCT FROM 'true'), "
+    f"WHERE d.id = ANY(%s) AND d.function = 'driver' AND {_open_pg('d.')}), "
+    "v AS MATERIALIZED (SELECT driver, k, job, attempt + 1 AS a, g, "
+    "job || ':attempt:' || (attempt + 1) || "
+    "CASE WHEN driver = job THEN '' ELSE ':dispatch:' || driver END AS x, "
+    "coalesce(nullif((st ->> 'leaseMs')::bigint, 0), %s) AS lease, st FROM c "
+    "WHERE status = 'queued' AND (st ->> 'abortRequested') IS DISTINCT FROM 'true'), "
     "opened AS (INSERT INTO jobs_delivery_promise (id, function, job_id, attempt, "
     "target_group, dispatch_key, state, timeout_at, created_at, available_at) "
     "SELECT x, 'execute', job, a, g, k, 'pending', %s + lease, %s, %s FROM v "
@@ -347,7 +352,7 @@ def send_drive_queued(
     gives what it decided once the pipeline has synced. `wake_channel`: the database
     broker's channel, notified per worker cluster given work."""
     sql = _DRIVE_QUEUED[wake_channel is not None]
-    params: list[Any] = [default_lease_ms, driver_ids, now_ms, now_ms, now_ms, now_ms]
+    params: list[Any] = [driver_ids, default_lease_ms, now_ms, now_ms, now_ms, now_ms]
     if wake_channel is not None:
         params.append(wake_channel)
     outcome = sent(sql, params)

@@ -28,7 +28,7 @@ STATEMENTS: dict[str, tuple[str, list[Any]]] = {
         promises._SETTLE_MANY_PG,
         ["resolved", 1, '{"job-1": {"status": "dispatched"}}', ["job-1", "job-2"]],
     ),
-    "drive_queued": (promises._DRIVE_QUEUED[True], [60_000, ["job-1"], 1, 1, 1, 1, "q"]),
+    "drive_queued": (promises._DRIVE_QUEUED[True], [["job-1"], 60_000, 1, 1, 1, 1, "q"]),
 }
 
 
@@ -68,3 +68,21 @@ def test_a_promise_named_by_id_is_found_by_its_key(name: str) -> None:
     assert used & {"promise_deliverable", "promise_state_timeout"} == set(), nodes
     keyed = [n for n in nodes if "(id)::text" in (n.get("Index Cond") or "")]
     assert keyed, nodes
+
+
+def test_the_drivers_statement_reads_each_job_by_its_key_however_many_are_queued() -> None:
+    """A backlog of queued jobs in a table never analyzed: the driver's one statement
+    still looks each of its jobs up by id, never walking the queued jobs for them."""
+    from jobs import queue
+    from tests.integration.jobs.helpers import payload
+
+    queue.enqueue_many(
+        [queue.build_request("test-plans", payload("factory.run", i=i)) for i in range(300)]
+    )
+    sql, params = STATEMENTS["drive_queued"]
+    nodes = _nodes(_generic_plan(sql, params))
+    reads_of_jobs = [n for n in nodes if n.get("Relation Name") == "jobs_job"]
+    assert reads_of_jobs, nodes
+    for node in reads_of_jobs:
+        assert node.get("Index Name") == "jobs_job_pkey", node
+        assert "(id)::text" in (node.get("Index Cond") or ""), node
