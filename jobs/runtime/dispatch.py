@@ -22,7 +22,7 @@ from jobs.core.state import JobState
 from jobs.core.timing import TimingSettings, driver_timeout_ms
 from jobs.errors import JobsError
 from jobs.runtime import counters, outbox, promises, transport
-from jobs.runtime.promisebroker import CHANNEL
+from jobs.runtime.promisebroker import channel_for
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.writer import text_arrays
@@ -186,6 +186,6 @@ _JOINED_PROMISES = {
     "dispatch_key, state, timeout_at, created_at, available_at) "
     "SELECT p.i, 'driver', p.i, NULL, 'driver', p.i, 'pending', p.t::bigint, n.n, n.n "
     "FROM unnest(%b::text[], %b::text[]) AS p(i, t), (SELECT %b::text::bigint AS n) AS n"
-    + (f", (SELECT pg_notify('{CHANNEL}', 'driver')) AS wake" if wake else "")
+    + (f", (SELECT pg_notify('{channel_for('driver')}', 'driver')) AS wake" if wake else "")
     for wake in (True, False)
 }

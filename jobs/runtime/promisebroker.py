@@ -12,9 +12,11 @@ queue holds). The take's write touches no indexed column, so it is a heap-only u
 Settling or claiming a promise takes it out of the partial index, so there is nothing to
 acknowledge.
 
-Wake-ups: `transport.send` issues `pg_notify('receipt_q', <cluster>)` with the promise's
-transaction; a pusher waits on the same connection it takes with (one connection per
-pusher). SQLite has no notifications: the pusher polls every RECEIPT_BROKER_POLL_MS with
+Wake-ups: `transport.send` issues `pg_notify('receipt_q.<cluster>', <cluster>)` with the
+promise's transaction; a pusher waits on the same connection it takes with (one
+connection per pusher) and hears only its own cluster's channel, so an enqueue wakes the
+driver and nobody else. A take that left nothing behind (fewer promises than the pusher
+asks for) is not repeated until a notification comes: one take per wake-up when idle. SQLite has no notifications: the pusher polls every RECEIPT_BROKER_POLL_MS with
 a read, and writes only when there is something to take.
 
 The driver cluster gets up to DRIVER_BATCH promises per task, so one driver pass opens
@@ -34,7 +36,7 @@ from django_q.brokers import Broker
 from django_q.conf import Conf
 from django_q.signing import SignedPackage
 
-CHANNEL = "receipt_q"
+CHANNEL = "receipt_q"  # the prefix of each cluster's channel: receipt_q.<cluster>
 VISIBILITY_MS = 30_000
 DRIVER_BATCH = 50
 IDLE_WAIT_S = 1.0  # the longest an idle pusher waits without looking (stop, missed notify)
@@ -59,6 +61,11 @@ _PEEK_SQLITE = (
 )
 
 
+def channel_for(cluster: str) -> str:
+    """The notification channel a cluster's pusher LISTENs on (a quoted identifier)."""
+    return f"{CHANNEL}.{cluster}"
+
+
 def group_for_cluster(cluster: str) -> str:
     return cluster.removeprefix("worker-")
 
@@ -69,6 +76,7 @@ class PromiseBroker(Broker):
         self.group = group_for_cluster(self.list_key)
         self._pg: Any = None  # psycopg connection of this process (PostgreSQL)
         self._woken = False
+        self._caught_up = False  # the last take left nothing this pusher could take
 
     def __getstate__(self) -> Any:  # sent to the pusher and monitor processes
         return self.list_key, self.group
@@ -78,6 +86,7 @@ class PromiseBroker(Broker):
         self.connection = None
         self._pg = None
         self._woken = False
+        self._caught_up = False
 
     # ---- what django-q2 calls --------------------------------------------------------------
 
@@ -98,11 +107,15 @@ class PromiseBroker(Broker):
         return str(unpacked["id"])
 
     def dequeue(self) -> list[tuple[str, bytes]] | None:
+        if self._caught_up and not self._woken:
+            self._wait()  # whatever was committed since the last take has notified us
         self._woken = False
         rows = self._take()
         if not rows and not self._woken:  # a notification that came with the take: look again
             self._wait()
             rows = self._take()
+        # Only where notifications wake us: SQLite's pusher polls and takes what it finds.
+        self._caught_up = self._postgres() and len(rows) < self._limit()
         return self._tasks(rows) if rows else None
 
     def acknowledge(self, task_id: Any) -> None:
@@ -225,20 +238,26 @@ class PromiseBroker(Broker):
             self._pg.execute("SET synchronous_commit TO off")
             # psycopg reads notifications during any statement: the handler sees them all
             self._pg.add_notify_handler(self._on_notify)
-            self._pg.execute(f"LISTEN {CHANNEL}")
+            self._pg.execute(f'LISTEN "{channel_for(self.list_key)}"')
         return self._pg
 
     def _on_notify(self, notify: Any) -> None:
         self._woken = True
 
     def _wait(self) -> None:
-        """Until a notification arrives (the next take reads it off the socket)."""
+        """Until a notification arrives. Those that woke us are read off the socket here:
+        the take that follows sees what they announce, and only one heard during that take
+        (`_woken`) may have come too late for it."""
         if not self._postgres():
             time.sleep(Conf.POLL)
             return
         try:
             pg = self._connection()
-            select.select([pg.fileno()], [], [], IDLE_WAIT_S)
+            readable, _, _ = select.select([pg.fileno()], [], [], IDLE_WAIT_S)
+            if readable:
+                pg.pgconn.consume_input()
+                while pg.pgconn.notifies() is not None:
+                    pass
         except Exception:  # a broken connection must never stop the pusher
             self._close()
             time.sleep(Conf.POLL)

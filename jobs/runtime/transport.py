@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django_q.tasks import async_task
 
-from jobs.runtime.promisebroker import CHANNEL
+from jobs.runtime.promisebroker import channel_for
 from jobs.runtime.roles import ROLE_CLUSTERS
 
 CLUSTERS = frozenset(ROLE_CLUSTERS.values())
@@ -89,7 +89,7 @@ def _wake(cluster: str) -> None:
             return
         _woken.clusters.add(cluster)
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_notify(%s, %s)", [CHANNEL, cluster])
+        cursor.execute("SELECT pg_notify(%s, %s)", [channel_for(cluster), cluster])
 
 
 def _noop() -> None:

@@ -147,12 +147,12 @@ def test_the_database_broker_is_woken_by_the_statement_itself():
     statement's own transaction: it hears of the promise when it commits."""
     assert settings.Q_CLUSTER.get("orm")
     (job,) = _enqueue(1)
-    with listening(promisebroker.CHANNEL) as listener:
+    cluster = f"worker-{routed_group(job.agent_id, job.kind)}"
+    with listening(f'"{promisebroker.channel_for(cluster)}"') as listener:
         (result,) = driver.drive_many([job.job_id])
         assert result["status"] == "dispatched"
         assert not connection.in_atomic_block
         heard: set[str] = set()
-        cluster = f"worker-{routed_group(job.agent_id, job.kind)}"
         deadline = wall_clock_ms() + 5_000
         while cluster not in heard and wall_clock_ms() < deadline:
             select.select([listener.fileno()], [], [], 0.5)
