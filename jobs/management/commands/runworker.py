@@ -171,6 +171,10 @@ class Command(BaseCommand):
         )
         from django.db import connections
 
+        # What the cluster's tasks import on their first call (jobs.runtime.tasks), imported
+        # once here instead: every fork inherits it, and the first job does not wait for it.
+        from jobs.runtime import driver, worker  # noqa: F401
+
         self._prepare_children(config)
         connections.close_all()  # never hand a live socket to django-q2's forks
         cluster_obj = None
