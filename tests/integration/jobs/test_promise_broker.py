@@ -5,6 +5,7 @@ notification before it takes again, so an idle stack costs one take per wake-up.
 from __future__ import annotations
 
 import select
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -56,42 +57,43 @@ def _recorded(broker: PromiseBroker, calls: list[str]) -> None:
     broker._wait = recorded_wait  # type: ignore[method-assign]
 
 
-def test_a_pusher_that_took_everything_waits_for_a_notification_first(monkeypatch):
+@pytest.fixture
+def driver_broker(monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[PromiseBroker, list[str]]]:
+    """The driver cluster's broker, each of its takes and waits recorded in order."""
     monkeypatch.setattr(promisebroker, "IDLE_WAIT_S", 0.05)
     broker = PromiseBroker(list_key="driver")
     calls: list[str] = []
     _recorded(broker, calls)
     try:
-        assert broker.dequeue() is None  # idle, listening
-        queue.enqueue(AGENT, payload("factory.run"))
-        calls.clear()
-        assert len(broker.dequeue() or []) == 1
-        assert calls == ["wait", "take:1"]  # woken by the enqueue's notification
-        calls.clear()
-        assert broker.dequeue() is None
-        assert calls[0] == "wait"  # not another take straight away
+        yield broker, calls
     finally:
         broker._close()
 
 
-def test_a_notification_heard_during_a_take_is_taken_at_once(monkeypatch):
-    monkeypatch.setattr(promisebroker, "IDLE_WAIT_S", 0.05)
-    broker = PromiseBroker(list_key="driver")
-    calls: list[str] = []
-    _recorded(broker, calls)
-    try:
-        broker._connection()
-        queue.enqueue(AGENT, payload("factory.run", i=1))
-        queue.enqueue(AGENT, payload("factory.run", i=2))
-        monkeypatch.setattr(broker, "_limit", lambda: 1)
-        assert len(broker.dequeue() or []) == 1  # the limit reached: more may be waiting
-        calls.clear()
-        assert len(broker.dequeue() or []) == 1
-        assert calls == ["take:1"]
-        calls.clear()
-        broker._woken = True  # as a notification read with the last take leaves it
-        broker._caught_up = True
-        broker.dequeue()
-        assert calls[0].startswith("take")
-    finally:
-        broker._close()
+def test_a_pusher_that_took_everything_waits_for_a_notification_first(driver_broker):
+    broker, calls = driver_broker
+    assert broker.dequeue() is None  # idle, listening
+    queue.enqueue(AGENT, payload("factory.run"))
+    calls.clear()
+    assert len(broker.dequeue() or []) == 1
+    assert calls == ["wait", "take:1"]  # woken by the enqueue's notification
+    calls.clear()
+    assert broker.dequeue() is None
+    assert calls[0] == "wait"  # not another take straight away
+
+
+def test_a_notification_heard_during_a_take_is_taken_at_once(driver_broker, monkeypatch):
+    broker, calls = driver_broker
+    broker._connection()
+    queue.enqueue(AGENT, payload("factory.run", i=1))
+    queue.enqueue(AGENT, payload("factory.run", i=2))
+    monkeypatch.setattr(broker, "_limit", lambda: 1)
+    assert len(broker.dequeue() or []) == 1  # the limit reached: more may be waiting
+    calls.clear()
+    assert len(broker.dequeue() or []) == 1
+    assert calls == ["take:1"]
+    calls.clear()
+    broker._woken = True  # as a notification read with the last take leaves it
+    broker._caught_up = True
+    broker.dequeue()
+    assert calls[0].startswith("take")
