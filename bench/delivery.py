@@ -109,10 +109,31 @@ def sql(statement: str, params: list | None = None) -> list[tuple]:
 
 
 def reset() -> None:
+    refuse_foreign_sessions()
     rows = sql("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
     names = sorted(n for (n,) in rows if n.startswith(RESET_PREFIXES) or n in RESET_EXTRA)
     sql("TRUNCATE " + ", ".join(f'"{n}"' for n in names) + " RESTART IDENTITY")
     sql("CHECKPOINT")
+
+
+def refuse_foreign_sessions() -> None:
+    """Before a figure starts nothing else may be connected to the bench database: a
+    runworker left over from an earlier run or experiment takes the figure's jobs (and,
+    started without BENCH_MARKER, fails them), so the figure would measure both."""
+    deadline = time.monotonic() + 10  # the previous figure's sessions may still be closing
+    while True:
+        (others,) = sql(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+        )[0]
+        if not others or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if others:
+        raise RuntimeError(
+            f"{others} other session(s) are connected to the bench database "
+            "(a runworker left running?): stop them first, e.g. pkill -f 'runworker --role'"
+        )
 
 
 def server_roots() -> set[int]:
