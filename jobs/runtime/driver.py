@@ -95,7 +95,7 @@ def _drive_queued(promise_ids: list[str], now: int) -> dict[str, dict[str, Any]]
     if not _one_statement(wake_in_statement=True):
         return {}
     default_lease = TimingSettings.from_config(settings.RECEIPT).job_lease_ms
-    channel = promisebroker.CHANNEL if transport.wakes_by_notify() else None
+    channel = promisebroker.channel_for("") if transport.wakes_by_notify() else None
     with pipelined_transaction():
         promises.recoverable_commit()
         read = promises.send_drive_queued(

@@ -16,8 +16,9 @@ Wake-ups: `transport.send` issues `pg_notify('receipt_q.<cluster>', <cluster>)` 
 promise's transaction; a pusher waits on the same connection it takes with (one
 connection per pusher) and hears only its own cluster's channel, so an enqueue wakes the
 driver and nobody else. A take that left nothing behind (fewer promises than the pusher
-asks for) is not repeated until a notification comes: one take per wake-up when idle. SQLite has no notifications: the pusher polls every RECEIPT_BROKER_POLL_MS with
-a read, and writes only when there is something to take.
+asks for) is not repeated until a notification comes: one take per wake-up when idle.
+SQLite has no notifications: the pusher polls every RECEIPT_BROKER_POLL_MS with a read,
+and writes only when there is something to take.
 
 The driver cluster gets up to DRIVER_BATCH promises per task, so one driver pass opens
 many execute promises in one transaction; worker clusters get one promise per task.
@@ -62,7 +63,8 @@ _PEEK_SQLITE = (
 
 
 def channel_for(cluster: str) -> str:
-    """The notification channel a cluster's pusher LISTENs on (a quoted identifier)."""
+    """The notification channel a cluster's pusher LISTENs on (quoted there: it holds a dot
+    and a dash). `channel_for("")` is the prefix the driver's statement completes."""
     return f"{CHANNEL}.{cluster}"
 
 

@@ -335,7 +335,7 @@ _DRIVE_QUEUED_PG = (
 # With the database broker the wake-up of each worker cluster given work travels in the
 # statement, and so commits with it.
 _WOKE = (
-    ", woke AS (SELECT pg_notify(%s || '.' || c, c) FROM (SELECT DISTINCT 'worker-' || g AS c "
+    ", woke AS (SELECT pg_notify(%s || c, c) FROM (SELECT DISTINCT 'worker-' || g AS c "
     "FROM v WHERE x IN (SELECT id FROM opened)) AS w)"
 )
 _DRIVE_QUEUED = {
@@ -350,7 +350,8 @@ def send_drive_queued(
     """PostgreSQL, inside `pipelined()`: the common decision for these driver promises
     as ONE statement sent without waiting (`_DRIVE_QUEUED_PG`); the returned function
     gives what it decided once the pipeline has synced. `wake_channel`: the database
-    broker's channel prefix; each worker cluster given work is notified on its own."""
+    broker's channel prefix (`promisebroker.channel_for("")`); each worker cluster given
+    work is notified on its own channel."""
     sql = _DRIVE_QUEUED[wake_channel is not None]
     params: list[Any] = [driver_ids, default_lease_ms, now_ms, now_ms, now_ms, now_ms]
     if wake_channel is not None:
