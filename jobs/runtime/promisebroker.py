@@ -108,7 +108,7 @@ class PromiseBroker(Broker):
         transaction.on_commit(lambda: func(*unpacked["args"], **unpacked["kwargs"]))
         return str(unpacked["id"])
 
-    def dequeue(self) -> list[tuple[str, bytes]] | None:
+    def dequeue(self) -> list[tuple[str, str]] | None:
         if self._caught_up and not self._woken:
             self._wait()  # whatever was committed since the last take has notified us
         self._woken = False
@@ -174,13 +174,13 @@ class PromiseBroker(Broker):
             [now + VISIBILITY_MS, *ids, now],
         )
 
-    def _tasks(self, rows: list[tuple[Any, ...]]) -> list[tuple[str, bytes]]:
+    def _tasks(self, rows: list[tuple[Any, ...]]) -> list[tuple[str, str]]:
         if self.group == "driver":
             ids = [row[0] for row in rows]
             chunks = [ids[i : i + DRIVER_BATCH] for i in range(0, len(ids), DRIVER_BATCH)]
-            return [self._pack(DRIVE_MANY, (chunk,)) for chunk in chunks]
+            return [signed_task(DRIVE_MANY, (chunk,), {}, self.list_key) for chunk in chunks]
         return [
-            self._pack(
+            signed_task(
                 EXECUTE,
                 (row[0],),
                 {
@@ -190,25 +190,10 @@ class PromiseBroker(Broker):
                     "target_group": self.group,
                     **({"state": row[5]} if len(row) > 5 and row[5] is not None else {}),
                 },
+                self.list_key,
             )
             for row in rows
         ]
-
-    def _pack(
-        self, func: str, args: tuple[Any, ...], kwargs: dict[str, Any] | None = None
-    ) -> tuple[str, bytes]:
-        task_id = uuid.uuid4().hex
-        task = {
-            "id": task_id,
-            "name": str(args[0])[:100],
-            "func": func,
-            "args": args,
-            "kwargs": kwargs or {},
-            "started": timezone.now(),
-            "ack_failure": True,
-            "cluster": self.list_key,
-        }
-        return task_id, SignedPackage.dumps(task)
 
     # ---- connections -----------------------------------------------------------------------
 
@@ -270,6 +255,25 @@ class PromiseBroker(Broker):
                 self._pg.close()
             finally:
                 self._pg = None
+
+
+def signed_task(
+    func: str, args: tuple[Any, ...], kwargs: dict[str, Any], cluster: str
+) -> tuple[str, str]:
+    """(task id, package) of one django-q2 task as its pusher unpacks it: the fields its
+    worker reads, signed by django-q2's own `SignedPackage`."""
+    task_id = uuid.uuid4().hex
+    task = {
+        "id": task_id,
+        "name": str(args[0])[:100],  # the promise id(s): what an operator looks for
+        "func": func,
+        "args": args,
+        "kwargs": kwargs,
+        "started": timezone.now(),
+        "ack_failure": True,
+        "cluster": cluster,
+    }
+    return task_id, SignedPackage.dumps(task)
 
 
 def run_schedules(now_ms: int) -> Any:

@@ -4,7 +4,10 @@ Database broker (the default): the delivery promise row is the task
 (`jobs.runtime.promisebroker`), so sending is only a wake-up: one `pg_notify` per
 cluster per transaction on PostgreSQL, delivered when the promise commits; nothing on
 SQLite, whose pushers poll. Redis: the task is pushed after the commit (Redis is not
-transactional), so it exists only if the promise it delivers committed.
+transactional), so it exists only if the promise it delivers committed. It is packed as
+django-q2's `async_task` packs one (its pusher unpacks it), without what that adds per call
+and Receipt never uses (a humanized name, the enqueue signal, option merging): a push is on
+every job's path twice.
 """
 
 from __future__ import annotations
@@ -16,12 +19,12 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, transaction
-from django_q.tasks import async_task
 
-from jobs.runtime.promisebroker import channel_for
+from jobs.runtime.promisebroker import channel_for, signed_task
 from jobs.runtime.roles import ROLE_CLUSTERS
 
 CLUSTERS = frozenset(ROLE_CLUSTERS.values())
+PUSH_CHUNK = 500  # tasks per RPUSH (a batch enqueue's tasks: a few hundred KiB a command)
 _woken = threading.local()  # clusters already woken by the current transaction
 
 
@@ -54,8 +57,7 @@ def send_woken(cluster: str, func: str, *args: Any, **kwargs: Any) -> None:
 def _push_after_commit(
     cluster: str, func: str, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> None:
-    options: dict[str, Any] = {"cluster": cluster, "broker": _broker(cluster)}
-    transaction.on_commit(lambda: async_task(func, *args, q_options=options, **kwargs))
+    transaction.on_commit(lambda: _push(cluster, [signed_task(func, args, kwargs, cluster)[1]]))
 
 
 def wakes_by_notify() -> bool:
@@ -70,8 +72,14 @@ def push_committed_many(cluster: str, func: str, calls: Sequence[Sequence[Any]])
         raise ValueError(f"unknown cluster {cluster!r}")
     if settings.Q_CLUSTER.get("orm"):
         return
-    for args in calls:
-        async_task(func, *args, q_options={"cluster": cluster, "broker": _broker(cluster)})
+    _push(cluster, [signed_task(func, tuple(args), {}, cluster)[1] for args in calls])
+
+
+def _push(cluster: str, packages: Sequence[str]) -> None:
+    """An RPUSH per PUSH_CHUNK tasks, not one per task."""
+    broker = _broker(cluster)
+    for start in range(0, len(packages), PUSH_CHUNK):
+        broker.connection.rpush(broker.list_key, *packages[start : start + PUSH_CHUNK])
 
 
 def _wake(cluster: str) -> None:

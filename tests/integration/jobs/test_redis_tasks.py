@@ -1,8 +1,8 @@
 """The Redis broker's execute task (D-3, D-4): the driver sends what the worker needs (job,
 attempt, dispatch key, target group) under names django-q2 hands to the task untouched
 (it takes a `group` keyword for its own), so the worker starts the attempt without
-reading its promise back. Packed and unpacked by django-q2's own `async_task` and
-`SignedPackage`, as a Redis cluster would."""
+reading its promise back. Packed by `transport` as django-q2's `async_task` packs a task and
+unpacked by django-q2's own `SignedPackage`, as a Redis cluster's pusher does."""
 
 from __future__ import annotations
 
@@ -28,16 +28,21 @@ AGENT = "test-redis-task"
 
 
 class _Broker:
-    """Stands in for one cluster's Redis list: keeps what django-q2 would push."""
+    """Stands in for one cluster's Redis list and its client: keeps what is pushed, and
+    how many RPUSH commands carried it."""
 
     list_key = "worker-test"
 
     def __init__(self) -> None:
         self.pushed: list[str] = []
+        self.commands = 0
+        self.connection = self
 
-    def enqueue(self, package: str) -> str:
-        self.pushed.append(package)
-        return str(len(self.pushed))
+    def rpush(self, key: str, *packages: str) -> int:
+        assert key == self.list_key
+        self.commands += 1
+        self.pushed += packages
+        return len(self.pushed)
 
 
 def test_the_execute_task_carries_what_the_worker_needs_and_runs_without_reading_the_promise(
@@ -131,3 +136,35 @@ def test_a_driver_pass_pushes_only_what_it_opened_and_says_so_on_each_promise(
             {"status": by_job[job.job_id], "execute": execute},
         )
     assert DeliveryPromise.objects.filter(function="execute").count() == 3
+
+
+def test_tasks_of_committed_promises_go_to_redis_in_one_command_per_chunk(monkeypatch):
+    """A batch enqueue's driver tasks are appended to the cluster's list a chunk per RPUSH,
+    not a command per job; each is a django-q2 task its pusher accepts (signed, with the
+    fields its worker reads)."""
+    broker = _Broker()
+    redis_cluster = {k: v for k, v in settings.Q_CLUSTER.items() if k != "orm"}
+    monkeypatch.setattr(settings, "Q_CLUSTER", {**redis_cluster, "redis": "redis://unused"})
+    monkeypatch.setattr(transport, "_broker", lambda cluster: broker)
+    monkeypatch.setattr(transport, "PUSH_CHUNK", 4)
+
+    transport.push_committed_many(
+        "driver", "jobs.runtime.tasks.drive", [(f"j{i}",) for i in range(10)]
+    )
+
+    assert broker.commands == 3  # 4 + 4 + 2
+    tasks = [SignedPackage.loads(package) for package in broker.pushed]
+    assert [task["args"] for task in tasks] == [(f"j{i}",) for i in range(10)]
+    assert len({task["id"] for task in tasks}) == 10
+    for i, task in enumerate(tasks):
+        assert task["func"] == "jobs.runtime.tasks.drive" and task["kwargs"] == {}
+        assert task["name"] == f"j{i}" and task["cluster"] == "driver"
+        assert task["ack_failure"] is True  # django-q2 never retries: the receipts do
+
+
+def test_the_database_broker_pushes_nothing(monkeypatch):
+    broker = _Broker()
+    monkeypatch.setattr(transport, "_broker", lambda cluster: broker)
+    assert settings.Q_CLUSTER.get("orm")
+    transport.push_committed_many("driver", "jobs.runtime.tasks.drive", [("j1",)])
+    assert broker.pushed == [] and broker.commands == 0
