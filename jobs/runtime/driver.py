@@ -85,23 +85,19 @@ def drive_many(promise_ids: list[str], *, now_ms: int | None = None) -> list[dic
 
 
 def _drive_queued(promise_ids: list[str], now: int) -> dict[str, dict[str, Any]]:
-    """The common case decided by the database in ONE round trip: every driver promise
-    whose job is queued with no abort asked gets its execute promise and is settled, the
-    statement and its COMMIT sent together (`promises.send_drive_queued`), and its
-    worker's task pushed once committed. Returns {driver promise id: result} of those it
-    decided (none where a pass cannot write in one statement); the others are read and
-    decided as before, so a job that is anything but plainly queued costs one more round
-    trip."""
+    """The common case decided by the database in ONE statement, its own transaction:
+    every driver promise whose job is queued with no abort asked gets its execute promise
+    and is settled (`promises.drive_queued`), and its worker's task is pushed once
+    committed. Returns {driver promise id: result} of those it decided (none where a pass
+    cannot write in one statement); the others are read and decided as before, so a job
+    that is anything but plainly queued costs one more round trip."""
     if not _one_statement(wake_in_statement=True):
         return {}
     default_lease = TimingSettings.from_config(settings.RECEIPT).job_lease_ms
     channel = promisebroker.channel_for("") if transport.wakes_by_notify() else None
-    with pipelined_transaction():
-        promises.recoverable_commit()
-        read = promises.send_drive_queued(
-            promise_ids, now_ms=now, default_lease_ms=default_lease, wake_channel=channel
-        )
-    decided = read()
+    decided = promises.drive_queued(
+        promise_ids, now_ms=now, default_lease_ms=default_lease, wake_channel=channel
+    )
     faults.crash("driver_after_execute_sent")
     results = {}
     for d in decided:

@@ -330,7 +330,8 @@ _DRIVE_QUEUED_PG = (
     "THEN 'dispatched' ELSE 'already_dispatched' END, 'execute', v.x) "
     f"FROM v WHERE p.id = v.driver AND {_open_pg('p.')}){{woke}} "
     "SELECT v.driver, v.x, v.job, v.a, v.g, v.k, v.x IN (SELECT id FROM opened), v.st{count} "
-    "FROM v"
+    # SET LOCAL of the statement's own transaction (or the caller's): read at its commit
+    "FROM v CROSS JOIN (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit"
 )
 # With the database broker the wake-up of each worker cluster given work travels in the
 # statement, and so commits with it.
@@ -344,20 +345,21 @@ _DRIVE_QUEUED = {
 }
 
 
-def send_drive_queued(
+def drive_queued(
     driver_ids: list[str], *, now_ms: int, default_lease_ms: int, wake_channel: str | None
-) -> Callable[[], list[Decided]]:
-    """PostgreSQL, inside `pipelined()`: the common decision for these driver promises
-    as ONE statement sent without waiting (`_DRIVE_QUEUED_PG`); the returned function
-    gives what it decided once the pipeline has synced. `wake_channel`: the database
-    broker's channel prefix (`promisebroker.channel_for("")`); each worker cluster given
-    work is notified on its own channel."""
+) -> list[Decided]:
+    """PostgreSQL: the common decision for these driver promises as ONE statement
+    (`_DRIVE_QUEUED_PG`), run at once. Outside a transaction it is its own (autocommit):
+    no BEGIN, no COMMIT, no pipeline around it. Its commit does not wait for the disk
+    (`recoverable_commit`'s reasoning: the statement writes promises and wake-ups only).
+    `wake_channel`: the database broker's channel prefix (`promisebroker.channel_for("")`);
+    each worker cluster given work is notified on its own channel."""
     sql = _DRIVE_QUEUED[wake_channel is not None]
     params: list[Any] = [driver_ids, default_lease_ms, now_ms, now_ms, now_ms, now_ms]
     if wake_channel is not None:
         params.append(wake_channel)
-    outcome = sent(sql, params)
-    return lambda: [Decided(*row[:8]) for row in outcome()[0]]
+    rows, _ = prepared(sql, params)
+    return [Decided(*row[:8]) for row in rows]
 
 
 def settle_many(settlements: list[tuple[str, Any]], state: str, *, now_ms: int) -> None:

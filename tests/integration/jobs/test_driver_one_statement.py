@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import connection, transaction
 
 from jobs import queue
 from jobs.core.contracts import routed_group
@@ -20,7 +20,6 @@ from jobs.models import DeliveryPromise, Job
 from jobs.runtime import driver, promisebroker, promises
 from jobs.runtime.dispatch import start_driver
 from receipts.clock import now_ms as wall_clock_ms
-from receipts.writer import pipelined_transaction
 from tests.integration.jobs.helpers import payload
 from tests.support import listening
 
@@ -95,11 +94,9 @@ def test_a_recovery_generation_opens_its_own_execute_promise(monkeypatch):
 
 
 def _decided(driver_ids: list[str]) -> list[promises.Decided]:
-    with pipelined_transaction():
-        read = promises.send_drive_queued(
-            driver_ids, now_ms=wall_clock_ms(), default_lease_ms=60_000, wake_channel=None
-        )
-    return read()
+    return promises.drive_queued(
+        driver_ids, now_ms=wall_clock_ms(), default_lease_ms=60_000, wake_channel=None
+    )
 
 
 def test_anything_but_a_plainly_queued_job_is_left_to_the_read_and_decide_path():
@@ -184,3 +181,30 @@ def test_a_take_is_a_heap_only_update():
     assert taken == {job.job_id for job in jobs}
     assert (updated - updated_before, hot - hot_before) == (3, 3)
     assert "fillfactor=50" in options
+
+
+def _synchronous_commit() -> str:
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW synchronous_commit")
+        return str(cursor.fetchone()[0])
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_pass_is_its_own_transaction_and_only_its_commit_skips_the_disk_wait():
+    """The pass's statement runs alone (autocommit: nothing left open) and turns off the
+    wait for the disk for its own transaction only (SET LOCAL): the next transaction on
+    the connection, a worker's begin or settlement that writes receipts, commits durably."""
+    jobs = _enqueue(2)
+    assert _synchronous_commit() == "on"
+
+    results = driver.drive_many([job.job_id for job in jobs])
+
+    assert {r["status"] for r in results} == {"dispatched"}
+    assert connection.connection.info.transaction_status.name == "IDLE"
+    assert _synchronous_commit() == "on"
+    # inside a caller's transaction the setting is that transaction's, and ends with it
+    more = _enqueue(1)
+    with transaction.atomic():
+        assert len(_decided([more[0].job_id])) == 1
+        assert _synchronous_commit() == "off"
+    assert _synchronous_commit() == "on"
