@@ -42,6 +42,13 @@ DEFAULT_URL = "postgres://root@127.0.0.1:5432/receipt_bench"
 DEFAULT_PEERS = "procrastinate,djq-orm-cma60,celery-redis"
 REDIS_PEERS = {"celery-redis", "djq-redis", "rq"}
 NOISY = 0.3  # foreign cores above which a figure is flagged
+# Receipt's figure -> the peers' harness test that measures the same thing
+PEER_TESTS = {
+    "drain": "drain",
+    "enqueue_single": "enqueue",
+    "enqueue_bulk": "bulk",
+    "latency": "latency",
+}
 
 # (label, test, receipt key, peer key); peer key None: the figure exists for Receipt only
 FIGURES = [
@@ -466,7 +473,7 @@ class Peers:
 
     def run_rep(self, out: Out, rep: int) -> None:
         raw = RESULTS / f"delivery-{self.stamp}-peers-r{rep}.jsonl"
-        tests = "enqueue,bulk,drain,latency"
+        tests = ",".join(PEER_TESTS[f] for f in self.a.figures.split(",") if f in PEER_TESTS)
         cmd = [
             str(self.python),
             str(PEERS_DIR / "runner.py"),

@@ -26,8 +26,7 @@ from receipts.core import wire_json
 from receipts.core.chain import Receipt
 from receipts.projection import RowProjector
 from receipts.store import StreamHandle
-from receipts.text_array import TextArray
-from receipts.writer import prepared, text_arrays
+from receipts.writer import prepared, text_rows
 
 CACHE_KEY = "job"  # StreamHandle.cache slot: the job's state as of the stream head
 
@@ -115,7 +114,7 @@ class JobProjector(RowProjector[JobState]):
 
     def insert_new(
         self, batch: Sequence[tuple[StreamHandle, Sequence[Receipt]]]
-    ) -> tuple[str, list[TextArray]]:
+    ) -> tuple[str, list[Any]]:
         """PostgreSQL, streams the store is opening: each new job folded (and kept on its
         handle), and their rows as (INSERT, its parameters: a text array per column), which
         the store sends in the receipts' own statement (`store.append_new_streams`)."""
@@ -128,17 +127,18 @@ class JobProjector(RowProjector[JobState]):
             if after is not None:
                 rows.append(row_for(after))
         keys = tuple(rows[0]) if rows else ("id",)  # no job (J-3): inserts nothing
-        return _insert_sql("postgresql", keys), _text_columns(rows, keys)
+        source, params = _text_columns(rows, keys)
+        return _insert_sql("postgresql", keys, source), params
 
 
 _CHUNK = 250  # new rows per INSERT (14 variables each on SQLite, under its 32766)
 
 
 @cache
-def _insert_sql(vendor: str, keys: tuple[str, ...]) -> str:
-    """The INSERT of new job rows with `keys`: on PostgreSQL of a fixed shape, a binary
-    text array per column (`_text_columns`), cast where the column is not text; on SQLite
-    multi-row VALUES (`{rows}`)."""
+def _insert_sql(vendor: str, keys: tuple[str, ...], source: str = "") -> str:
+    """The INSERT of new job rows with `keys`: on PostgreSQL from the row `source` of
+    `_text_columns`, cast where the column is not text; on SQLite multi-row VALUES
+    (`{rows}`)."""
     fields = [Job._meta.get_field(key) for key in keys]
     assert all(f.column == f.name for f in fields)  # the row keys are the columns
     columns = ", ".join(f.column for f in fields)
@@ -152,31 +152,33 @@ def _insert_sql(vendor: str, keys: tuple[str, ...]) -> str:
         else f"{f.column}::{f.db_type(connection)}"
         for f in fields
     )
-    arrays = ", ".join(["%b::text[]"] * len(fields))
     return (
         f"INSERT INTO {Job._meta.db_table} ({columns}) SELECT {values} "
-        f"FROM unnest({arrays}) AS u({columns})"
+        f"FROM {source} AS u({columns})"
     )
 
 
-def _text_columns(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> list[TextArray]:
-    """The parameters of `_insert_sql` on PostgreSQL for `rows`."""
+def _text_columns(rows: list[dict[str, Any]], keys: tuple[str, ...]) -> tuple[str, list[Any]]:
+    """The row source of `_insert_sql` on PostgreSQL for `rows`, and its parameters."""
     json = [position for position, key in enumerate(keys) if key in _JSON_KEYS]
-    return text_arrays([tuple(row.values()) for row in rows], len(keys), json=json)
+    return text_rows([tuple(row.values()) for row in rows], len(keys), json=json)
 
 
 def _insert(rows: list[dict[str, Any]]) -> None:
     """Insert new job rows with one statement: what `Job.objects.create(**row)` per row
     writes (JSON columns as Django's JSONField dumps them). Waits for no result."""
     keys = tuple(rows[0])
-    sql = _insert_sql(connection.vendor, keys)
     if connection.vendor == "postgresql":
         import psycopg
 
+        source, params = _text_columns(rows, keys)
+        sql = _insert_sql(connection.vendor, keys, source)
+
         connection.ensure_connection()
         with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-            cursor.execute(sql, _text_columns(rows, keys), prepare=True)
+            cursor.execute(sql, params, prepare=True)
         return
+    sql = _insert_sql(connection.vendor, keys)
     values = [value for row in rows for value in _values(row, keys)]
     one = f"({', '.join(['%s'] * len(keys))})"
     with connection.cursor() as cursor:

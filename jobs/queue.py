@@ -56,6 +56,7 @@ from jobs.core.wire import command_to_wire
 from jobs.errors import InvalidRequest, JobIdTaken, JobNotFound, JobTerminal, SessionKeyConflict
 from jobs.models import Job
 from jobs.projector import CACHE_KEY, load_state, state_from_rows, state_read
+from jobs.timing_config import current_timing
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.core import wire_json
@@ -149,19 +150,6 @@ class EnqueueResult:
 
 
 # ---- validation (nothing is written on a refusal) --------------------------------------
-
-
-_timing_of: tuple[object, TimingSettings] | None = None
-
-
-def _timing() -> TimingSettings:
-    """The timing settings of the current configuration (a frozen object: read once per
-    configuration, not once per write)."""
-    global _timing_of
-    config = settings.RECEIPT
-    if _timing_of is None or _timing_of[0] is not config:
-        _timing_of = (config, TimingSettings.from_config(config))
-    return _timing_of[1]
 
 
 def _check_text(code: str, name: str, value: Any, limit: int, *, required: bool) -> str | None:
@@ -512,7 +500,7 @@ def _open_fresh(
     requests: Sequence[EnqueueRequest], now: int
 ) -> tuple[list[EnqueueResult], list[tuple[JobState, dict[str, Any]]]]:
     """The results of `_enqueue_fresh`, and what the mutation listeners are to hear."""
-    timing = _timing()
+    timing = current_timing()
     prefix, randomness = base36(now), secrets.token_hex(6 * len(requests))
     warned = {agent: warnings_for(agent) for agent in {r.agent_id for r in requests}}
     results: list[EnqueueResult] = []
@@ -595,7 +583,7 @@ def _enqueue_locked(request: EnqueueRequest, now: int) -> EnqueueResult:
     with _locked(job_id, new=request.job_id is None) as (handle, state):
         if state is not None:  # a concurrent enqueue with the same explicit id won
             return EnqueueResult(state, created=False, warnings=warnings)
-        body = _enqueued(job_id, request, _timing())
+        body = _enqueued(job_id, request, current_timing())
         context = _enqueue_context(job_id, request)
         handle.append(body, now_ms=now, context=context)
         return EnqueueResult(_state(handle), created=True, warnings=warnings)
@@ -814,7 +802,7 @@ def lease(
         attempt = job.attempt + 1
         if expect_attempt is not None and attempt != expect_attempt:
             return WriteResult(Outcome.NOT_QUEUED, job)
-        until = now + (lease_ms or job.lease_ms or _timing().job_lease_ms)
+        until = now + (lease_ms or job.lease_ms or current_timing().job_lease_ms)
         events = [
             {
                 "type": JOB_LEASED,
@@ -892,7 +880,7 @@ def start_attempt(
         if job.status == "queued":
             if job.attempt != attempt - 1:
                 return Start.STALE, job
-            until = now + (job.lease_ms or _timing().job_lease_ms)
+            until = now + (job.lease_ms or current_timing().job_lease_ms)
             events = [
                 {
                     "type": t,
@@ -961,7 +949,7 @@ def heartbeat(job_id: str, *, fence: Fence, now_ms: int | None = None) -> WriteR
     whether an abort was requested."""
 
     def body(job: JobState, now: int) -> dict[str, Any]:
-        until = now + (job.lease_ms or _timing().job_lease_ms)
+        until = now + (job.lease_ms or current_timing().job_lease_ms)
         return {"type": JOB_HEARTBEAT, "jobId": job_id, **fence.body(), "leaseUntil": until}
 
     return _fenced(job_id, fence, now_ms, body)

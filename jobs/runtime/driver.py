@@ -15,10 +15,10 @@ from django.db import connection, transaction
 from jobs import queue
 from jobs.core.contracts import routed_group
 from jobs.core.state import Fence, JobState
-from jobs.core.timing import TimingSettings
 from jobs.projector import state_from_rows
 from jobs.runtime import callbacks, counters, faults, promisebroker, promises, transport
 from jobs.runtime.roles import cluster_for_group
+from jobs.timing_config import current_timing
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.writer import pipelined_transaction
 
@@ -93,7 +93,7 @@ def _drive_queued(promise_ids: list[str], now: int) -> dict[str, dict[str, Any]]
     that is anything but plainly queued costs one more round trip."""
     if not _one_statement(wake_in_statement=True):
         return {}
-    default_lease = TimingSettings.from_config(settings.RECEIPT).job_lease_ms
+    default_lease = current_timing().job_lease_ms
     channel = promisebroker.channel_for("") if transport.wakes_by_notify() else None
     decided = promises.drive_queued(
         promise_ids, now_ms=now, default_lease_ms=default_lease, wake_channel=channel
@@ -121,7 +121,7 @@ def _drive_queued(promise_ids: list[str], now: int) -> dict[str, dict[str, Any]]
 def _open_many(
     batch: list[tuple[promises.PromiseView, JobState]], now: int
 ) -> list[dict[str, Any]]:
-    default_lease = TimingSettings.from_config(settings.RECEIPT).job_lease_ms
+    default_lease = current_timing().job_lease_ms
     new: dict[str, promises.NewPromise] = {}
     routes: dict[str, tuple[str, str]] = {}
     for view, job in batch:

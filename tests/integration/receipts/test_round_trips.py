@@ -89,7 +89,8 @@ def test_a_batch_enqueue_waits_for_the_server_once(monkeypatch, n):
     def plain(i: int) -> queue.EnqueueRequest:  # no Factory ledger row (written after)
         return queue.build_request(AGENT, payload("factory.dispatch", i=i))
 
-    queue.enqueue_many([plain(i) for i in range(3)])  # the statements are prepared
+    for warm in (1, 3):  # the statements of both shapes (one row, many rows) are prepared
+        queue.enqueue_many([plain(i) for i in range(warm)])
     monkeypatch.setattr(store, "_FIRST_CHUNK", 5)
     with syncs() as counted:
         results = queue.enqueue_many([plain(i) for i in range(n)])

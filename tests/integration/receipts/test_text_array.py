@@ -4,11 +4,14 @@ so)."""
 
 from __future__ import annotations
 
+import json
+
 import psycopg
 import pytest
 from django.db import connection
 
 from receipts.text_array import TextArray, encode
+from receipts.writer import text_rows
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
 
@@ -53,3 +56,33 @@ def test_the_wire_form_is_postgresqls_binary_array():
         b"\x00\x00\x00\x02ab"
         b"\xff\xff\xff\xff"
     )
+
+
+def _selected(rows: list[tuple], *, json: tuple[int, ...] = ()) -> list[tuple]:
+    source, params = text_rows(rows, 3, json=json, ordinal=True)
+    connection.ensure_connection()
+    with psycopg.Cursor(connection.connection) as cursor:
+        cursor.execute(
+            f"SELECT a, b::bigint, c::json::text, o FROM {source} AS v(a, b, c, o) ORDER BY o",
+            params,
+        )
+        return cursor.fetchall()
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [
+        [("jobs/x", 7, {"k": ["é", None]})],
+        [(None, None, None)],
+        [("jobs/x", 7, {"k": 1}), (None, None, None), ("y", -1, [])],
+    ],
+)
+def test_one_row_and_many_rows_reach_the_server_alike(rows):
+    """T-1: a one-row source is a VALUES row of texts, many rows are text arrays; either
+    way the statement reads the same values, cast the same, numbered from 1."""
+    expected = [
+        (a, b, None if c is None else json.dumps(c, ensure_ascii=False, separators=(",", ":")), n)
+        for n, (a, b, c) in enumerate(rows, 1)
+    ]
+    assert _selected(rows, json=(2,)) == expected
+    assert ("VALUES" in text_rows(rows, 3)[0]) is (len(rows) == 1)
