@@ -19,7 +19,7 @@ import secrets
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
@@ -195,7 +195,7 @@ def _positioned(
     for offset, r in enumerate(receipts):
         stream_seq = first_stream_seq + offset
         seq = None if positions is None else positions[stream_seq]
-        out.append(replace(r, seq=seq, stream_seq=stream_seq))
+        out.append(r.at(seq, stream_seq))
     return out
 
 
@@ -473,7 +473,7 @@ def _placed(
         found = seqs()
         for handle in handles:
             first = handle.appended[0]
-            handle.appended[0] = replace(first, seq=found[handle.name], stream_seq=1)
+            handle.appended[0] = first.at(found[handle.name], 1)
         out += handles
     return out
 

@@ -17,11 +17,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import replace
-from functools import cache
+from functools import cache, cached_property
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
 
 from receipts.core import wire_json
 from receipts.core.chain import Receipt
@@ -179,6 +178,15 @@ def _source_sql(width: int, one: bool, ordinal: bool) -> str:
     return arrays + (" WITH ORDINALITY" if ordinal else "")
 
 
+@cache
+def _open_new_sql(source: str, inserts: tuple[str, ...], positions: bool) -> str:
+    return _OPEN_NEW_PG.format(
+        source=source,
+        rows="".join(f", r{k} AS ({insert})" for k, insert in enumerate(inserts)),
+        result=_OPEN_NEW_SEQS if positions else _OPEN_NEW_COUNT,
+    )
+
+
 def _text(value: Any) -> str | None:
     return value if value is None or type(value) is str else str(value)
 
@@ -210,7 +218,7 @@ def _receipts_json(receipts: Sequence[Receipt]) -> str:
 
 def _first(receipts: Sequence[Receipt], seqs: Sequence[int]) -> list[Receipt]:
     """`receipts` positioned as the first of their streams, at global `seqs`."""
-    return [replace(r, seq=seq, stream_seq=1) for r, seq in zip(receipts, seqs, strict=True)]
+    return [r.at(seq, 1) for r, seq in zip(receipts, seqs, strict=True)]
 
 
 def _row(r: Receipt, stream_seq: int, event_id: str | None) -> list[Any]:
@@ -289,8 +297,9 @@ def sent(sql: str, params: Sequence[Any]) -> Callable[[], tuple[list[tuple[Any, 
 
 def in_pipeline() -> bool:
     """PostgreSQL: the connection is in pipeline mode (inside `pipelined()`)."""
-    pg = connection.connection
-    return connection.vendor == "postgresql" and pg is not None and bool(pg.pgconn.pipeline_status)
+    db = connections[DEFAULT_DB_ALIAS]
+    pg = db.connection
+    return db.vendor == "postgresql" and pg is not None and bool(pg.pgconn.pipeline_status)
 
 
 @contextmanager
@@ -419,12 +428,16 @@ class Writer:
     def __init__(self) -> None:
         self.postgres = connection.vendor == "postgresql"
         if self.postgres:
-            import psycopg
-
             connection.ensure_connection()
-            self._cursor: Any = psycopg.Cursor(connection.connection)  # server-side binding
-        else:
-            self._cursor = connection.cursor()
+
+    @cached_property
+    def _cursor(self) -> Any:
+        """Made on first use: opening new streams sends through cursors of its own."""
+        if not self.postgres:
+            return connection.cursor()
+        import psycopg
+
+        return psycopg.Cursor(connection.connection)  # server-side binding
 
     def _run(self, sql: str, params: Sequence[Any], *, rows: bool = True) -> list[tuple[Any, ...]]:
         """Run a statement; its result rows when `rows` (in pipeline mode that waits for
@@ -587,19 +600,16 @@ class Writer:
             json=(5, 6),
             ordinal=True,
         )
-        sql = _OPEN_NEW_PG.format(
-            source=source,
-            rows="".join(f", r{k} AS ({insert})" for k, (insert, _) in enumerate(rows)),
-            result=_OPEN_NEW_SEQS if positions else _OPEN_NEW_COUNT,
-        )
-        cursor = psycopg.Cursor(connection.connection)
-        with connection.wrap_database_errors:
-            cursor.execute(
-                sql, [*columns, *(param for _, params in rows for param in params)], prepare=True
-            )
+        sql = _open_new_sql(source, tuple(insert for insert, _ in rows), positions)
+        for _, params in rows:
+            columns += params
+        db = connections[DEFAULT_DB_ALIAS]  # one lookup of the thread's connection
+        cursor = psycopg.Cursor(db.connection)
+        with db.wrap_database_errors:
+            cursor.execute(sql, columns, prepare=True)
 
         def seqs() -> dict[str, int]:
-            with connection.wrap_database_errors, cursor:
+            with db.wrap_database_errors, cursor:
                 return {stream: seq for seq, stream in cursor.fetchall()}
 
         return seqs
@@ -653,4 +663,5 @@ class Writer:
         self._run(_DROP_EMPTY, [name], rows=False)
 
     def close(self) -> None:
-        self._cursor.close()
+        if "_cursor" in self.__dict__:
+            self._cursor.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -25,6 +26,7 @@ from receipts.core.canonical import (
 from receipts.core.storable import first_unstorable
 
 _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
+_HEX16 = re.compile("[0-9a-f]{16}")
 
 
 def base36(number: int) -> str:
@@ -40,7 +42,7 @@ def base36(number: int) -> str:
 
 def receipt_id(ts_ms: int, random_hex16: str) -> str:
     """`<ts base36>-<16 hex chars>` (S-1); the caller supplies the randomness."""
-    if len(random_hex16) != 16 or any(c not in "0123456789abcdef" for c in random_hex16):
+    if _HEX16.fullmatch(random_hex16) is None:
         raise ValueError("receipt id needs exactly 16 lowercase hex chars")
     return f"{base36(ts_ms)}-{random_hex16}"
 
@@ -93,6 +95,23 @@ class Receipt:
     @property
     def type(self) -> str:
         return str(self.body["type"])
+
+    def at(self, seq: int | None, stream_seq: int | None) -> Receipt:
+        """This receipt at these storage positions (`dataclasses.replace` without its
+        walk over the fields: on every append's path)."""
+        return Receipt(
+            self.id,
+            self.ts,
+            self.stream,
+            self.prev,
+            self.body,
+            self.hash,
+            self.context,
+            self.hints,
+            seq,
+            stream_seq,
+            self.sealed,
+        )
 
     def expected_hash(self) -> str:
         """The hash of the sealed text, or recomputed from the fields when there is none."""
