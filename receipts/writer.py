@@ -98,9 +98,9 @@ _WRITE_FIRST_SQLITE = (
 # each, then `{rows}`, the projectors' INSERTs as further data-modifying CTEs. A name that
 # exists fails the stream insert (unique name) and with it the whole statement.
 # Each column comes as its own binary text array (`unnest` zips them; one row: a VALUES row
-# of texts, `text_rows`): the server reads the values as they are, with no JSON document around them to parse (nor the sealed
-# texts as JSON strings of escaped quotes, unescaped character by character), and parses
-# only the JSON columns.
+# of texts, `text_rows`): the server reads the values as they are, with no JSON document
+# around them to parse (nor the sealed texts as JSON strings of escaped quotes, unescaped
+# character by character), and parses only the JSON columns.
 _OPEN_NEW_PG = (
     "WITH v AS MATERIALIZED (SELECT s, i, t::bigint AS t, h, e, b::json AS b, "
     "c::json AS c, z, o FROM {source} AS v(s, i, t, h, e, b, c, z, o)), "
