@@ -39,17 +39,17 @@ def observe(name: str, seconds: float, buckets: tuple[float, ...], **labels: obj
     """One observation of a Prometheus histogram, kept as cumulative counter series
     (`<name>_bucket{le=...}`, `<name>_sum`, `<name>_count`), flushed like every counter."""
     bucket_keys, sum_key, count_key = _histogram_keys(name, buckets, tuple(labels.items()))
-    holding = bucket_keys[bisect_left(buckets, seconds) :]  # the buckets it falls in
+    first = bisect_left(buckets, seconds)  # the buckets from here on hold the observation
     with _lock:
-        if count_key not in _values:  # a histogram lists all its bounds, zero or not
-            for key in bucket_keys:
+        # every bucket is written, zero or not: a histogram lists all its bounds
+        for index, key in enumerate(bucket_keys):
+            if index >= first:
+                _values[key] += 1.0
+            else:
                 _values[key] += 0.0
-            _dirty.update(bucket_keys)
-        for key in holding:
-            _values[key] += 1.0
         _values[sum_key] += seconds
         _values[count_key] += 1.0
-        _dirty.update(holding)
+        _dirty.update(bucket_keys)
         _dirty.add(sum_key)
         _dirty.add(count_key)
 
