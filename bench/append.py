@@ -8,10 +8,12 @@ Figures (receipts per second, perf_counter around the timed loop only, after a w
   single_existing  N appends of one receipt to 1000 EXISTING streams, round robin
   batched          N single-receipt appends to N new streams inside ONE transaction.atomic()
   multi100         N/100 appends of 100 events each to one stream
+  enqueue          N `jobs.queue.enqueue()` calls one at a time (a `factory.dispatch` job
+                   each: its receipt, job row and driver promise): T-1's own figure
 Streams are named bench/<id> (--stream-prefix): a prefix with no registered family, so
 no projector runs and the figures are the store's own cost (jobs/<id> has the jobs
-projector, which only accepts real job events; enqueue is its own benchmark).
-Data is reset (TRUNCATE receipt_receipt, receipt_stream RESTART IDENTITY; CHECKPOINT)
+projector, which only accepts real job events; `enqueue` writes real jobs).
+Data is reset (TRUNCATE of the receipt_ and jobs_ tables, RESTART IDENTITY; CHECKPOINT)
 before every timed section. With --pgbench every repetition first runs the pgbench
 anchor (bench/pgbench_anchor.py: insert_one.sql and es_append.sql, 1 client, 15 s) in
 its own database on the same server, so the ratios come from one sitting.
@@ -44,12 +46,13 @@ EXISTING_STREAMS = 1000
 PREFIX = "bench/"
 MULTI = 100
 NOISY = 0.3  # foreign cores above which a measurement is flagged as disturbed
-TESTS = ("single_new", "single_existing", "batched", "multi100")
+TESTS = ("single_new", "single_existing", "batched", "multi100", "enqueue")
 LABELS = {
     "single_new": "(a) single append, new stream",
     "single_existing": "(b) single append, existing stream (1000, round robin)",
     "batched": "(c) N single appends in one transaction",
     "multi100": "(d) one append of 100 events, one stream",
+    "enqueue": "(e) queue.enqueue one by one (jobs/s)",
     "pgbench_insert_one_c1": "pgbench insert one row, 1 client (TPS)",
     "pgbench_es_append_c1": "pgbench event-store append, 1 client (TPS)",
 }
@@ -77,6 +80,8 @@ def setup_django(url: str) -> None:
     os.environ.setdefault("RECEIPT_DATA_DIR", "/tmp/receipt-bench-data")
     os.environ.setdefault("SECRET_KEY", "bench-only-not-a-secret")
     os.environ.setdefault("RECEIPT_LOG_LEVEL", "WARNING")
+    os.environ["RECEIPT_BROKER"] = "orm"
+    os.environ["RECEIPT_HANDLER_MODULES"] = "bench.handlers"  # the no-op `bench-noop` agent
     server = Server.from_url(url)
     dbname = urlsplit(url).path.lstrip("/") or "receipt"
     if ensure_database(server, dbname):
@@ -105,7 +110,12 @@ def sql(statement: str) -> None:
 
 
 def reset() -> None:
-    sql("TRUNCATE receipt_receipt, receipt_stream RESTART IDENTITY")
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
+        names = sorted(n for (n,) in cursor.fetchall() if n.startswith(("receipt_", "jobs_")))
+    sql("TRUNCATE " + ", ".join(f'"{n}"' for n in names) + " RESTART IDENTITY")
     sql("CHECKPOINT")
 
 
@@ -172,11 +182,22 @@ def run_multi(n: int, tag: str) -> int:
     return rounds * MULTI
 
 
+def run_enqueue(n: int, tag: str) -> int:
+    from delivery_figures import enqueue_payload
+
+    from jobs import queue
+
+    for i in range(n):
+        queue.enqueue("bench-noop", enqueue_payload("factory.dispatch", i))
+    return n
+
+
 WORKLOADS = {
     "single_new": (None, run_single_new),
     "single_existing": (prepare_existing, run_single_existing),
     "batched": (None, run_batched),
     "multi100": (None, run_multi),
+    "enqueue": (None, run_enqueue),
 }
 
 
@@ -297,11 +318,12 @@ def report(records: list[dict]) -> str:
         ]
         rows = [
             (
-                "single_new",
+                "enqueue",
                 "pgbench_es_append_c1",
-                "(a) single append / event-store append",
+                "(e) enqueue one by one / event-store append",
                 "T-1: >= 70 %",
             ),
+            ("single_new", "pgbench_es_append_c1", "(a) single append / event-store append", "-"),
             ("single_new", "pgbench_insert_one_c1", "(a) single append / insert one row", "-"),
             (
                 "single_existing",
