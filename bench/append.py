@@ -13,8 +13,8 @@ Figures (receipts per second, perf_counter around the timed loop only, after a w
 Streams are named bench/<id> (--stream-prefix): a prefix with no registered family, so
 no projector runs and the figures are the store's own cost (jobs/<id> has the jobs
 projector, which only accepts real job events; `enqueue` writes real jobs).
-Data is reset (TRUNCATE of the receipt_ and jobs_ tables, RESTART IDENTITY; CHECKPOINT)
-before every timed section. With --pgbench every repetition first runs the pgbench
+Data is reset (delivery.reset: TRUNCATE of the receipt_, jobs_ and objectives_ tables,
+RESTART IDENTITY; CHECKPOINT) before every timed section. With --pgbench every repetition first runs the pgbench
 anchor (bench/pgbench_anchor.py: insert_one.sql and es_append.sql, 1 client, 15 s) in
 its own database on the same server, so the ratios come from one sitting.
 
@@ -38,6 +38,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
+import delivery  # noqa: E402
 import pgbench_anchor  # noqa: E402
 from pgbench_anchor import Server, busy_cores, busy_jiffies, ensure_database  # noqa: E402
 
@@ -110,13 +111,7 @@ def sql(statement: str) -> None:
 
 
 def reset() -> None:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
-        names = sorted(n for (n,) in cursor.fetchall() if n.startswith(("receipt_", "jobs_")))
-    sql("TRUNCATE " + ", ".join(f'"{n}"' for n in names) + " RESTART IDENTITY")
-    sql("CHECKPOINT")
+    delivery.reset()  # every receipt_ and jobs_ table (and the rest of the app's) emptied
 
 
 def backend_cpu() -> float | None:

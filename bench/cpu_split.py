@@ -22,9 +22,10 @@ import threading
 import time
 from pathlib import Path
 
+import delivery
+
 HERE = Path(__file__).resolve().parent
-MARKER = Path("/tmp/receipt-bench-logs/drain-marker.log")  # where delivery.py's drain writes
-LINE = 31  # bytes per marker line (bench/handlers.py)
+MARKER = delivery.LOGS / delivery.DRAIN_MARKER  # where `delivery.py --tests drain` marks bodies
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -65,11 +66,7 @@ class Sampler:
             totals = {"pg": 0.0, "worker": 0.0}
             for cls, cpu in self.latest.values():
                 totals[cls] += cpu
-            try:
-                bodies = MARKER.stat().st_size // LINE
-            except OSError:
-                bodies = 0
-            self.samples.append((time.monotonic(), bodies, totals))
+            self.samples.append((time.monotonic(), delivery.marker_count(MARKER), totals))
             self._stop.wait(self.period)
 
     def __enter__(self) -> Sampler:

@@ -30,6 +30,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
+LOGS = Path("/tmp/receipt-bench-logs")  # the runworkers' logs and the bodies' marker files
+DRAIN_MARKER = "drain-marker.log"  # in the logs directory: one line per body the drain ran
 LINE = 31
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from noise import Noise, parent_of  # noqa: E402
@@ -259,7 +261,7 @@ def drain(n: int, logs: Path, timeout_s: float = 600.0) -> dict:
     from jobs.models import Job
 
     reset()
-    marker = logs / "drain-marker.log"
+    marker = logs / DRAIN_MARKER
     marker.unlink(missing_ok=True)
     fill_s = fill(n)
     sql("CHECKPOINT")
@@ -362,7 +364,7 @@ def main() -> None:
     args = parser.parse_args()
     setup_django(args.database_url, args.broker)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    logs = Path("/tmp/receipt-bench-logs")
+    logs = LOGS
     logs.mkdir(exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = RESULTS / f"delivery-{stamp}.jsonl"
