@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -223,7 +223,10 @@ def as_sealed(receipt: Receipt) -> Receipt:
 
 @dataclass(frozen=True, slots=True)
 class Verification:
-    """Result of verifying one stream: ok with count and head, or where it breaks."""
+    """Result of verifying one stream: ok with count and head, or where it breaks.
+
+    `index` is the position of the receipt to blame, or None when the fault is the
+    stream's as a whole (its chain disagrees with its stream row: `check_against_head`)."""
 
     stream: str
     ok: bool
@@ -232,6 +235,7 @@ class Verification:
     index: int | None = None
     reason: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
+    last_ts: int | None = None  # the newest receipt's ts, for the stream row's last_ts
 
     def to_wire(self) -> dict[str, Any]:
         wire: dict[str, Any] = {
@@ -247,6 +251,8 @@ class Verification:
     def describe(self) -> str:
         if self.ok:
             return f"ok: {self.count} receipts, head {self.head}"
+        if self.index is None:
+            return str(self.reason)
         return f"{self.reason} at index {self.index}"
 
 
@@ -265,17 +271,158 @@ def fault(receipt: Receipt, prev: str | None) -> tuple[str, dict[str, Any]] | No
     return None
 
 
+def _sealed_stream(receipt: Receipt) -> str:
+    """The stream `receipt` was sealed for (its stored column when it has no sealed text,
+    or one that cannot be read: a hash mismatch then tells the rest)."""
+    try:
+        material = json.loads(receipt.sealed) if receipt.sealed is not None else None
+    except ValueError:
+        return receipt.stream
+    found = material.get("stream") if isinstance(material, dict) else None
+    return found if isinstance(found, str) else receipt.stream
+
+
+def _gap(receipt: Receipt, position: int) -> tuple[str, dict[str, Any]] | None:
+    """Why `receipt` is not stored at `position` (1-based), or None when it is (or has no
+    position: receipts built in memory)."""
+    stored = receipt.stream_seq
+    if stored is None or stored == position:
+        return None
+    if stored < position:
+        return f"out of sequence: stored as #{stored} where #{position} belongs", {}
+    if stored == position + 1:
+        return f"missing receipt: #{position} is not stored", {}
+    return f"missing receipts: #{position} to #{stored - 1} are not stored", {}
+
+
+class ChainWalk:
+    """S-6's walk over one stream's receipts in stream order, fed in parts (the store feeds
+    pages, then whatever its stream row counts beyond them). The first fault stands.
+
+    At a receipt that does not link, the walk names what it can: a receipt sealed for
+    another stream is `moved`; a receipt further on that does link here means the
+    receipts are `reordered` (it reads on to find it, only on that path)."""
+
+    def __init__(self, stream: str) -> None:
+        self.stream = stream
+        self.count = 0
+        self.head: str | None = None
+        self.last_ts: int | None = None
+        self.broken: Verification | None = None
+
+    def feed(self, receipts: Iterable[Receipt]) -> None:
+        if self.broken is not None:
+            return
+        rest = iter(receipts)
+        for receipt in rest:
+            found = _gap(receipt, self.count + 1) or fault(receipt, self.head)
+            if found is not None:
+                reason, details = self._named(receipt, found, rest)
+                self.broken = Verification(
+                    self.stream,
+                    False,
+                    self.count,
+                    self.head,
+                    self.count,
+                    reason,
+                    details,
+                    self.last_ts,
+                )
+                return
+            self.head = receipt.hash
+            self.last_ts = receipt.ts
+            self.count += 1
+
+    def result(self) -> Verification:
+        if self.broken is not None:
+            return self.broken
+        return Verification(self.stream, True, self.count, self.head, last_ts=self.last_ts)
+
+    def _named(
+        self, receipt: Receipt, found: tuple[str, dict[str, Any]], rest: Iterator[Receipt]
+    ) -> tuple[str, dict[str, Any]]:
+        position = self.count + 1
+        sealed_for = _sealed_stream(receipt)
+        if sealed_for != self.stream:
+            return f"moved: receipt #{position} was sealed for stream {sealed_for!r}", {}
+        if found[0] != "broken prev":
+            return found
+        for offset, later in enumerate(rest, start=1):
+            if later.prev == self.head:  # the receipt that belongs here is stored further on
+                if offset == 1 and receipt.prev == later.hash:
+                    return (
+                        f"reordered: receipts #{position} and #{position + 1} are stored "
+                        "in each other's place",
+                        {},
+                    )
+                after = f"#{self.count}" if self.count else "the start"
+                return (
+                    f"reordered: the receipt that follows {after} is stored as "
+                    f"#{position + offset}",
+                    {},
+                )
+        return found
+
+
 def verify(stream: str, receipts: Iterable[Receipt]) -> Verification:
-    """Walk the chain in order; report the first index whose prev or hash is wrong (S-6)."""
-    prev: str | None = None
-    count = 0
-    for index, receipt in enumerate(receipts):
-        found = fault(receipt, prev)
-        if found is not None:
-            return Verification(stream, False, count, prev, index, found[0], found[1])
-        prev = receipt.hash
-        count += 1
-    return Verification(stream, True, count, prev)
+    """Walk the chain in order; report the first index whose position, prev or hash is
+    wrong (S-6)."""
+    walk = ChainWalk(stream)
+    walk.feed(receipts)
+    return walk.result()
+
+
+@dataclass(frozen=True, slots=True)
+class StreamRecord:
+    """What a stream row says its chain is: the head hash, how many receipts, and the
+    newest receipt's timestamp."""
+
+    head: str | None
+    count: int
+    last_ts: int | None
+
+
+def check_against_head(chain: Verification, row: StreamRecord | None) -> Verification:
+    """`chain`, a walk of the receipts stored for a stream, held against its stream row
+    (None: there is none). A chain that breaks on its own keeps its fault. Otherwise a
+    chain shorter than its row was truncated or emptied, a longer one has receipts the
+    row never counted, and at the same length the head and the newest timestamp must be
+    the row's. A fault found here is the stream's as a whole (`index` None).
+
+    Only the caller knows whether the row and the receipts were read consistently: the
+    store reads the row after the receipts and then reads up to the row's count."""
+    if not chain.ok:
+        return chain
+    reason: str | None = None
+    if row is None:
+        if chain.count:
+            reason = f"stream row missing: {chain.count} receipt(s) stored without it"
+    elif row.count == 0 and chain.count == 0:
+        reason = "empty stream row: it counts no receipts, and the store never keeps one"
+    elif chain.count == 0:
+        reason = f"emptied: the stream row counts {row.count} receipt(s) but none are stored"
+    elif chain.count < row.count:
+        reason = (
+            f"truncated: the chain ends after {chain.count} receipt(s) but the stream row "
+            f"counts {row.count} (the newest {row.count - chain.count} missing)"
+        )
+    elif chain.count > row.count:
+        reason = (
+            f"receipts past the stream row: {chain.count} stored but the stream row "
+            f"counts {row.count}"
+        )
+    elif chain.head != row.head:
+        reason = (
+            f"head mismatch: the chain ends at {chain.head} but the stream row's head is {row.head}"
+        )
+    elif chain.last_ts != row.last_ts:
+        reason = (
+            f"last timestamp mismatch: the newest receipt has ts {chain.last_ts} but the "
+            f"stream row says {row.last_ts}"
+        )
+    if reason is None:
+        return chain
+    return replace(chain, ok=False, index=None, reason=reason, details={})
 
 
 def fold(
