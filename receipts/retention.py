@@ -20,7 +20,6 @@ from django.db.models import Exists, OuterRef
 from receipts import store
 from receipts.core.chain import Receipt
 from receipts.core.retention import PREFIX, PRUNED, Tombstone, batch_body, batch_fault, covers
-from receipts.models import Receipt as ReceiptRow
 from receipts.models import Stream as StreamRow
 from receipts.models import Tombstone as TombstoneRow
 
@@ -115,16 +114,15 @@ def tombstoned(streams: Sequence[str]) -> set[str]:
 
 def verify(prefix: str = "") -> list[Issue]:
     """Issues about removed streams under `prefix` (all for ""): batches whose tombstones
-    do not match their receipt, tombstones no receipt commits to, receipts left without
-    their stream row (whole verify only), and what the families' checks find."""
+    do not match their receipt, tombstones no receipt commits to, and what the families'
+    checks find. (Receipts left without their stream row are a broken stream, reported
+    by the store's own verify: `store.rowless_streams`.)"""
     issues: list[Issue] = []
     if covers(prefix, PREFIX):
         for name in store.matching_streams(PREFIX):
             if covers(prefix, name):
                 issues += _verify_chain(name)
         issues += _unclaimed(prefix)
-    if not prefix:  # a scan of every receipt: only when verifying everything
-        issues += _receipts_without_stream()
     for check in checks:
         issues += check(prefix)
     return issues
@@ -161,13 +159,6 @@ def _unclaimed(prefix: str) -> list[Issue]:
         Issue(stream, f"tombstone claims batch {batch} of {chain}, which no receipt commits to")
         for stream, chain, batch in rows
     ]
-
-
-def _receipts_without_stream() -> list[Issue]:
-    """Receipts whose stream row is gone: a stream removed by hand, half-way."""
-    rows = ReceiptRow.objects.filter(~Exists(StreamRow.objects.filter(name=OuterRef("stream"))))
-    names = rows.values_list("stream", flat=True).distinct()[:ISSUE_LIMIT]
-    return [Issue(name, "receipts without their stream row") for name in names]
 
 
 def missing(streams: Sequence[str]) -> list[str]:

@@ -17,18 +17,27 @@ import itertools
 import re
 import secrets
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import IntegrityError, connection, transaction
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 
 from receipts import registry
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.core.canonical import CanonicalJSONError, check_json
-from receipts.core.chain import Receipt, Verification, as_sealed, seal, unseal
+from receipts.core.chain import (
+    ChainWalk,
+    Receipt,
+    StreamRecord,
+    Verification,
+    as_sealed,
+    check_against_head,
+    seal,
+    unseal,
+)
 from receipts.core.chain import fold as fold_receipts
 from receipts.core.chain import state_at as state_at_receipts
 from receipts.core.chain import verify as verify_receipts
@@ -715,20 +724,110 @@ def last_seq() -> int:
     return row or 0
 
 
+# ---- verify (S-6, and each chain against its stream row) --------------------------------------
+
+VERIFY_PAGE = 1000  # stream names per keyset page
+
+
+def _stored(stream: str, *, after: int = 0, until: int | None = None) -> Iterator[Receipt]:
+    """The receipts of `stream` after position `after` (up to `until`), as stored: keyset
+    pages, never the whole stream in memory."""
+    while until is None or after < until:
+        limit = VERIFY_PAGE if until is None else min(VERIFY_PAGE, until - after)
+        page = read(stream, after=after, limit=limit, stored=True)
+        yield from page
+        if len(page) < limit:
+            return
+        after = page[-1].stream_seq or after + len(page)
+
+
+def _record(info: StreamInfo | None) -> StreamRecord | None:
+    return None if info is None else StreamRecord(info.head, info.count, info.last_ts)
+
+
 def verify(stream: str) -> Verification:
-    """S-6 over what the database holds: each sealed text must hash to its receipt's hash
-    and the JSON columns must still hold the values it seals."""
-    return verify_receipts(stream, iter_receipts(stream, stored=True))
+    """S-6 over what the database holds, then the chain against its stream row
+    (`check_against_head`): each sealed text must hash to its receipt's hash, the JSON
+    columns must still hold the values it seals, the positions run 1, 2, 3..., and the
+    row's count, head and newest timestamp must be the chain's.
+
+    No transaction is needed for a consistent answer beside live writers: the row is read
+    after the receipts, and an append moves both in one commit, so the row counts every
+    receipt the walk saw and the walk then reads on to the row's count. A stream removed
+    meanwhile (retention deletes the row and the receipts in one commit) is gone, not
+    broken: it verifies as empty, like any stream that is not there."""
+    walk = ChainWalk(stream)
+    walk.feed(_stored(stream))
+    if walk.broken is not None:
+        return walk.result()
+    row = stream_info(stream)
+    if row is not None and row.count > walk.count:
+        walk.feed(_stored(stream, after=walk.count, until=row.count))
+    result = check_against_head(walk.result(), _record(row))
+    if not result.ok and result.index is None and _gone(stream):
+        return Verification(stream, True, 0, None)
+    return result
 
 
-def verify_many(streams: Sequence[str]) -> dict[str, Verification]:
-    """`verify` of each of `streams`, read in one query (retention checks a whole batch
-    before removing it); a stream without receipts verifies as empty."""
-    rows = ReceiptRow.objects.filter(stream__in=list(streams)).order_by("stream", "stream_seq")
-    found: dict[str, list[Receipt]] = {name: [] for name in streams}
-    for receipt in _receipts(rows, stored=True):
-        found[receipt.stream].append(receipt)
-    return {name: verify_receipts(name, receipts) for name, receipts in found.items()}
+def _gone(stream: str) -> bool:
+    """Neither the stream row nor any receipt of `stream` is there (any longer)."""
+    return (
+        not StreamRow.objects.filter(name=stream).exists()
+        and not ReceiptRow.objects.filter(stream=stream).exists()
+    )
+
+
+def verify_many(
+    streams: Sequence[str], *, rows: Mapping[str, StreamRecord | None] | None = None
+) -> dict[str, Verification]:
+    """`verify` of each of `streams`, their receipts read in one query (retention checks a
+    whole batch before removing it). `rows`: the stream rows as the caller holds them
+    (locked, so they cannot move); read here, after the receipts, when not given."""
+    names = list(streams)
+    found: dict[str, ChainWalk] = {name: ChainWalk(name) for name in names}
+    query = ReceiptRow.objects.filter(stream__in=names).order_by("stream", "stream_seq")
+    for stream, group in itertools.groupby(_receipts(query, stored=True), lambda r: r.stream):
+        found[stream].feed(group)
+    if rows is None:
+        rows = {row.name: _record(_info(row)) for row in StreamRow.objects.filter(name__in=names)}
+    return {name: check_against_head(walk.result(), rows.get(name)) for name, walk in found.items()}
+
+
+def stream_names(prefix: str = "") -> Iterator[str]:
+    """The name of every stream row under `prefix` (empty ones too: verify reports them),
+    by keyset pages."""
+    after: str | None = None
+    while True:
+        rows = StreamRow.objects.order_by("name")
+        if prefix:
+            rows = rows.filter(name__startswith=prefix)
+        if after is not None:
+            rows = rows.filter(name__gt=after)
+        page = list(rows.values_list("name", flat=True)[:VERIFY_PAGE])
+        yield from page
+        if len(page) < VERIFY_PAGE:
+            return
+        after = page[-1]
+
+
+def rowless_streams(prefix: str = "") -> Iterator[str]:
+    """Streams under `prefix` that have receipts but no stream row (removed by hand, half
+    way), by keyset pages. Verifying everything, this reads every receipt."""
+    after: str | None = None
+    no_row = ~Exists(StreamRow.objects.filter(name=OuterRef("stream")))
+    while True:
+        rows = ReceiptRow.objects.filter(no_row)
+        if prefix:
+            rows = rows.filter(stream__startswith=prefix)
+        if after is not None:
+            rows = rows.filter(stream__gt=after)
+        page = list(
+            rows.order_by("stream").values_list("stream", flat=True).distinct()[:VERIFY_PAGE]
+        )
+        yield from page
+        if len(page) < VERIFY_PAGE:
+            return
+        after = page[-1]
 
 
 def _reducer_for(stream: str, reducer: Any) -> Any:

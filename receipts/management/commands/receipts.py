@@ -9,6 +9,7 @@ stream's audit stream for one stream, on `audit/<prefix>*` for a prefix."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -73,19 +74,23 @@ class Command(BaseCommand):
         )
 
     def _verify(self, prefix: str, *, strict: bool, as_json: bool, by: str) -> None:
-        streams = store.matching_streams(prefix)
-        results = [store.verify(name) for name in streams]
-        broken = [r for r in results if not r.ok]
+        single = store.stream_info(prefix) is not None if prefix else False
+        checked, broken, last = 0, [], None
+        for name in self._to_verify(prefix, single=single):
+            last = store.verify(name)
+            checked += 1
+            if not last.ok:
+                broken.append(last)
         issues = retention.verify(prefix)  # removed streams: tombstones, batches, gaps
-        if streams == [prefix]:
-            audit.record_verify(prefix, results[0], by=by)
+        if single and last is not None:
+            audit.record_verify(prefix, last, by=by)
         else:
             audit.record(
                 audit.target_of(prefix, single=False),
                 audit.VERIFIED,
                 by=by,
                 ok=not broken,
-                streams=len(results),
+                streams=checked,
                 broken=[r.stream for r in broken][:50],
             )
         if as_json:
@@ -93,7 +98,7 @@ class Command(BaseCommand):
                 json.dumps(
                     {
                         "ok": not broken and not issues,
-                        "checked": len(results),
+                        "checked": checked,
                         "broken": [r.to_wire() for r in broken],
                         "retention": [i.to_wire() for i in issues],
                     }
@@ -105,16 +110,26 @@ class Command(BaseCommand):
             for issue in issues:
                 self.stdout.write(f"RETENTION {issue.stream}: {issue.reason}")
             self.stdout.write(
-                f"verified {len(results)} stream(s), {len(broken)} broken"
+                f"verified {checked} stream(s), {len(broken)} broken"
                 + (f", {len(issues)} retention issue(s)" if issues else "")
             )
         if strict and broken:
             raise CommandError(f"{len(broken)} broken chain(s)", returncode=1)
         if strict and issues:
             raise CommandError(f"{len(issues)} retention issue(s)", returncode=1)
-        if strict and prefix and not streams:
+        if strict and prefix and not checked:
             # a typo in the prefix must not pass as "nothing is broken"
             raise CommandError(f"no stream matches {prefix!r}: nothing was verified", returncode=1)
+
+    @staticmethod
+    def _to_verify(prefix: str, *, single: bool) -> Iterator[str]:
+        """`prefix` itself when it names a stream row; else every stream row under it, then
+        every stream under it with receipts but no row, one stream at a time."""
+        if single:
+            yield prefix
+            return
+        yield from store.stream_names(prefix)
+        yield from store.rowless_streams(prefix)
 
     def _replay(self, target: str, *, dry_run: bool, as_json: bool, by: str) -> None:
         on_record = audit.target_of(target, single=store.stream_info(target) is not None)
