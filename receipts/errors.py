@@ -29,7 +29,6 @@ class ReplayRefused(ReceiptsError):
     code = "replay_refused"
 
     def __init__(self, stream: str, reason: str, index: int | None) -> None:
-        super().__init__(
-            f"refused to replay invalid chain for stream '{stream}': {reason} at index {index}"
-        )
+        where = "" if index is None else f" at index {index}"  # None: the stream as a whole
+        super().__init__(f"refused to replay invalid chain for stream '{stream}': {reason}{where}")
         self.stream = stream

@@ -896,8 +896,7 @@ def rebuild(
     """
     report = RebuildReport()
     for stream in streams:
-        receipts = list(iter_receipts(stream, stored=True))
-        verification = verify_receipts(stream, receipts)
+        receipts, verification = _read_verified(stream)
         if not verification.ok:
             report.refused.append(verification)
             continue
@@ -911,6 +910,17 @@ def rebuild(
                 if not dry_run:
                     projector.write(stream, after)
     return report
+
+
+def _read_verified(stream: str) -> tuple[list[Receipt], Verification]:
+    """The receipts of `stream` as stored, and their verification against the stream row
+    as `verify` makes it (the row read after them, then read on to its count): a
+    truncated chain rebuilt would hide what was removed."""
+    receipts = list(iter_receipts(stream, stored=True))
+    row = stream_info(stream)
+    if row is not None and row.count > len(receipts):
+        receipts += read(stream, after=len(receipts), limit=row.count - len(receipts), stored=True)
+    return receipts, check_against_head(verify_receipts(stream, receipts), _record(row))
 
 
 def matching_streams(target: str) -> list[str]:

@@ -325,3 +325,14 @@ def test_the_prune_refuses_a_settled_stream_that_disagrees_with_its_row():
     ]
     assert store.stream_info(edited) is not None  # the evidence stays
     assert not Tombstone.objects.filter(stream=edited).exists()
+
+
+def test_replay_refuses_a_truncated_stream_rather_than_rebuild_it():
+    job = active_job()
+    stream = f"jobs/{job}"
+    count = store.stream_info(stream).count
+    before = Job.objects.get(pk=job).status
+    ReceiptRow.objects.filter(stream=stream, stream_seq=count).delete()
+    with pytest.raises(CommandError, match=f"'{stream}': truncated: .*missing\\)$"):
+        call_command("receipts", "replay", stream, stdout=StringIO())
+    assert Job.objects.get(pk=job).status == before  # the read model still shows it
