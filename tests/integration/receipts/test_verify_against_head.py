@@ -8,6 +8,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import threading
 from io import StringIO
 from typing import Any
 
@@ -27,6 +28,7 @@ from receipts.core.retention import DAY_MS
 from receipts.models import Receipt as ReceiptRow
 from receipts.models import Stream as StreamRow
 from receipts.models import Tombstone
+from tests.conftest import run_in_threads
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("undispatched")]
 
@@ -249,6 +251,32 @@ def test_a_receipt_appended_between_the_walk_and_the_row_read_is_no_fault(monkey
     monkeypatch.setattr(store, "stream_info", append_first)
     result = store.verify("t/live")
     assert (result.ok, result.count) == (True, 3)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_verify_beside_a_live_writer_never_reports_a_fault(monkeypatch):
+    """Real interleavings: one thread appends while two verify the stream over and over
+    (pages of 4, so a walk spans several reads). Every answer is ok."""
+    monkeypatch.setattr(store, "VERIFY_PAGE", 4)
+    store.append("race/verify", {"type": "start"})
+    done = threading.Event()
+    answers: list[list[Any]] = [[], [], []]
+
+    def work(i: int) -> None:
+        if i == 0:
+            try:
+                for j in range(60):
+                    store.append("race/verify", {"type": "tick", "j": j})
+            finally:
+                done.set()
+            return
+        while not done.is_set() or not answers[i]:
+            answers[i].append(store.verify("race/verify"))
+
+    run_in_threads(3, work)
+    seen = answers[1] + answers[2]
+    assert seen and [r.describe() for r in seen if not r.ok] == []
+    assert store.verify("race/verify").count == 61
 
 
 def test_a_stream_pruned_between_the_walk_and_the_row_read_is_no_fault(monkeypatch):
