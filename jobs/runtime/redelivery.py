@@ -27,7 +27,9 @@ from django.db import transaction
 from jobs.models import DeliveryPromise
 from jobs.recovery import Report
 from jobs.runtime import counters, transport
+from jobs.runtime.dispatch import DRIVE_TASK
 from jobs.runtime.loops import Loop
+from jobs.runtime.promisebroker import EXECUTE as EXECUTE_TASK
 from jobs.runtime.roles import group_of
 from observability.logs import log_event
 
@@ -35,8 +37,6 @@ logger = logging.getLogger("receipt.delivery")
 REPUSH_AFTER_MS = 15_000
 REPUSH_INTERVAL_MS = 5_000
 BATCH = 500
-DRIVE_TASK = "jobs.runtime.tasks.drive"
-EXECUTE_TASK = "jobs.runtime.tasks.execute"
 
 
 def loops(config: Any, role: str) -> list[Loop]:
