@@ -17,12 +17,14 @@ objectives verifies with no drift in either read model.
 from __future__ import annotations
 
 import functools
+import io
 import os
 import random
 import signal
 from pathlib import Path
 
 import pytest
+from django.core.management import call_command
 
 from jobs import selectors
 from jobs.models import Job
@@ -166,6 +168,8 @@ def test_sigkills_across_roles_with_two_runworkers_each_lose_and_double_nothing(
     assert len(jobs) >= len(creates) * len(TASKS)
     for job_id in jobs:
         assert_settled_once(job_id)
+    # every chain, as an operator checks them: a broken one fails the command
+    call_command("receipts", "verify", "--strict", stdout=io.StringIO())
     for prefix in ("jobs/", v.OBJECTIVE_STREAM_PREFIX):
         report = store.replay(prefix, dry_run=True)
         assert report.checked and not report.refused and not report.drift, (
