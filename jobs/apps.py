@@ -8,7 +8,7 @@ class JobsConfig(AppConfig):
 
     def ready(self) -> None:
         from jobs import projector, queue, retention
-        from jobs.runtime import counters, dispatch
+        from jobs.runtime import counters, dispatch, loops, redelivery
         from receipts import retention as receipt_retention
         from receipts import store
 
@@ -22,3 +22,5 @@ class JobsConfig(AppConfig):
             queue.on_commit_listeners.append(dispatch.dispatch_created)  # D-2
         if not queue.joined_dispatch:
             queue.joined_dispatch.append(dispatch.joined_promises)
+        if redelivery.loops not in loops.providers:
+            loops.providers.append(redelivery.loops)  # Redis: re-push what Redis lost

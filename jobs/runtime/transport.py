@@ -8,10 +8,16 @@ transactional), so it exists only if the promise it delivers committed. It is pa
 django-q2's `async_task` packs one (its pusher unpacks it), without what that adds per call
 and Receipt never uses (a humanized name, the enqueue signal, option merging): a push is on
 every job's path twice.
+
+A push that fails (Redis down or restarting) is logged and dropped, never raised: the
+promise it delivers has committed, so the caller's write stands (an enqueue answers,
+a driver pass is done), and `jobs.runtime.redelivery` pushes the task again from the
+promise once Redis answers.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Sequence
 from functools import cache
@@ -20,8 +26,12 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
+from jobs.runtime import counters
 from jobs.runtime.promisebroker import channel_for, signed_task
 from jobs.runtime.roles import ROLE_CLUSTERS
+from observability.logs import log_event
+
+logger = logging.getLogger("receipt.delivery")
 
 CLUSTERS = frozenset(ROLE_CLUSTERS.values())
 PUSH_CHUNK = 500  # tasks per RPUSH (a batch enqueue's tasks: a few hundred KiB a command)
@@ -65,21 +75,67 @@ def wakes_by_notify() -> bool:
     return bool(settings.Q_CLUSTER.get("orm")) and connection.vendor == "postgresql"
 
 
-def push_committed_many(cluster: str, func: str, calls: Sequence[Sequence[Any]]) -> None:
+def push_committed_many(cluster: str, func: str, calls: Sequence[Sequence[Any]]) -> int:
     """The tasks of promises that have committed, one per call (its arguments): nothing
-    to push with the database broker (the promise row is the task); to Redis at once."""
+    to push with the database broker (the promise row is the task); to Redis at once.
+    Returns how many reached Redis."""
     if cluster not in CLUSTERS:
         raise ValueError(f"unknown cluster {cluster!r}")
     if settings.Q_CLUSTER.get("orm"):
-        return
-    _push(cluster, [signed_task(func, tuple(args), {}, cluster)[1] for args in calls])
+        return 0
+    return _push(cluster, [signed_task(func, tuple(args), {}, cluster)[1] for args in calls])
 
 
-def _push(cluster: str, packages: Sequence[str]) -> None:
-    """An RPUSH per PUSH_CHUNK tasks, not one per task."""
+def push_committed(cluster: str, func: str, *args: Any, **kwargs: Any) -> int:
+    """One task with its `kwargs` (an execute task's known fields), as `send` pushes it,
+    for a promise that has committed; 1 if it reached Redis."""
+    if cluster not in CLUSTERS:
+        raise ValueError(f"unknown cluster {cluster!r}")
+    if settings.Q_CLUSTER.get("orm"):
+        return 0
+    return _push(cluster, [signed_task(func, args, kwargs, cluster)[1]])
+
+
+def drained(cluster: str) -> bool:
+    """Redis answers and holds no task for `cluster`: every task pushed so far was taken."""
+    import redis
+
     broker = _broker(cluster)
-    for start in range(0, len(packages), PUSH_CHUNK):
-        broker.connection.rpush(broker.list_key, *packages[start : start + PUSH_CHUNK])
+    try:
+        return int(broker.connection.llen(broker.list_key)) == 0
+    except redis.RedisError:
+        return False
+
+
+def _push(cluster: str, packages: Sequence[str]) -> int:
+    """An RPUSH per PUSH_CHUNK tasks, not one per task. A connection Redis closed since
+    its last use (a restart) is tried once more on a new one; past that the tasks are
+    dropped with a warning: their promises redeliver them. Returns how many were pushed."""
+    import redis
+
+    broker = _broker(cluster)
+    pushed = 0
+    try:
+        for start in range(0, len(packages), PUSH_CHUNK):
+            chunk = packages[start : start + PUSH_CHUNK]
+            try:
+                broker.connection.rpush(broker.list_key, *chunk)
+            except redis.ConnectionError:
+                broker.connection.rpush(broker.list_key, *chunk)
+            pushed += len(chunk)
+    except redis.RedisError as error:
+        lost = len(packages) - pushed
+        counters.incr("receipt_push_failures_total", lost, cluster=cluster)
+        log_event(
+            logger,
+            "delivery.push_failed",
+            f"{lost} task(s) for {cluster} not pushed to Redis ({error}); they are "
+            "pushed again from their promises once Redis answers",
+            level=logging.WARNING,
+            cluster=cluster,
+            tasks=lost,
+        )
+    return pushed
 
 
 def _wake(cluster: str) -> None:

@@ -150,18 +150,26 @@ def each_broker(request, stack, monkeypatch):
             pytest.fail(f"Redis is not reachable at {REDIS_URL}; CI runs the Redis broker leg")
         pytest.skip(f"Redis is not reachable at {REDIS_URL}")
     import redis
-    from django_q.conf import Conf
 
     from jobs.runtime import transport
 
     redis.Redis.from_url(REDIS_URL).flushdb()
-    # This process sends tasks too (the dispatch after an enqueue): the same broker.
+    yield use_redis(stack, monkeypatch, REDIS_URL)
+    transport._broker.cache_clear()
+
+
+def use_redis(stack: Stack, monkeypatch: pytest.MonkeyPatch, url: str) -> Stack:
+    """`stack` with `RECEIPT_BROKER=url`, in its runworkers and in this process, which
+    sends tasks too (the dispatch after an enqueue). Clear `transport._broker` at teardown."""
+    from django_q.conf import Conf
+
+    from jobs.runtime import transport
+
     cluster = {k: v for k, v in settings.Q_CLUSTER.items() if k not in ("orm", "broker_class")}
-    monkeypatch.setattr(settings, "Q_CLUSTER", {**cluster, "redis": REDIS_URL})
-    monkeypatch.setattr(Conf, "REDIS", REDIS_URL)
+    monkeypatch.setattr(settings, "Q_CLUSTER", {**cluster, "redis": url})
+    monkeypatch.setattr(Conf, "REDIS", url)
     monkeypatch.setattr(Conf, "ORM", None)
     monkeypatch.setattr(Conf, "BROKER_CLASS", None)
     transport._broker.cache_clear()
-    stack.env["RECEIPT_BROKER"] = REDIS_URL
-    yield stack
-    transport._broker.cache_clear()
+    stack.env["RECEIPT_BROKER"] = url
+    return stack
