@@ -15,6 +15,9 @@ are the recovery loops' last runs in live processes, `clusters` the runworker pr
 seen recently, `heldByGone` the jobs still held by processes that are gone. A token bound
 to an organization gets the open answer with the queue counted over its own jobs only.
 
+A child that runstack's supervisor sees failing at startup the same way every time is a
+warning too (P-3), so a development stack is never degraded in silence.
+
 While the database cannot be reached (C-8) `/readyz` answers 503 and `/healthz` says so
 in `warnings`, without waiting on the queue counts (each would wait for a connection).
 """
@@ -23,6 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -33,6 +37,7 @@ from access.principals import BadCredentials, Principal, principal_for_request
 from jobs import counts
 from jobs.core.vocabulary import ACTIVE_STATUSES, STATUSES, TERMINAL_STATUSES
 from jobs.runtime import loops, processes
+from receipt_site import supervision
 from receipt_site.config import redact_url
 from receipts.clock import now_ms
 
@@ -165,6 +170,22 @@ def _runtime() -> dict[str, Any]:
     }
 
 
+def _supervised() -> tuple[list[str], list[str]]:
+    """Children runstack's supervisor reports failing at startup (P-3): public and
+    detailed wordings (the cause may name hosts or paths). Needs no database."""
+    failing = supervision.failing_children(Path(settings.DATA_DIR) / supervision.STATUS_FILE)
+    public = [
+        f"the {entry.get('child')} process fails at startup every time; "
+        "the runstack output names the cause"
+        for entry in failing
+    ]
+    detailed = [
+        f"{entry.get('child')} fails at startup every time: {entry.get('cause')}"
+        for entry in failing
+    ]
+    return public, detailed
+
+
 def _no_runtime(*warnings: str) -> dict[str, Any]:
     return {
         "loops": [],
@@ -236,6 +257,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
     detail = _may_see_detail(viewer)
     tenant = viewer.organization_id if viewer is not None else None
     warnings = runtime["detailed" if detail else "public"]
+    warnings += _supervised()[1 if detail else 0]
     body: dict[str, Any] = {
         "ok": True,
         "ready": database["ok"],

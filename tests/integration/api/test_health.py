@@ -276,3 +276,38 @@ def test_a_staff_user_allowed_to_view_jobs_sees_detail(anonymous, runtime_rows):
     anonymous.client.force_login(user)
     out = anonymous.client.get("/healthz").json()
     assert out["detail"] is True and out["heldByGone"][0]["jobIds"] == [runtime_rows["job"]]
+
+
+def test_a_child_failing_at_startup_under_runstack_shows_degraded(anonymous, api, settings):
+    """P-3: runstack's supervisor reports a child that fails at startup the same way every
+    time; /healthz shows it degraded, the cause for operators only."""
+    import sys
+    from pathlib import Path
+
+    from receipt_site import supervision
+    from tests.conftest import wait_for
+
+    cause = "OSError: [Errno 98] address already in use"
+    child = supervision.Child("codex", [sys.executable, "-c", f"import sys; sys.exit({cause!r})"])
+    status = Path(settings.DATA_DIR) / supervision.STATUS_FILE
+    supervisor = supervision.Supervisor([child], status_path=status, stop_grace_s=5)
+    now = 0.0
+    supervisor.start_all(now)
+    try:
+        assert anonymous.client.get("/healthz").json()["degraded"] is False
+        for _ in range(supervision.FAILING_AFTER):
+            wait_for(lambda: child.process is not None and child.process.poll() is not None)
+            now += 0.5
+            supervisor.step(now)  # sees the exit
+            now += child.backoff_s or 0
+            supervisor.step(now)  # restarts it
+        open_answer = anonymous.client.get("/healthz").json()
+        assert open_answer["degraded"] is True
+        assert open_answer["warnings"] == [
+            "the codex process fails at startup every time; the runstack output names the cause"
+        ]
+        detailed = api.client.get("/healthz", **api.headers()).json()
+        assert detailed["warnings"] == [f"codex fails at startup every time: {cause}"]
+    finally:
+        supervisor.stop_all()
+    assert anonymous.client.get("/healthz").json()["degraded"] is False
