@@ -45,6 +45,7 @@ _STARTED = time.monotonic()
 QUEUE_CACHE_SECONDS = 2.0
 TERMINAL_CACHE_SECONDS = 60.0
 SETTLED_WINDOW_MS = 3_600_000  # settled jobs are counted over the last hour only
+PROBE_WAIT_S = 2.0  # for a pooled connection, by the database check of both probes
 DETAIL_SCOPE = "jobs:read"  # the detail names jobs: the scope that reads them
 _queue_lock = threading.Lock()
 # Per organization (None: the whole platform): {"at": monotonic seconds, "block": {...}}
@@ -225,6 +226,14 @@ def _counts(runtime: dict[str, Any]) -> dict[str, int]:
 
 
 def _ping() -> None:
+    pool = getattr(connection, "pool", None)  # the ASGI process's psycopg pool, if any
+    if pool is not None:
+        # A probe must answer quickly while the database is down: not after the full
+        # wait a request makes for a pooled connection (receipt_site.databases).
+        pool.open()  # as Django does before its first connection; a no-op once open
+        with pool.connection(timeout=PROBE_WAIT_S) as raw:
+            raw.execute("SELECT 1")
+        return
     with connection.cursor() as cursor:
         cursor.execute("SELECT 1")
 
