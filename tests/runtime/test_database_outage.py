@@ -114,9 +114,9 @@ def own_postgres() -> Iterator[OwnPostgres]:
     if os.geteuid() == 0:
         shutil.chown(root, "postgres")
     server = OwnPostgres(bin_dir, root)
-    server.init()
-    server.wait_started()
     try:
+        server.init()
+        server.wait_started()
         yield server
     finally:
         with contextlib.suppress(AssertionError):
