@@ -12,6 +12,10 @@ raise, this renders.
   `invalid_token`, `missing_scope`, `method_not_allowed`, `throttled` ...).
 - `payload_too_large` is always 413, whether the body was too big to read or the
   parsed payload is over `RECEIPT_MAX_PAYLOAD_BYTES` (docs/decisions.md, HTTP API).
+- A database that cannot be reached (`jobs.api.errors.is_database_unavailable`) is a 503
+  `database_unavailable` with Retry-After (C-8), logged as `http.database_unavailable`:
+  from DRF views here, from every other view through `DatabaseOutageMiddleware`, and from
+  middleware through `handler500`; the admin gets a plain page that needs no database.
 - Anything else is a 500 `internal_error`: the exception is logged as
   `http.unhandled_error` with an error id, and only that id reaches the client.
 """
@@ -20,18 +24,29 @@ from __future__ import annotations
 
 import logging
 import secrets
+import sys
 import traceback
 from typing import Any
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import RequestDataTooBig, SuspiciousOperation
 from django.http import Http404, HttpRequest, HttpResponse
+from django.template.loader import render_to_string
+from django.utils.deprecation import MiddlewareMixin
 from django.views import defaults
 from rest_framework import exceptions as drf
 from rest_framework.response import Response
 from rest_framework.views import set_rollback
 
-from jobs.api.errors import error_body, error_response
+from jobs.api.errors import (
+    DATABASE_UNAVAILABLE,
+    DATABASE_UNAVAILABLE_DETAIL,
+    RETRY_AFTER_S,
+    database_unavailable_response,
+    error_body,
+    error_response,
+    is_database_unavailable,
+)
 from observability.logs import log_event
 from receipt_site import admin_site
 from receipts.core.errors import AppError
@@ -42,6 +57,7 @@ PAYLOAD_TOO_LARGE = "payload_too_large"
 INTERNAL_ERROR = "internal_error"
 # Paths that keep Django's HTML error pages (the operator admin).
 HTML_PREFIXES = ("/admin/",)
+DATABASE_UNAVAILABLE_TEMPLATE = "admin/database_unavailable.html"
 
 # DRF exception classes -> our code when DRF's own default code is not the one we promise.
 _DRF_CODES: dict[type[drf.APIException], str] = {
@@ -84,6 +100,9 @@ def describe(exc: BaseException) -> tuple[int, str, str, dict[str, str]] | None:
             codes = exc.get_codes()
             drf_code = codes if isinstance(codes, str) else exc.default_code
         return exc.status_code, str(drf_code), _sentence(exc.detail), headers
+    if is_database_unavailable(exc):
+        headers = {"Retry-After": str(RETRY_AFTER_S)}
+        return 503, DATABASE_UNAVAILABLE, DATABASE_UNAVAILABLE_DETAIL, headers
     return None
 
 
@@ -113,7 +132,44 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response:
         detail = f"internal error {error_id}; the server log has the details"
         return Response(error_body(INTERNAL_ERROR, detail), status=500)
     status, code, detail, headers = described
+    if code == DATABASE_UNAVAILABLE:
+        _log_unavailable(exc, context.get("request"))
     return Response(error_body(code, detail), status=status, headers=headers)
+
+
+def _log_unavailable(exc: BaseException, request: Any) -> None:
+    # A warning, not an error with a traceback: nothing is wrong with the request or the
+    # code, and during an outage every request lands here.
+    log_event(
+        logger,
+        "http.database_unavailable",
+        f"database unavailable: {type(exc).__name__}: {str(exc)[:300]}",
+        level=logging.WARNING,
+        errorType=type(exc).__name__,
+        method=getattr(request, "method", None),
+        path=getattr(request, "path", None),
+    )
+
+
+def database_unavailable(request: HttpRequest, exc: BaseException) -> HttpResponse:
+    """The 503 for a request the database could not serve: JSON, or the admin's page."""
+    _log_unavailable(exc, request)
+    if not _wants_html(request):
+        return database_unavailable_response()
+    page = render_to_string(DATABASE_UNAVAILABLE_TEMPLATE, {"retry_after": RETRY_AFTER_S})
+    response = HttpResponse(page, status=503)
+    response["Retry-After"] = str(RETRY_AFTER_S)
+    return response
+
+
+class DatabaseOutageMiddleware(MiddlewareMixin):
+    """Views outside DRF (the admin, live events, health, metrics) answer a database
+    that cannot be reached with the 503 above instead of a 500 (C-8)."""
+
+    def process_exception(self, request: HttpRequest, exception: Exception) -> HttpResponse | None:
+        if is_database_unavailable(exception):
+            return database_unavailable(request, exception)
+        return None
 
 
 def _wants_html(request: HttpRequest) -> bool:
@@ -130,7 +186,15 @@ def handler404(request: HttpRequest, exception: Exception | None = None) -> Http
 
 
 def handler500(request: HttpRequest) -> HttpResponse:
-    """JSON 500 outside the admin; Django has already logged the exception."""
+    """JSON 500 outside the admin; Django has already logged the exception.
+
+    Also the last resort for a database outage raised where no view's handler sees it
+    (a middleware, such as the session save after the view): Django calls this inside its
+    `except` block, on the thread it handles the exception on, so the exception is at hand.
+    """
+    exc = sys.exc_info()[1]
+    if exc is not None and is_database_unavailable(exc):
+        return database_unavailable(request, exc)
     if _wants_html(request):
         return defaults.server_error(request)
     return error_response(INTERNAL_ERROR, "internal error; the server log has the details", 500)

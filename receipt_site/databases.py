@@ -6,6 +6,14 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
+# A request waits this long for a pooled connection; then it is answered 503
+# `database_unavailable` (C-8): while the database is down every request waits this long.
+POOL_WAIT_S = 5.0
+# The pool retries a failed connection with a doubling delay (1 s, 2 s, 4 s, ...) for this
+# long, then gives up until the next request asks (psycopg_pool's default is 5 minutes:
+# after a long outage its next try could be a minute after the database is back).
+POOL_RECONNECT_S = 5.0
+
 
 def sqlite_database(path: Path) -> dict[str, Any]:
     # WAL + IMMEDIATE transactions + a busy timeout: writers queue instead of failing with
@@ -43,7 +51,12 @@ def database_from_url(url: str | None, *, data_dir: Path, pool: bool = False) ->
         options["sslmode"] = query["sslmode"]
     if pool:
         # psycopg_pool: shared by all threads (ASGI); Django requires CONN_MAX_AGE 0 with it.
-        options["pool"] = {"min_size": 1, "max_size": 10, "timeout": 10}
+        options["pool"] = {
+            "min_size": 1,
+            "max_size": 10,
+            "timeout": POOL_WAIT_S,
+            "reconnect_timeout": POOL_RECONNECT_S,
+        }
     return {
         "ENGINE": "django.db.backends.postgresql",
         "NAME": unquote(parts.path.lstrip("/")) or "receipt",

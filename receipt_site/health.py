@@ -9,25 +9,35 @@ every QUEUE_CACHE_SECONDS and settled ones every TERMINAL_CACHE_SECONDS, per pro
 a polling load balancer never turns health into a query storm.
 
 Anyone gets status and counts. Where things run (the database file under the data
-directory, host names, PIDs, job ids) needs a token or a staff session (Q-1): then
-`loops` are the recovery loops' last runs in live processes, `clusters` the runworker
-processes seen recently, `heldByGone` the jobs still held by processes that are gone.
+directory, host names, PIDs, job ids) needs an operator's credential (Q-1, Q-2): a token
+bound to no organization, or a staff session, with the `jobs:read` scope. Then `loops`
+are the recovery loops' last runs in live processes, `clusters` the runworker processes
+seen recently, `heldByGone` the jobs still held by processes that are gone. A token bound
+to an organization gets the open answer with the queue counted over its own jobs only.
+
+A child that runstack's supervisor sees failing at startup the same way every time is a
+warning too (P-3), so a development stack is never degraded in silence.
+
+While the database cannot be reached (C-8) `/readyz` answers 503 and `/healthz` says so
+in `warnings`, without waiting on the queue counts (each would wait for a connection).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 
-from access.principals import BadCredentials, principal_for_request
+from access.principals import BadCredentials, Principal, principal_for_request
 from jobs import counts
 from jobs.core.vocabulary import ACTIVE_STATUSES, STATUSES, TERMINAL_STATUSES
 from jobs.runtime import loops, processes
+from receipt_site import supervision
 from receipt_site.config import redact_url
 from receipts.clock import now_ms
 
@@ -35,21 +45,29 @@ _STARTED = time.monotonic()
 QUEUE_CACHE_SECONDS = 2.0
 TERMINAL_CACHE_SECONDS = 60.0
 SETTLED_WINDOW_MS = 3_600_000  # settled jobs are counted over the last hour only
+PROBE_WAIT_S = 2.0  # for a pooled connection, by the database check of both probes
+DETAIL_SCOPE = "jobs:read"  # the detail names jobs: the scope that reads them
 _queue_lock = threading.Lock()
-_queue_cache: dict[str, Any] = {}  # {"at": monotonic seconds, "block": {...}}
-_terminal_cache: dict[str, Any] = {}
+# Per organization (None: the whole platform): {"at": monotonic seconds, "block": {...}}
+# and {"at": ..., "counts": {...}}; emptied when ORG_CACHE_MAX organizations are held.
+_queue_cache: dict[str | None, dict[str, Any]] = {}
+_terminal_cache: dict[str | None, dict[str, Any]] = {}
+ORG_CACHE_MAX = 256
 
 
-def _count_queue() -> dict[str, Any]:
+def _count_queue(organization_id: str | None) -> dict[str, Any]:
     now = now_ms()
-    if not _terminal_cache or time.monotonic() - _terminal_cache["at"] > TERMINAL_CACHE_SECONDS:
+    terminal = _terminal_cache.get(organization_id)
+    if terminal is None or time.monotonic() - terminal["at"] > TERMINAL_CACHE_SECONDS:
         settled = counts.by_status(
             sorted(TERMINAL_STATUSES),
             cap=counts.SETTLED_CAP,
             updated_since_ms=now - SETTLED_WINDOW_MS,
+            organization_id=organization_id,
         )
-        _terminal_cache.update(at=time.monotonic(), counts=settled)
-    found = {**_terminal_cache["counts"], **counts.by_status(sorted(ACTIVE_STATUSES))}
+        terminal = _terminal_cache[organization_id] = {"at": time.monotonic(), "counts": settled}
+    active = counts.by_status(sorted(ACTIVE_STATUSES), organization_id=organization_id)
+    found = {**terminal["counts"], **active}
     shown = {status: found.get(status, counts.Count(0)) for status in STATUSES}
     total = sum(shown.values(), counts.Count(0))
     return {
@@ -63,31 +81,51 @@ def _count_queue() -> dict[str, Any]:
     }
 
 
-def queue_counts() -> dict[str, Any]:
-    """Jobs by status (A-8), at most QUEUE_CACHE_SECONDS old; never raises."""
+def queue_counts(
+    *, organization_id: str | None = None, unavailable: str | None = None
+) -> dict[str, Any]:
+    """Jobs by status (A-8), of one organization or of all, at most QUEUE_CACHE_SECONDS
+    old; never raises. With `unavailable` (the database's error) nothing is queried: the
+    last counts, or none, with that error."""
     with _queue_lock:
-        cached = _queue_cache.get("block")
-        if cached is not None and time.monotonic() - _queue_cache["at"] < QUEUE_CACHE_SECONDS:
-            return cached
+        entry = _queue_cache.get(organization_id)
+        cached = entry["block"] if entry else None
+        if entry and time.monotonic() - entry["at"] < QUEUE_CACHE_SECONDS:
+            return entry["block"]
         try:
-            block = _count_queue()
+            if unavailable:
+                return _stale(cached, unavailable, organization_id)
+            block = _count_queue(organization_id)
         except Exception as error:  # health answers whatever the database does
-            stale: dict[str, Any] = (
-                dict(cached)
-                if cached
-                else {
-                    "total": None,
-                    **dict.fromkeys(STATUSES),
-                    "capped": [],
-                    "countCap": counts.STATUS_CAP,
-                    "settledCap": counts.SETTLED_CAP,
-                    "settledWindowMs": SETTLED_WINDOW_MS,
-                    "updatedAt": None,
-                }
-            )
-            return {**stale, "error": type(error).__name__}
-        _queue_cache.update(at=time.monotonic(), block=block)
+            return _stale(cached, type(error).__name__, organization_id)
+        if organization_id is not None:
+            block["organization"] = organization_id
+        if len(_queue_cache) >= ORG_CACHE_MAX or len(_terminal_cache) >= ORG_CACHE_MAX:
+            _queue_cache.clear()
+            _terminal_cache.clear()
+        _queue_cache[organization_id] = {"at": time.monotonic(), "block": block}
         return block
+
+
+def _stale(
+    cached: dict[str, Any] | None, error: str, organization_id: str | None
+) -> dict[str, Any]:
+    stale: dict[str, Any] = (
+        dict(cached)
+        if cached
+        else {
+            "total": None,
+            **dict.fromkeys(STATUSES),
+            "capped": [],
+            "countCap": counts.STATUS_CAP,
+            "settledCap": counts.SETTLED_CAP,
+            "settledWindowMs": SETTLED_WINDOW_MS,
+            "updatedAt": None,
+        }
+    )
+    if organization_id is not None:
+        stale["organization"] = organization_id
+    return {**stale, "error": error}
 
 
 def reset_queue_cache() -> None:
@@ -133,6 +171,22 @@ def _runtime() -> dict[str, Any]:
     }
 
 
+def _supervised() -> tuple[list[str], list[str]]:
+    """Children runstack's supervisor reports failing at startup (P-3): public and
+    detailed wordings (the cause may name hosts or paths). Needs no database."""
+    failing = supervision.failing_children(Path(settings.DATA_DIR) / supervision.STATUS_FILE)
+    public = [
+        f"the {entry.get('child')} process fails at startup every time; "
+        "the runstack output names the cause"
+        for entry in failing
+    ]
+    detailed = [
+        f"{entry.get('child')} fails at startup every time: {entry.get('cause')}"
+        for entry in failing
+    ]
+    return public, detailed
+
+
 def _no_runtime(*warnings: str) -> dict[str, Any]:
     return {
         "loops": [],
@@ -143,11 +197,16 @@ def _no_runtime(*warnings: str) -> dict[str, Any]:
     }
 
 
-def _may_see_detail(request: HttpRequest) -> bool:
+def _viewer(request: HttpRequest) -> Principal | None:
     try:
-        return principal_for_request(request) is not None
+        return principal_for_request(request)
     except BadCredentials:  # a bad token gets the open answer, like no token
-        return False
+        return None
+
+
+def _may_see_detail(viewer: Principal | None) -> bool:
+    """An operator's credential: every organization, and allowed to read jobs (Q-2)."""
+    return viewer is not None and viewer.organization_id is None and viewer.has_scope(DETAIL_SCOPE)
 
 
 def _counts(runtime: dict[str, Any]) -> dict[str, int]:
@@ -166,6 +225,19 @@ def _counts(runtime: dict[str, Any]) -> dict[str, int]:
     }
 
 
+def _ping() -> None:
+    pool = getattr(connection, "pool", None)  # the ASGI process's psycopg pool, if any
+    if pool is not None:
+        # A probe must answer quickly while the database is down: not after the full
+        # wait a request makes for a pooled connection (receipt_site.databases).
+        pool.open()  # as Django does before its first connection; a no-op once open
+        with pool.connection(timeout=PROBE_WAIT_S) as raw:
+            raw.execute("SELECT 1")
+        return
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+
+
 def _database() -> dict[str, Any]:
     db = settings.DATABASES["default"]
     if connection.vendor == "postgresql":
@@ -175,8 +247,7 @@ def _database() -> dict[str, Any]:
     else:
         target = f"sqlite:{db['NAME']}"
     try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
+        _ping()
         return {"ok": True, "vendor": connection.vendor, "target": target}
     except Exception as error:  # health must answer whatever the database does
         return {
@@ -189,16 +260,21 @@ def _database() -> dict[str, Any]:
 
 def healthz(request: HttpRequest) -> JsonResponse:
     database = _database()
-    runtime = _runtime() if database["ok"] else _no_runtime()
-    detail = database["ok"] and _may_see_detail(request)
+    down = None if database["ok"] else database.get("error", "error")
+    runtime = _runtime() if down is None else _no_runtime(_DATABASE_DOWN)
+    viewer = _viewer(request) if down is None else None
+    detail = _may_see_detail(viewer)
+    tenant = viewer.organization_id if viewer is not None else None
+    warnings = runtime["detailed" if detail else "public"]
+    warnings += _supervised()[1 if detail else 0]
     body: dict[str, Any] = {
         "ok": True,
         "ready": database["ok"],
-        "degraded": not database["ok"] or bool(runtime["public"]),
-        "warnings": runtime["detailed" if detail else "public"],
+        "degraded": bool(warnings),
+        "warnings": warnings,
         "uptimeSec": int(time.monotonic() - _STARTED),
         "processRole": settings.RECEIPT.process_role or "api",
-        "queue": queue_counts(),
+        "queue": queue_counts(organization_id=tenant, unavailable=down),
         "runtime": _counts(runtime),
         "database": database if detail else _without_target(database),
         "detail": detail,
@@ -210,6 +286,11 @@ def healthz(request: HttpRequest) -> JsonResponse:
     return JsonResponse(body)
 
 
+_DATABASE_DOWN = (
+    "database unavailable: the API answers 503 database_unavailable until it answers again"
+)
+
+
 def _without_target(database: dict[str, Any]) -> dict[str, Any]:
     """The database block for an open answer: its target names the data directory."""
     return {key: value for key, value in database.items() if key != "target"}
@@ -217,7 +298,8 @@ def _without_target(database: dict[str, Any]) -> dict[str, Any]:
 
 def readyz(request: HttpRequest) -> JsonResponse:
     database = _database()
-    shown = database if database["ok"] and _may_see_detail(request) else _without_target(database)
+    detail = database["ok"] and _may_see_detail(_viewer(request))
+    shown = database if detail else _without_target(database)
     return JsonResponse(
         {"ok": database["ok"], "database": shown}, status=200 if database["ok"] else 503
     )

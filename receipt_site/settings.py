@@ -70,6 +70,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # last, so the first to see a view's exception: a database outage becomes a 503 (C-8)
+    "receipt_site.api_errors.DatabaseOutageMiddleware",
 ]
 
 ROOT_URLCONF = "receipt_site.urls"

@@ -60,7 +60,8 @@ _STREAM_ERRORS = {
     **_AUTH_ERRORS,
     "501": _error("The server runs under WSGI; streams need the ASGI server (asgi_required)."),
     "503": _error(
-        "The live feed is not running; retry after Retry-After seconds (live_unavailable)."
+        "The database cannot be read right now; retry after Retry-After seconds "
+        "(database_unavailable)."
     ),
 }
 _SSE_OK = {

@@ -7,6 +7,7 @@ import re
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest
 
+from jobs.api.errors import DATABASE_UNAVAILABLE
 from jobs.live.access import refuse
 from receipts.live import feed
 from receipts.live.config import CONFIG
@@ -70,4 +71,5 @@ async def running_feed() -> feed.Feed:
         await live.catch_up()
         return live
     except feed.FeedUnavailable as error:
-        raise refuse("live_unavailable", str(error), 503, {"Retry-After": "2"}) from None
+        # the database cannot be read in time: the same answer as the whole API's (C-8)
+        raise refuse(DATABASE_UNAVAILABLE, str(error), 503, {"Retry-After": "2"}) from None

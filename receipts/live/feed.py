@@ -58,7 +58,7 @@ _MISSING = object()
 
 
 class FeedUnavailable(Exception):
-    """The feed could not read the database in time (503 `live_unavailable`)."""
+    """The feed could not read the database in time (503 `database_unavailable`)."""
 
 
 class Signal:

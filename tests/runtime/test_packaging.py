@@ -245,3 +245,65 @@ def _log_in(http: httpx.Client, password: str) -> None:
         headers={"Referer": str(http.base_url) + "/admin/login/"},
     )
     assert answer.status_code == 302, answer.text[-2000:]
+
+
+@pytest.fixture
+def taken_port():
+    """A port another program is listening on."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        yield other.getsockname()[1]
+
+
+def _refused(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """Run a command that should refuse at once; if it serves instead, stop it (SIGTERM
+    reaches runstack's supervisor, which stops its children) and fail."""
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+        pytest.fail(f"{argv[0]} did not refuse: {out[-2000:]}{err[-2000:]}")
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def test_scripts_run_refuses_a_taken_port_before_anything_else(taken_port, tmp_path):
+    """scripts/run says which port is taken and how to choose another, and stops: it
+    prints no "Receipt is ready" for a URL another program answers, installs nothing,
+    and writes no data directory."""
+    data = tmp_path / "data"
+    done = _refused(
+        [str(ROOT / "scripts" / "run")],
+        {**os.environ, "PORT": str(taken_port), "RECEIPT_DATA_DIR": str(data)},
+    )
+    assert done.returncode != 0
+    output = done.stdout + done.stderr
+    assert f"port {taken_port} on 127.0.0.1 is already in use" in output, output
+    assert f"PORT={taken_port + 1} scripts/run" in output
+    assert "Receipt is ready" not in output and "password" not in output
+    assert not data.exists()
+
+
+def test_scripts_run_refuses_a_port_that_is_not_a_number(tmp_path):
+    done = _refused(
+        [str(ROOT / "scripts" / "run")],
+        {**os.environ, "PORT": "80x", "RECEIPT_DATA_DIR": str(tmp_path / "data")},
+    )
+    assert done.returncode != 0
+    assert "PORT must be a number from 1 to 65535, not '80x'" in done.stderr
+
+
+def test_runstack_refuses_a_taken_port_and_starts_nothing(taken_port, tmp_path):
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("RECEIPT_", "DATABASE_"))},
+        "RECEIPT_DATA_DIR": str(tmp_path / "data"),
+    }
+    done = _refused([sys.executable, "manage.py", "runstack", "--port", str(taken_port)], env)
+    assert done.returncode != 0
+    assert f"port {taken_port} on 127.0.0.1 is already in use" in done.stderr
+    assert f"--port {taken_port + 1}" in done.stderr
+    assert "supervisor.started" not in done.stderr, "a child was started"

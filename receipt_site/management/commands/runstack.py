@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-from django.core.management.base import BaseCommand
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
 
-from receipt_site.supervision import Child, Supervisor
+from receipt_site import ports
+from receipt_site.supervision import STATUS_FILE, Child, Supervisor
 
 WORKER_ROLES = ("driver", "chat", "control", "codex")
 
@@ -23,6 +26,10 @@ class Command(BaseCommand):
         python = sys.executable
         children = []
         if not no_api:
+            # Refused here rather than by uvicorn, which would exit and be restarted forever.
+            taken = ports.why_taken(host, port)
+            if taken is not None:
+                raise CommandError(ports.refusal(host, port, taken, hint="--port {port}"))
             children.append(
                 Child(
                     "api",
@@ -46,4 +53,5 @@ class Command(BaseCommand):
             children.append(
                 Child(role, [python, "-m", "receipt_site.cli", "runworker", "--role", role])
             )
-        raise SystemExit(Supervisor(children).run())
+        status = Path(settings.DATA_DIR) / STATUS_FILE  # what /healthz reads
+        raise SystemExit(Supervisor(children, status_path=status).run())

@@ -107,7 +107,7 @@ def test_counts_past_the_cap_are_flagged(monkeypatch, anonymous):
 
 
 def test_queue_counts_survive_a_database_error(monkeypatch):
-    def broken():
+    def broken(organization_id):
         raise RuntimeError("db down")
 
     monkeypatch.setattr(health, "_count_queue", broken)
@@ -222,3 +222,92 @@ def test_readyz_shows_the_database_target_to_credentials_only(anonymous, issue):
     assert set(anonymous.client.get("/readyz").json()["database"]) == {"ok", "vendor"}
     shown = anonymous.client.get("/readyz", HTTP_AUTHORIZATION=f"Bearer {issue('ops')}")
     assert "target" in shown.json()["database"]
+
+
+def test_an_organization_bound_token_sees_its_own_counts_and_no_detail(
+    anonymous, issue, runtime_rows, settings
+):
+    """Q-2: a token bound to an organization gets the open answer, with the queue counted
+    over its own organization's jobs only: no other organization's job ids, no hosts, no
+    PIDs, no platform-wide counts."""
+    queue.enqueue("factory", payload(org="org-2"))
+    queue.enqueue("factory", payload(org="org-2"))
+    everyone = anonymous.client.get("/healthz").json()["queue"]
+    assert (everyone["total"], everyone["queued"], everyone["leased"]) == (3, 2, 1)
+    for org, expected in (("org-1", (1, 0, 1)), ("org-2", (2, 2, 0)), ("org-3", (0, 0, 0))):
+        token = issue(f"tenant-{org}", org=org)
+        response = anonymous.client.get("/healthz", HTTP_AUTHORIZATION=f"Bearer {token}")
+        out = response.json()
+        assert out["detail"] is False, org
+        assert "loops" not in out and "clusters" not in out and "heldByGone" not in out
+        assert set(out["database"]) == {"ok", "vendor"}
+        block = out["queue"]
+        assert (block["total"], block["queued"], block["leased"]) == expected, org
+        assert block["organization"] == org
+        raw = response.content.decode()
+        for secret in (
+            socket.gethostname(),
+            "gone-host.internal",
+            runtime_rows["job"],
+            str(settings.RECEIPT.data_dir),
+        ):
+            assert secret not in raw, (org, secret)
+        assert not {os.getpid(), 4242} & set(numbers(out)), "a PID in a tenant's answer"
+        ready = anonymous.client.get("/readyz", HTTP_AUTHORIZATION=f"Bearer {token}")
+        assert set(ready.json()["database"]) == {"ok", "vendor"}
+
+
+def test_detail_needs_the_jobs_read_scope(anonymous, issue, runtime_rows):
+    """An unbound token that may only submit work is not an operator's: open answer."""
+    token = issue("submitter", scopes=["jobs:write"])
+    out = anonymous.client.get("/healthz", HTTP_AUTHORIZATION=f"Bearer {token}").json()
+    assert out["detail"] is False and "heldByGone" not in out
+    assert "organization" not in out["queue"] and out["queue"]["total"] == 1
+
+
+def test_a_staff_user_allowed_to_view_jobs_sees_detail(anonymous, runtime_rows):
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Permission
+
+    user = get_user_model().objects.create_user("viewer", password="pw", is_staff=True)
+    user.user_permissions.add(
+        Permission.objects.get(content_type__app_label="jobs", codename="view_job")
+    )
+    anonymous.client.force_login(user)
+    out = anonymous.client.get("/healthz").json()
+    assert out["detail"] is True and out["heldByGone"][0]["jobIds"] == [runtime_rows["job"]]
+
+
+def test_a_child_failing_at_startup_under_runstack_shows_degraded(anonymous, api, settings):
+    """P-3: runstack's supervisor reports a child that fails at startup the same way every
+    time; /healthz shows it degraded, the cause for operators only."""
+    import sys
+    from pathlib import Path
+
+    from receipt_site import supervision
+    from tests.conftest import wait_for
+
+    cause = "OSError: [Errno 98] address already in use"
+    child = supervision.Child("codex", [sys.executable, "-c", f"import sys; sys.exit({cause!r})"])
+    status = Path(settings.DATA_DIR) / supervision.STATUS_FILE
+    supervisor = supervision.Supervisor([child], status_path=status, stop_grace_s=5)
+    now = 0.0
+    supervisor.start_all(now)
+    try:
+        assert anonymous.client.get("/healthz").json()["degraded"] is False
+        for _ in range(supervision.FAILING_AFTER):
+            wait_for(lambda: child.process is not None and child.process.poll() is not None)
+            now += 0.5
+            supervisor.step(now)  # sees the exit
+            now += child.backoff_s or 0
+            supervisor.step(now)  # restarts it
+        open_answer = anonymous.client.get("/healthz").json()
+        assert open_answer["degraded"] is True
+        assert open_answer["warnings"] == [
+            "the codex process fails at startup every time; the runstack output names the cause"
+        ]
+        detailed = api.client.get("/healthz", **api.headers()).json()
+        assert detailed["warnings"] == [f"codex fails at startup every time: {cause}"]
+    finally:
+        supervisor.stop_all()
+    assert anonymous.client.get("/healthz").json()["degraded"] is False
