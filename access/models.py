@@ -28,6 +28,13 @@ class ApiToken(models.Model):
 
     class Meta:
         db_table = "access_api_token"
+        # Granted to staff users in the admin; see access.principals.SCOPE_PERMISSIONS.
+        permissions = [
+            (
+                "enqueue_for_any_organization",
+                "Can enqueue jobs for any organization through the API with a staff session",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"

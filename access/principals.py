@@ -109,14 +109,39 @@ def _read_token(secret: str, digest: str) -> _Cached:
     return cached
 
 
+# The Django permissions that grant each API scope to a staff session (docs/api.md). A
+# scope needs every permission listed. Creating work in an organization's name is more
+# than the admin ever lets an operator do, so `jobs:write` also needs the explicit grant
+# below. A superuser holds every scope, including those listed nowhere here: a scope this
+# table does not name (`factory:commands`) is for superusers only.
+SCOPE_PERMISSIONS: dict[str, tuple[str, ...]] = {
+    "jobs:read": ("jobs.view_job",),
+    "jobs:write": ("jobs.add_job", "access.enqueue_for_any_organization"),
+    "jobs:control": ("jobs.change_job",),
+    "objectives:read": ("objectives.view_objectivesummary",),
+}
+
+
+def session_scopes(user) -> frozenset[str]:
+    """The API scopes a staff user's permissions grant (read per request: a permission
+    taken away in the admin counts from the next request on)."""
+    if user.is_superuser:
+        return frozenset(tokens.SCOPES)
+    granted = user.get_all_permissions()
+    return frozenset(
+        scope for scope, needs in SCOPE_PERMISSIONS.items() if granted.issuperset(needs)
+    )
+
+
 def principal_for_user(user) -> Principal | None:
-    """Staff sessions act as operators: every scope, every organization (U-7)."""
+    """A staff session acts as its operator: with the scopes its permissions grant, for
+    every organization, as the admin does (docs/decisions.md, HTTP API)."""
     if user is None or not user.is_authenticated or not user.is_active or not user.is_staff:
         return None
     return Principal(
         name=user.get_username(),
         organization_id=None,
-        scopes=frozenset(tokens.SCOPES),
+        scopes=session_scopes(user),
         via="session",
     )
 
