@@ -52,7 +52,7 @@ def get(client: Client, path: str) -> tuple[int, object]:
 
 
 @pytest.fixture
-def other_org_job(api) -> str:
+def other_org_job(api) -> str:  # noqa: F811 (the api fixture)
     """A queued job of org-2, enqueued with an unbound token."""
     return api.enqueue(body={"payload": payload(org="org-2")})["job"]["id"]
 
