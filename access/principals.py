@@ -16,11 +16,22 @@ cached: they are looked up on every request, as before.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from importlib import import_module
 
+from django.conf import settings
+from django.contrib.auth import (
+    BACKEND_SESSION_KEY,
+    HASH_SESSION_KEY,
+    SESSION_KEY,
+    get_user_model,
+    load_backend,
+)
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.crypto import constant_time_compare
 
 from access import tokens
 from access.models import ApiToken
@@ -73,6 +84,11 @@ _tokens: dict[str, _Cached] = {}  # digest -> a valid token's principal (this pr
 def forget_tokens() -> None:
     """Empty this process's token cache (an ApiToken was saved or deleted)."""
     _tokens.clear()
+
+
+def forget_token(digest: str) -> None:
+    """Drop one token from this process's cache (a re-check found it changed)."""
+    _tokens.pop(digest, None)
 
 
 def principal_for_token(secret: str) -> Principal:
@@ -155,3 +171,45 @@ def principal_for_request(request: HttpRequest) -> Principal | None:
     if secret is not None:
         return principal_for_token(secret)
     return principal_for_user(getattr(request, "user", None))
+
+
+# ---- re-checks of open live responses (issue 31) -----------------------------------------
+# A stream or long poll authenticates once, then stays open for minutes. These read the
+# credential again, past the token cache, so a revocation ends it within a second or so
+# (jobs.live.credentials). Reads only: nothing here writes a session or a token.
+
+
+def valid_tokens(digests: Iterable[str]) -> dict[str, Principal]:
+    """The principals of the still-valid tokens among `digests`, in one query."""
+    rows = ApiToken.objects.filter(digest__in=list(digests), revoked_at__isnull=True)
+    return {
+        digest: Principal(
+            name=f"token:{name}",
+            organization_id=organization_id,
+            scopes=frozenset(scopes or []),
+            via="token",
+        )
+        for digest, name, organization_id, scopes in rows.values_list(
+            "digest", "name", "organization_id", "scopes"
+        )
+    }
+
+
+def session_principal(session_key: str) -> Principal | None:
+    """What the session with this key is now: None once it has ended (logout, expiry, a
+    changed password) or its user is no longer active staff. Like
+    `django.contrib.auth.get_user`, without its writes (it may flush or re-key a session)."""
+    if not session_key:
+        return None
+    store = import_module(settings.SESSION_ENGINE).SessionStore(session_key)
+    user_id, backend_path = store.get(SESSION_KEY), store.get(BACKEND_SESSION_KEY)
+    if user_id is None or backend_path not in settings.AUTHENTICATION_BACKENDS:
+        return None
+    user = load_backend(backend_path).get_user(get_user_model()._meta.pk.to_python(user_id))
+    if user is None:
+        return None
+    session_hash = store.get(HASH_SESSION_KEY) or ""
+    hashes = [user.get_session_auth_hash(), *user.get_session_auth_fallback_hash()]
+    if not session_hash or not any(constant_time_compare(session_hash, h) for h in hashes):
+        return None
+    return principal_for_user(user)
