@@ -52,7 +52,7 @@ class ApiToken(models.Model):
         secret = tokens.new_secret()
         token = cls.objects.create(
             name=name,
-            prefix=secret[:12],
+            prefix=secret[: tokens.PUBLIC_PREFIX],
             digest=tokens.digest(secret),
             organization_id=organization_id or None,
             scopes=tokens.parse_scopes(scopes),

@@ -33,12 +33,13 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.crypto import constant_time_compare
 
-from access import tokens
+from access import failures, tokens
 from access.models import ApiToken
 
 LAST_USED_RESOLUTION = timedelta(minutes=1)  # avoid a write per request
 TOKEN_CACHE_S = 2.0  # the longest a revoked token still works in another process
 TOKEN_CACHE_MAX = 1024  # entries; the cache is emptied when full
+MAX_SECRET = 200  # longer is no token of ours: refused before hashing
 clock = time.monotonic  # the cache's clock (tests move it)
 
 
@@ -57,7 +58,20 @@ class Principal:
 
 
 class BadCredentials(Exception):
-    """Credentials were presented but are not valid (unknown, revoked, malformed)."""
+    """Credentials were presented but are not valid. `reason` is one of
+    `failures.REASONS`; `prefix` and `name` identify the token where that is safe."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str = "malformed",
+        detail: str = "",
+        prefix: str | None = None,
+        name: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.reason, self.detail, self.prefix, self.name = reason, detail or message, prefix, name
 
 
 def bearer_secret(request: HttpRequest) -> str | None:
@@ -66,7 +80,7 @@ def bearer_secret(request: HttpRequest) -> str | None:
         return None
     scheme, _, secret = header.partition(" ")
     if scheme.lower() != "bearer" or not secret.strip():
-        raise BadCredentials("Authorization must be 'Bearer <token>'")
+        raise BadCredentials("Authorization must be 'Bearer <token>'", detail="not a Bearer header")
     return secret.strip()
 
 
@@ -92,8 +106,10 @@ def forget_token(digest: str) -> None:
 
 
 def principal_for_token(secret: str) -> Principal:
-    if not secret.startswith(tokens.TOKEN_PREFIX) or len(secret) > 200:
-        raise BadCredentials("unknown or revoked token")
+    if not secret.startswith(tokens.TOKEN_PREFIX):
+        raise BadCredentials("unknown or revoked token", detail="not a Receipt token")
+    if len(secret) > MAX_SECRET:
+        raise BadCredentials("unknown or revoked token", detail="longer than any token")
     digest = tokens.digest(secret)
     cached = _tokens.get(digest)
     if cached is None or clock() - cached.read_at > TOKEN_CACHE_S:
@@ -107,12 +123,28 @@ def principal_for_token(secret: str) -> Principal:
 
 def _read_token(secret: str, digest: str) -> _Cached:
     read_at = clock()
-    token = ApiToken.objects.filter(digest=digest, revoked_at__isnull=True).first()
+    # Revoked rows too, to tell a revoked token (worth an alert: a client still uses it)
+    # from an unknown one; the same single index lookup.
+    token = ApiToken.objects.filter(digest=digest).first()
     # The digest lookup is an exact index match on a sha256 of a 256-bit secret; the
     # constant-time compare below guards the final equality check all the same (Q-1).
     if token is None or not tokens.matches(secret, token.digest):
         _tokens.pop(digest, None)
-        raise BadCredentials("unknown or revoked token")
+        raise BadCredentials(
+            "unknown or revoked token",
+            reason="unknown",
+            detail="no such token",
+            prefix=secret[: tokens.PUBLIC_PREFIX],
+        )
+    if token.revoked_at is not None:
+        _tokens.pop(digest, None)
+        raise BadCredentials(
+            "unknown or revoked token",
+            reason="revoked",
+            detail=f"revoked at {token.revoked_at.isoformat()}",
+            prefix=token.prefix,
+            name=token.name,
+        )
     principal = Principal(
         name=f"token:{token.name}",
         organization_id=token.organization_id,
@@ -167,9 +199,13 @@ def principal_for_request(request: HttpRequest) -> Principal | None:
 
     Raises BadCredentials when a token was presented but is not valid.
     """
-    secret = bearer_secret(request)
-    if secret is not None:
-        return principal_for_token(secret)
+    try:
+        secret = bearer_secret(request)
+        if secret is not None:
+            return principal_for_token(secret)
+    except BadCredentials as error:
+        failures.report(request, error.reason, error.detail, prefix=error.prefix, name=error.name)
+        raise
     return principal_for_user(getattr(request, "user", None))
 
 
