@@ -11,7 +11,8 @@ Nothing is throttled: tokens carry 256 random bits, so guessing is hopeless anyw
 limit per address would lock out every honest client behind the same proxy or NAT. The
 log is bounded instead: at most `FAILURE_LOG_BUDGET` lines per address and reason per
 `FAILURE_LOG_WINDOW_S`; the next line after a window says how many were not logged. The
-counter counts every one.
+counter counts every one. Django's own bare `Unauthorized` line for such a request is
+dropped (`not_reported_here`), or a flood would still write a line per request.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ FAILURE_LOG_BUDGET = 10
 FAILURE_LOG_WINDOW_S = 10.0
 MAX_TRACKED = 4096  # (address, reason) pairs; forgotten all at once past it
 MAX_FORWARDED = 200
+REPORTED = "receipt_auth_failure_reported"  # set on a request reported here
 clock = time.monotonic  # the log budget's clock (tests move it)
 observers: list[Callable[[str], None]] = []
 
@@ -72,6 +74,12 @@ def _take(address: str, reason: str) -> int | None:
         return None
 
 
+def not_reported_here(record: logging.LogRecord) -> bool:
+    """A filter for Django's `django.request` logger: drop its bare `Unauthorized` line
+    for a refusal already reported here (with the details, and within the budget)."""
+    return not getattr(getattr(record, "request", None), REPORTED, False)
+
+
 def report(
     request: HttpRequest,
     reason: str,
@@ -86,6 +94,7 @@ def report(
             observer(reason)
         except Exception:  # counting must never change the answer
             logger.debug("auth failure observer failed", exc_info=True)
+    setattr(request, REPORTED, True)
     address = str(request.META.get("REMOTE_ADDR") or "unknown")
     skipped = _take(address, reason)
     if skipped is None:
