@@ -159,9 +159,10 @@ def _read_token(secret: str, digest: str) -> _Cached:
 
 # The Django permissions that grant each API scope to a staff session (docs/api.md). A
 # scope needs every permission listed. Creating work in an organization's name is more
-# than the admin ever lets an operator do, so `jobs:write` also needs the explicit grant
-# below. A superuser holds every scope, including those listed nowhere here: a scope this
-# table does not name (`factory:commands`) is for superusers only.
+# than the admin ever lets an operator do, so `jobs:write` also needs the explicit
+# `access.enqueue_for_any_organization`. A superuser holds every scope, including those
+# listed nowhere here: a scope this table does not name (`factory:commands`) is for
+# superusers only.
 SCOPE_PERMISSIONS: dict[str, tuple[str, ...]] = {
     "jobs:read": ("jobs.view_job",),
     "jobs:write": ("jobs.add_job", "access.enqueue_for_any_organization"),
