@@ -1,3 +1,5 @@
+import logging
+
 from django.apps import AppConfig
 from django.db.models.signals import post_delete, post_save
 
@@ -8,7 +10,13 @@ class AccessConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from access import failures
         from access.models import ApiToken
+
+        # A refused token is logged once, by access.failures, with what to alert on.
+        request_log = logging.getLogger("django.request")
+        if failures.not_reported_here not in request_log.filters:
+            request_log.addFilter(failures.not_reported_here)
 
         # A revoked, re-scoped or deleted token stops working in this process at once;
         # other processes reread it within principals.TOKEN_CACHE_S (T-2).

@@ -28,6 +28,13 @@ class ApiToken(models.Model):
 
     class Meta:
         db_table = "access_api_token"
+        # Granted to staff users in the admin; see access.principals.SCOPE_PERMISSIONS.
+        permissions = [
+            (
+                "enqueue_for_any_organization",
+                "Can enqueue jobs for any organization through the API with a staff session",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.prefix}…)"
@@ -45,7 +52,7 @@ class ApiToken(models.Model):
         secret = tokens.new_secret()
         token = cls.objects.create(
             name=name,
-            prefix=secret[:12],
+            prefix=secret[: tokens.PUBLIC_PREFIX],
             digest=tokens.digest(secret),
             organization_id=organization_id or None,
             scopes=tokens.parse_scopes(scopes),

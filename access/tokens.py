@@ -12,6 +12,7 @@ import secrets
 
 SCOPES = ("jobs:write", "jobs:read", "jobs:control", "objectives:read")
 TOKEN_PREFIX = "rcpt_"
+PUBLIC_PREFIX = 12  # leading characters kept as ApiToken.prefix: shown in the admin and logs
 
 
 def new_secret() -> str:

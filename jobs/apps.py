@@ -7,12 +7,15 @@ class JobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from jobs import projector, queue, retention
+        from access import failures
+        from jobs import metrics, projector, queue, retention
         from jobs.runtime import counters, dispatch, loops, redelivery
         from receipts import retention as receipt_retention
         from receipts import store
 
         projector.register()
+        if metrics.count_auth_failure not in failures.observers:
+            failures.observers.append(metrics.count_auth_failure)  # /metrics, issue 31
         if counters.observe_append not in store.append_observers:
             store.append_observers.append(counters.observe_append)  # /metrics append latency
         receipt_retention.pruners["jobs"] = retention.prune  # `receipts prune`

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from django.db.models import Sum
 from django.http import HttpRequest, HttpResponse
 
+from access import failures
 from access.principals import BadCredentials, principal_for_request
 from jobs import callback_records, counts
 from jobs.api.errors import error_response
@@ -30,6 +31,7 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 HOUR_MS = 3_600_000
 ACTIVE_ORDER = tuple(s for s in STATUSES if s in ACTIVE_STATUSES)
 TERMINAL_ORDER = tuple(s for s in STATUSES if s in TERMINAL_STATUSES)
+AUTH_FAILURES = "receipt_auth_failures_total"  # refused credentials by reason (issue 31)
 
 
 def _escape(value: object) -> str:
@@ -128,6 +130,11 @@ def render(now_ms: int, *, organization_id: str | None = None) -> str:
         by_name.setdefault(_family_of(row["name"]), []).append(
             (f"{row['name']}{{{row['labels']}}}" if row["labels"] else row["name"], row["total"])
         )
+    auth = by_name.setdefault(AUTH_FAILURES, [])
+    for reason in failures.REASONS:  # every reason from the start: rate() needs a series
+        key = f'{AUTH_FAILURES}{{reason="{reason}"}}'
+        if all(existing != key for existing, _ in auth):
+            auth.append((key, 0.0))
     for name, series in by_name.items():
         if name in counters.HISTOGRAMS:
             lines = [f"{key} {total:g}" for key, total in sorted(series, key=_histogram_order)]
@@ -189,6 +196,12 @@ def _histogram_order(entry: tuple[str, float]) -> tuple[str, int, float]:
     return rest, 1 if "_sum" in key else 2, 0.0
 
 
+def count_auth_failure(reason: str) -> None:
+    """access.failures' observer: one refused credential, by reason (issue 31)."""
+    counters.incr(AUTH_FAILURES, reason=reason)
+    counters.flush()  # at most every few seconds: an API process may never enqueue
+
+
 def metrics(request: HttpRequest) -> HttpResponse:
     try:
         principal = principal_for_request(request)
@@ -199,5 +212,6 @@ def metrics(request: HttpRequest) -> HttpResponse:
         return error_response("not_authenticated", detail, 401, {"WWW-Authenticate": "Bearer"})
     if not principal.has_scope("jobs:read"):
         return error_response("missing_scope", "this token lacks the jobs:read scope", 403)
+    counters.flush(force=True)  # this process's own counts, current to the scrape
     text = render(wall_clock_ms(), organization_id=principal.organization_id)
     return HttpResponse(text, content_type=CONTENT_TYPE)

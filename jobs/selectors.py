@@ -185,7 +185,9 @@ def visible_job_or_404(principal: Principal, job_id: str) -> JobState:
     try:
         validate_job_id(job_id)
     except (ValueError, TypeError):
-        raise JobNotFound(str(job_id)[:200]) from None
+        text = str(job_id)  # echoed clipped: an error never carries a huge id whole
+        clipped = text if len(text) <= 40 else f"{text[:40]}… ({len(text)} characters)"
+        raise JobNotFound(clipped) from None
     job = load_state(job_id)
     if job is None or not principal.may_see(job.organization_id):
         raise JobNotFound(job_id)

@@ -1,5 +1,9 @@
 """Query parameters every list shares: one `limit` rule and no repeated parameter.
 
+Every endpoint refuses a query parameter it does not read with 400 `unknown_parameter`
+naming the ones it takes, so a typo (`?stauts=failed`) or a parameter of another list
+(`?cursor=` on a list without pages) is never silently ignored.
+
 The rule is the same on `GET /jobs`, `/jobs/<id>/receipts` and the objectives lists (and
 `manage.py jobs list`): a limit is an integer from 1 to the list's maximum, absent or
 empty means the default, anything else is 400 `invalid_limit` naming the range. A
@@ -19,6 +23,8 @@ from jobs.errors import InvalidRequest
 class MultiValued(Protocol):
     def getlist(self, key: str) -> list[Any]: ...
 
+    def keys(self) -> Iterable[str]: ...
+
 
 def check_single(query: MultiValued, names: Iterable[str]) -> None:
     """400 `repeated_parameter` when any of `names` is given more than once."""
@@ -27,6 +33,26 @@ def check_single(query: MultiValued, names: Iterable[str]) -> None:
             raise InvalidRequest(
                 "repeated_parameter", f"{name} is given more than once; give it at most once"
             )
+
+
+def shown(raw: object, limit: int = 40) -> str:
+    """A client's value quoted for an error message, clipped past `limit` characters with
+    its length: an error never echoes a 5,000-character value whole."""
+    text = str(raw)
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}… ({len(text)} characters)"
+
+
+def check_known(query: MultiValued, names: Iterable[str]) -> None:
+    """400 `unknown_parameter` when the query has a parameter not in `names`."""
+    taken = list(names)
+    unknown = sorted(set(query.keys()) - set(taken))
+    if unknown:
+        takes = f"it takes {', '.join(taken)}" if taken else "it takes none"
+        raise InvalidRequest(
+            "unknown_parameter", f"{shown(unknown[0])} is not a parameter of this endpoint; {takes}"
+        )
 
 
 def parse_limit(raw: Any, *, default: int, maximum: int) -> int:
@@ -39,7 +65,7 @@ def parse_limit(raw: Any, *, default: int, maximum: int) -> int:
         value = None
     if isinstance(raw, bool) or value is None or not 1 <= value <= maximum:
         raise InvalidRequest(
-            "invalid_limit", f"limit must be an integer from 1 to {maximum}; got {str(raw)[:40]!r}"
+            "invalid_limit", f"limit must be an integer from 1 to {maximum}; got {shown(raw)}"
         )
     return value
 

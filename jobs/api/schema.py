@@ -38,7 +38,8 @@ _ERROR_TEXT = {
 
 LIST_BAD_REQUEST = (
     "Bad query parameter: a filter outside its allowed values (invalid_filter, "
-    "the detail lists them), invalid_limit, invalid_cursor, repeated_parameter."
+    "the detail lists them), invalid_limit, invalid_cursor, repeated_parameter, "
+    "unknown_parameter."
 )
 COMMAND_BAD_REQUEST = (
     "Bad body (malformed_json, body_not_object, invalid_payload, invalid_by, "

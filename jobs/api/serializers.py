@@ -13,6 +13,7 @@ from typing import Any
 import django_filters
 from rest_framework import serializers
 
+from jobs.api import parameters
 from jobs.core.callbacks import EVENTS as CALLBACK_EVENTS
 from jobs.core.callbacks import STATES as CALLBACK_STATES
 from jobs.core.contracts import KINDS, WORKER_GROUPS, all_kinds
@@ -318,13 +319,13 @@ class JobFilter(django_filters.FilterSet):
         CLI's `--status` for `status`)."""
         if not self.is_valid():
             name, messages = next(iter(self.form.errors.items()))
-            given = self.data.get(name)
+            given = parameters.shown(self.data.get(name))
             shown = (labels or {}).get(name, name)
             allowed = self.allowed(name)
             text = (
-                f"{shown}={given!r} is not one of: {', '.join(allowed)}"
+                f"{shown}={given} is not one of: {', '.join(allowed)}"
                 if allowed
-                else f"{shown}={given!r}: {' '.join(messages)}"
+                else f"{shown}={given}: {' '.join(messages)}"
             )
             raise InvalidRequest("invalid_filter", text)
         return {name: value for name, value in self.form.cleaned_data.items() if value}

@@ -46,6 +46,7 @@ from jobs.core.contracts import contracts_table
 from jobs.core.vocabulary import (
     MAX_MAX_ATTEMPTS,
     MIN_MAX_ATTEMPTS,
+    is_job_id,
     job_stream,
     validate_job_id,
 )
@@ -253,12 +254,14 @@ def enqueue_json(result: queue.EnqueueResult, warnings: list[str]) -> dict[str, 
 class ApiView(APIView):
     # No docstring: drf-spectacular would show it as every operation's description.
     # `required_scope` is the scope the view needs (access.permissions.HasScope);
-    # `query_parameters` are the parameters it reads, each allowed once.
+    # `query_parameters` are the parameters it reads, each allowed once; any other is
+    # refused (400 unknown_parameter).
     required_scope: str | None = None
     query_parameters: tuple[str, ...] = ()
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
         super().initial(request, *args, **kwargs)  # credentials and scope come first
+        parameters.check_known(request.query_params, self.query_parameters)
         parameters.check_single(request.query_params, self.query_parameters)
 
     def limit(self, default: int, maximum: int) -> int:
@@ -416,6 +419,8 @@ class JobDetailView(ApiView):
         try:
             job = selectors.visible_job_or_404(principal, job_id)
         except JobNotFound:
+            if not is_job_id(job_id):
+                raise  # no tombstone can have that id: no query
             tombstone = retention.pruned(job_id, may_see=principal.may_see)
             if tombstone is None:
                 raise
@@ -494,7 +499,7 @@ class JobReceiptsView(ApiView):
                 400,
                 404,
                 bad_request="Bad query parameter (invalid_after, "
-                "invalid_limit, repeated_parameter).",
+                "invalid_limit, repeated_parameter, unknown_parameter).",
             ),
         },
     )
@@ -535,7 +540,10 @@ class JobStateView(ApiView):
         responses={
             200: OpenApiResponse(JobAtSerializer, description="the job after `at` receipts"),
             **schema.errors(
-                400, 404, bad_request="Bad query parameter (invalid_at, repeated_parameter)."
+                400,
+                404,
+                bad_request="Bad query parameter (invalid_at, repeated_parameter, "
+                "unknown_parameter).",
             ),
         },
     )

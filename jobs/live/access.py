@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from django.http import HttpRequest, JsonResponse
 
-from access.principals import BadCredentials, Principal, principal_for_request
+from access import tokens
+from access.principals import BadCredentials, Principal, bearer_secret, principal_for_request
 from jobs import selectors
 from jobs.api.errors import error_response
 from jobs.core.state import JobState
 from jobs.errors import JobNotFound
+from jobs.live import credentials
 from receipts.live import db
 
 READ_SCOPE = "jobs:read"
@@ -57,3 +59,19 @@ async def visible_job(request: HttpRequest, job_id: str) -> tuple[Principal, Job
     except JobNotFound as error:
         raise refuse(error.code, str(error), error.status) from None
     return who, job
+
+
+def hold(request: HttpRequest, who: Principal, scope: str = READ_SCOPE) -> credentials.Hold:
+    """The credential `who` was authenticated with, re-checked while the response is open
+    (`credentials.watch` it, and `release` it when the response ends)."""
+    if who.via == "token":
+        secret = bearer_secret(request) or ""
+        return credentials.Hold("token", tokens.digest(secret), scope, who.organization_id)
+    session = getattr(request, "session", None)
+    key = getattr(session, "session_key", None) or ""
+    return credentials.Hold("session", key, scope, who.organization_id)
+
+
+def lost(held: credentials.Hold) -> Refused:
+    code, detail, status = held.lost or ("invalid_token", "unknown or revoked token", 401)
+    return refuse(code, detail, status, CHALLENGE if status == 401 else None)

@@ -8,7 +8,7 @@ import time
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
-from jobs.live import access, checks, snapshots
+from jobs.live import access, checks, credentials, snapshots
 from jobs.live.access import Refused, refuse
 from jobs.presenters import job_json
 from receipts.live.follower import Filter, Follower
@@ -37,17 +37,20 @@ async def wait_job(request: HttpRequest, job_id: str) -> HttpResponse:
         checks.allow(request, "GET")
         checks.single(request, "timeoutMs")
         timeout_ms = _timeout_ms(request)
-        _, job = await access.visible_job(request, job_id)
+        who, job = await access.visible_job(request, job_id)
         live = await checks.running_feed() if timeout_ms and not job.is_terminal else None
     except Refused as refused:
         return refused.response
     if live is not None:
         deadline = time.monotonic() + timeout_ms / 1000
         follower = Follower(live, cursor=live.horizon, filter=Filter(stream=job.stream))
+        held = access.hold(request, who)
+        held.wake = follower.interrupt
+        credentials.watch(held)  # a revocation answers the poll at once, with the error
         # read after the cursor was taken: nothing slips between the two
         try:
             job = await snapshots.job(job_id, since=follower.polled_at) or job
-            while not job.is_terminal:
+            while not job.is_terminal and not held.lost:
                 receipts, invalidations = await follower.poll()
                 if receipts or invalidations:
                     job = await snapshots.job(job_id, since=follower.polled_at) or job
@@ -57,7 +60,10 @@ async def wait_job(request: HttpRequest, job_id: str) -> HttpResponse:
                     break
                 await follower.wait(remaining)
         finally:
+            credentials.release(held)
             follower.close()
+        if held.lost:
+            return access.lost(held).response
     response = JsonResponse({"ok": True, "job": job_json(job)})
     response["Deprecation"] = "true"
     response["Link"] = f'</jobs/{job_id}/events>; rel="successor-version"'

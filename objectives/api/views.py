@@ -31,7 +31,7 @@ OBJECTIVE_ID = schema.path_parameter("objective_id", "the objective id")
 
 def _errors(*statuses: int) -> dict[int, OpenApiResponse]:
     text = {
-        400: "Bad query parameter (invalid_limit, repeated_parameter).",
+        400: "Bad query parameter (invalid_limit, repeated_parameter, unknown_parameter).",
         401: "No or bad credentials (not_authenticated, invalid_token).",
         403: "Missing the objectives:read scope (missing_scope).",
         404: "No such objective, or one of another organization (objective_not_found).",

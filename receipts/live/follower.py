@@ -119,6 +119,11 @@ class Follower:
             signal.discard(waiter)
             self._waiter = None
 
+    def interrupt(self) -> None:
+        """End a pending `wait` now (it returns True); the caller re-checks why."""
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(True)
+
     def _expire(self) -> None:
         self._timer = None
         if self._waiter is not None and not self._waiter.done():

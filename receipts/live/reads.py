@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from django.db.models.fields.json import KT
+from django.db.models.lookups import Exact
 
 from receipts.models import Receipt as ReceiptRow
 
@@ -40,7 +41,10 @@ def entries_between(
         rows = rows.filter(stream__startswith=prefix)
     rows = rows.annotate(org=KT("context__organizationId"))
     if org is not None:
-        rows = rows.filter(org=org)
+        # A plain text comparison of `->>`'s text. `filter(org=org)` would use the JSON
+        # key lookup, which on SQLite reads the right-hand side as JSON: `org-1` is not
+        # JSON, and the query failed with "malformed JSON".
+        rows = rows.filter(Exact(KT("context__organizationId"), org))
     rows = rows.order_by("-seq" if newest else "seq")
     found = [Entry(*row) for row in rows.values_list("seq", "stream", "event_type", "org")[:limit]]
     return found[::-1] if newest else found

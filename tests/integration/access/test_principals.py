@@ -5,6 +5,7 @@ from unittest import mock
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.test import RequestFactory
 from django.utils import timezone
 
@@ -50,10 +51,11 @@ def test_revoked_token_is_refused():
 def test_staff_session_is_an_operator_and_plain_users_are_nobody():
     users = get_user_model()
     staff = users.objects.create_user("op", password="x", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="change_job"))
     plain = users.objects.create_user("joe", password="x")
     operator = principal_for_request(request_with(user=staff))
     assert operator.name == "op" and operator.organization_id is None
-    assert operator.has_scope("jobs:control")
+    assert operator.has_scope("jobs:control") and not operator.has_scope("jobs:read")
     assert principal_for_request(request_with(user=plain)) is None
     assert principal_for_request(request_with()) is None
 

@@ -7,6 +7,7 @@ import re
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.test import Client, RequestFactory
 from django.utils import timezone
 
@@ -107,6 +108,8 @@ def test_missing_scope_wins_over_a_missing_job(api_for):
 @pytest.fixture
 def staff_client():
     user = get_user_model().objects.create_user("op", password="pw", is_staff=True)
+    grants = ("view_job", "add_job", "change_job", "enqueue_for_any_organization")
+    user.user_permissions.add(*Permission.objects.filter(codename__in=grants))
     client = Client(enforce_csrf_checks=True)
     client.force_login(user)
     return client

@@ -132,7 +132,10 @@ def test_a_long_hint_is_clipped_so_the_receipt_by_stays_in_bounds(api):
     from jobs.queue import MAX_BY
 
     job_id = api.enqueue()["job"]["id"]
+    from django.contrib.auth.models import Permission
+
     user = get_user_model().objects.create_user("o" * 150, password="pw", is_staff=True)
+    user.user_permissions.add(Permission.objects.get(codename="change_job"))
     client = Client()  # the test client marks requests as CSRF-checked
     client.force_login(user)
     response = client.post(

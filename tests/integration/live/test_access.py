@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.test import Client
 
 from tests.integration.live.conftest import enqueue, token
@@ -83,6 +84,7 @@ def test_a_bad_last_event_id_is_400_and_other_methods_405(server, http, reader):
 def test_a_staff_session_may_follow_a_job(server, http):
     """The admin job page follows its job with the operator's session cookie (U-2)."""
     staff = get_user_model().objects.create_user("operator", password="x", is_staff=True)
+    staff.user_permissions.add(Permission.objects.get(codename="view_job"))
     browser = Client()
     browser.force_login(staff)
     job = enqueue(org="org-9")
@@ -91,3 +93,16 @@ def test_a_staff_session_may_follow_a_job(server, http):
     ) as sse:
         assert sse.response.status_code == 200
         assert sse.next().data == "init"
+
+
+def test_a_staff_session_without_view_job_may_not_follow(server, http):
+    """The API grants a session what the admin does: no view_job, no jobs:read."""
+    staff = get_user_model().objects.create_user("nobody", password="x", is_staff=True)
+    browser = Client()
+    browser.force_login(staff)
+    job = enqueue(org="org-9")
+    cookie = f"sessionid={browser.cookies['sessionid'].value}"
+    for path in PATHS:
+        assert_error(
+            get(server, http, path.format(job=job.job_id), Cookie=cookie), 403, "missing_scope"
+        )
