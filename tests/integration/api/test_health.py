@@ -278,6 +278,17 @@ def test_a_staff_user_allowed_to_view_jobs_sees_detail(anonymous, runtime_rows):
     assert out["detail"] is True and out["heldByGone"][0]["jobIds"] == [runtime_rows["job"]]
 
 
+def test_a_staff_user_without_view_job_gets_the_open_answer(anonymous, runtime_rows):
+    """Q-1: a staff session is an operator's only as far as its permissions go."""
+    from django.contrib.auth import get_user_model
+
+    user = get_user_model().objects.create_user("bare-staff", password="pw", is_staff=True)
+    anonymous.client.force_login(user)
+    out = anonymous.client.get("/healthz").json()
+    assert out["detail"] is False and "heldByGone" not in out and "loops" not in out
+    assert runtime_rows["job"] not in str(out)
+
+
 def test_a_child_failing_at_startup_under_runstack_shows_degraded(anonymous, api, settings):
     """P-3: runstack's supervisor reports a child that fails at startup the same way every
     time; /healthz shows it degraded, the cause for operators only."""
