@@ -2,10 +2,13 @@
 
 RECEIPT_FACTORY_EXECUTOR names a callable `executor(request, ctx) -> dict` (dotted path);
 the default `LocalExecutor` runs the task's `command` with `/bin/sh -c` in the objective's
-workspace `RECEIPT_DATA_DIR/workspaces/<objectiveId>`, or, for a prompt-only task,
+workspace `<RECEIPT_WORKSPACE_DIR>/<objectiveId>`, or, for a prompt-only task,
 RECEIPT_FACTORY_AGENT_COMMAND in a task packet directory (objective.json, task.json,
-prompt.md, output/) with the prompt on stdin. Full stdout/stderr are kept under
-`artifacts/<taskId>/<jobId>/`; tails reach `job.progress` at most once a second.
+prompt.md, output/) with the prompt on stdin, either in the sandbox (Q-5,
+`jobs.runtime.sandbox`) with the network only if the objective's policy grants it. Full
+stdout/stderr are kept under `artifacts/<taskId>/<jobId>/`; tails reach `job.progress` at
+most once a second. Artifact paths in the result are relative to the workspace: a result
+names no directory of the server.
 
 The verdict, in order: a timeout fails the pass; a valid `result.json`
 ({outcome: approved|changes_requested|blocked|partial, summary, completion}) decides
@@ -26,6 +29,7 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from jobs.core.state import JobState
+from jobs.runtime import sandbox
 from jobs.runtime.context import HandlerContext
 from objectives import processes, services
 from objectives.core.state import ObjectiveState
@@ -61,6 +65,9 @@ class TaskRequest:
     def artifacts(self) -> Path:
         return self.workspace / "artifacts" / self.task_id / self.job.job_id
 
+    def jail(self, *writable: Path) -> sandbox.Jail:
+        return jail_for(self.objective, *writable)
+
     def env(self) -> dict[str, str]:
         return processes.scrubbed_env(
             {
@@ -69,6 +76,16 @@ class TaskRequest:
                 "RECEIPT_JOB_ID": self.job.job_id,
             }
         )
+
+
+def jail_for(objective: ObjectiveState, *writable: Path) -> sandbox.Jail:
+    """The sandbox of a command of `objective` (Q-5): its workspace, and the network only if
+    its policy grants it."""
+    return sandbox.Jail(
+        workspace=services.workspace(objective.objective_id),
+        network=objective.policy.network,
+        writable=writable,
+    )
 
 
 class Executor(Protocol):
@@ -119,6 +136,7 @@ class LocalExecutor:
         result_path.unlink(missing_ok=True)  # a retried attempt never reads the last one's
         timeout_s = timeout_s_for(request.timeout_ms, ctx)
         fixed = {"taskId": request.task_id, "pass": request.pass_no}
+        jail = request.jail(art, result_path.parent)
         ran = processes.run(
             command,
             cwd=cwd,
@@ -130,6 +148,7 @@ class LocalExecutor:
             stderr_path=art / "stderr.log",
             on_start=lambda pid: ctx.progress({**fixed, "phase": "started", "pid": pid}),
             on_output=progress_reporter(ctx, **fixed),
+            jail=jail,
         )
         if ran.aborted:
             return None
@@ -143,9 +162,11 @@ class LocalExecutor:
             "durationMs": ran.duration_ms,
             "timedOut": ran.timed_out,
             "artifacts": {
-                "stdout": str(art / "stdout.log"),
-                "stderr": str(art / "stderr.log"),
-                "result": str(result_path) if result_path.exists() else None,
+                "stdout": _relative(art / "stdout.log", request.workspace),
+                "stderr": _relative(art / "stderr.log", request.workspace),
+                "result": _relative(result_path, request.workspace)
+                if result_path.exists()
+                else None,
             },
         }
 
@@ -169,6 +190,10 @@ class LocalExecutor:
         )
         (packet / "prompt.md").write_text(request.prompt or "")
         return packet
+
+
+def _relative(path: Path, workspace: Path) -> str:
+    return str(path.relative_to(workspace))
 
 
 def _verdict(ran: processes.ProcessResult, result_path: Path, timeout_s: float) -> dict[str, Any]:

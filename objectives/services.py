@@ -468,7 +468,9 @@ def cancel(
 
 
 def workspace(objective_id: str) -> Path:
-    return Path(settings.DATA_DIR) / "workspaces" / objective_id
+    """The objective's workspace: under RECEIPT_WORKSPACE_DIR, never the data directory
+    (Q-5). Objective ids are path-safe (`vocabulary.is_objective_id`)."""
+    return Path(settings.WORKSPACE_DIR) / objective_id
 
 
 def cleanup(
@@ -486,7 +488,8 @@ def cleanup(
     shutil.rmtree(path, ignore_errors=True)
     return _operator(
         objective_id,
-        lambda s: [{"type": v.WORKSPACE_CLEANED, "by": by, "path": str(path)}],
+        # the path relative to the workspace root: receipts name no server directory
+        lambda s: [{"type": v.WORKSPACE_CLEANED, "by": by, "path": path.name}],
         by=by,
         organization_id=organization_id,
         allow_terminal=True,
