@@ -200,7 +200,7 @@ def test_without_bubblewrap_a_command_task_fails_at_once_naming_both_fixes(facto
     drain()
     job = queue.get(v.task_job_id(oid, "t", 1))
     assert (job.status, job.attempt) == ("failed", 1)  # at once: not retried
-    _names_both_fixes(job.last_error)
+    _names_both_fixes(job.last_error or "")
     assert not (services.workspace(oid) / "ran").exists()
     state = objective(oid)
     assert state.status == "blocked"
