@@ -27,7 +27,7 @@ from django.http import HttpRequest, JsonResponse
 from access.principals import BadCredentials, principal_for_request
 from jobs import counts
 from jobs.core.vocabulary import ACTIVE_STATUSES, STATUSES, TERMINAL_STATUSES
-from jobs.runtime import loops, processes
+from jobs.runtime import loops, processes, sandbox
 from receipt_site.config import redact_url
 from receipts.clock import now_ms
 
@@ -191,16 +191,19 @@ def healthz(request: HttpRequest) -> JsonResponse:
     database = _database()
     runtime = _runtime() if database["ok"] else _no_runtime()
     detail = database["ok"] and _may_see_detail(request)
+    commands = sandbox.status()  # "commands disabled: no sandbox" where it is so
     body: dict[str, Any] = {
         "ok": True,
         "ready": database["ok"],
-        "degraded": not database["ok"] or bool(runtime["public"]),
-        "warnings": runtime["detailed" if detail else "public"],
+        "degraded": not database["ok"] or bool(runtime["public"]) or not commands["enabled"],
+        "warnings": runtime["detailed" if detail else "public"]
+        + ([commands["warning"]] if commands["warning"] else []),
         "uptimeSec": int(time.monotonic() - _STARTED),
         "processRole": settings.RECEIPT.process_role or "api",
         "queue": queue_counts(),
         "runtime": _counts(runtime),
         "database": database if detail else _without_target(database),
+        "commands": {"sandbox": commands["sandbox"], "enabled": commands["enabled"]},
         "detail": detail,
     }
     if detail:

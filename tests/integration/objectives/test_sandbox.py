@@ -9,6 +9,7 @@ Tests that need bubblewrap skip without it, except on CI (CI=true), where they f
 
 from __future__ import annotations
 
+import io
 import os
 import socket
 import threading
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
+from django.core.management import call_command
 
 from jobs import queue
 from jobs.runtime import sandbox
@@ -205,3 +207,30 @@ def test_without_bubblewrap_a_command_task_fails_at_once_naming_both_fixes(facto
     state = objective(oid)
     assert state.status == "blocked"
     assert sandbox.warning() == sandbox.NO_SANDBOX
+
+
+# ---- where the operator sees it: /healthz, the dashboard, scripts/run's output ---------------
+
+
+@pytest.mark.django_db
+def test_health_dashboard_and_setup_say_commands_disabled_without_a_sandbox(
+    client, admin_client, monkeypatch, tmp_path
+):
+    configure(monkeypatch, command_sandbox="bwrap", bwrap_path=str(tmp_path / "no-bwrap"))
+    health = client.get("/healthz").json()
+    assert health["degraded"] is True and sandbox.NO_SANDBOX in health["warnings"]
+    assert health["commands"] == {"sandbox": "bwrap", "enabled": False}
+    from jobs import dashboard
+
+    dashboard.reset_shared()
+    page = admin_client.get("/admin/jobs/job/dashboard/").content.decode()
+    assert sandbox.NO_SANDBOX in page
+    out = io.StringIO()
+    monkeypatch.setattr(settings, "DATA_DIR", tmp_path)
+    call_command("setupdev", stdout=out)
+    assert f"commands:  {sandbox.NO_SANDBOX}" in out.getvalue()
+    _names_both_fixes(out.getvalue())
+    configure(monkeypatch, command_sandbox="host")  # chosen: everything else keeps working
+    health = client.get("/healthz").json()
+    assert health["commands"] == {"sandbox": "host", "enabled": True}
+    assert sandbox.HOST_WARNING in health["warnings"]
