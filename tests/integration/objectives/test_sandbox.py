@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import socket
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -23,6 +26,7 @@ from jobs import queue
 from jobs.runtime import sandbox
 from objectives import processes, services
 from objectives.core import vocabulary as v
+from tests.conftest import subprocess_env, wait_for
 from tests.integration.objectives.conftest import configure, create, drain, objective
 
 BASH = "/usr/bin/bash"
@@ -164,6 +168,73 @@ def _processes_mentioning(marker: str) -> list[int]:
             if marker.encode() in cmdline:
                 found.append(int(name))
     return found
+
+
+# ---- no orphans: the reaper and the pid namespace take the whole sandbox ----------------------
+
+SANDBOXED_WORKER = """
+import os, sys, threading, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "receipt_site.settings")
+import django
+django.setup()
+from jobs.runtime import sandbox
+from objectives import processes
+ws = Path(sys.argv[2])
+threading.Thread(target=processes.run, args=(sys.argv[3],), daemon=True, kwargs=dict(
+    cwd=ws, env=processes.scrubbed_env({}), stdout_path=ws.parent / "o", stderr_path=ws.parent / "e",
+    jail=sandbox.Jail(workspace=ws),
+)).start()
+time.sleep(600)
+"""
+
+
+def _tree(marker: str) -> str:
+    inner = f'sh -c "sleep 300; : {marker}"'
+    return f"echo up > up; {inner} & setsid {inner} & {inner}"
+
+
+def test_an_abort_stops_the_whole_sandbox(jailed, workspace):
+    marker = "abort_5c1e"
+    aborted = threading.Event()
+    threading.Thread(
+        target=lambda: wait_for(lambda: (workspace / "up").exists()) and aborted.set(),
+        daemon=True,
+    ).start()
+    result = processes.run(
+        _tree(marker),
+        cwd=workspace,
+        env=processes.scrubbed_env({}),
+        stdout_path=workspace.parent / "o",
+        stderr_path=workspace.parent / "e",
+        aborted=aborted,
+        timeout_s=60,
+        jail=sandbox.Jail(workspace=workspace),
+    )
+    assert result.aborted
+    assert not _processes_mentioning(marker)
+
+
+def test_a_killed_worker_leaves_no_sandboxed_process(jailed, workspace):
+    marker = "killed_9d2b"
+    root = Path(__file__).resolve().parents[3]
+    worker = subprocess.Popen(
+        [sys.executable, "-c", SANDBOXED_WORKER, str(root), str(workspace), _tree(marker)],
+        env=subprocess_env(RECEIPT_COMMAND_SANDBOX="bwrap"),
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: (workspace / "up").exists(), timeout=30, message="the sandbox to start")
+        assert set(_processes_mentioning(marker)) - {worker.pid}  # the sandbox runs
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)
+        worker.wait()
+    wait_for(
+        lambda: not _processes_mentioning(marker),
+        timeout=10,
+        message="the sandboxed processes to die with their worker",
+    )
 
 
 # ---- through Factory: the default executor, checks, results --------------------------------
