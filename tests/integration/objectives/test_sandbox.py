@@ -198,10 +198,12 @@ def _tree(marker: str) -> str:
 def test_an_abort_stops_the_whole_sandbox(jailed, workspace):
     marker = "abort_5c1e"
     aborted = threading.Event()
-    threading.Thread(
-        target=lambda: wait_for(lambda: (workspace / "up").exists()) and aborted.set(),
-        daemon=True,
-    ).start()
+
+    def abort_once_up() -> None:
+        wait_for(lambda: (workspace / "up").exists(), message="the sandbox to start")
+        aborted.set()
+
+    threading.Thread(target=abort_once_up, daemon=True).start()
     result = processes.run(
         _tree(marker),
         cwd=workspace,
