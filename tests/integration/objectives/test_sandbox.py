@@ -265,6 +265,28 @@ def test_a_task_runs_sandboxed_in_a_workspace_outside_the_data_directory(factory
 
 
 @pytest.mark.django_db(transaction=True)
+def test_the_agent_and_planner_commands_run_sandboxed_too(factory, jailed, monkeypatch):
+    plan = '{"tasks": [{"id": "t", "title": "T", "prompt": "fix it"}]}'
+    configure(
+        monkeypatch,
+        factory_planner_command=f"pwd >&2; test ! -e {settings.DATA_DIR} && echo '{plan}'",
+        factory_agent_command=(
+            "cat > seen.txt; echo >> seen.txt; pwd >> seen.txt; ls task.json >> seen.txt;"
+            ' echo \'{"outcome": "approved", "summary": "agent ran"}\' > output/result.json'
+        ),
+    )
+    oid = create(prompt="plan it")
+    drain()
+    state = objective(oid)
+    assert state.status == "completed", state.blocked_reason
+    run_ = state.task("t").runs[-1]
+    assert run_.summary == "agent ran"
+    packet = services.workspace(oid) / "packets" / "t" / run_.job_id
+    seen = (packet / "seen.txt").read_text().splitlines()
+    assert seen == ["fix it", f"{sandbox.WORKSPACE}/packets/t/{run_.job_id}", "task.json"]
+
+
+@pytest.mark.django_db(transaction=True)
 def test_without_bubblewrap_a_command_task_fails_at_once_naming_both_fixes(factory, monkeypatch):
     configure(monkeypatch, command_sandbox="bwrap", bwrap_path="/nonexistent/bwrap")
     oid = create(
