@@ -1,5 +1,6 @@
 """Q-5 with real runworker processes: a fork bomb and a memory hog in task commands fail
-their jobs in the sandbox, and the codex worker stays healthy and runs the next task."""
+their jobs in the sandbox, and the codex worker stays healthy and runs the next task; a
+codex worker without bubblewrap says so at startup and in /healthz."""
 
 from __future__ import annotations
 
@@ -65,3 +66,11 @@ def test_a_fork_bomb_and_a_memory_hog_fail_their_jobs_and_the_worker_carries_on(
     job = queue.get(v.task_job_id(after, "t", 1))
     assert job.result["stdoutTail"].strip() == "fine"
     assert codex.poll() is None
+
+
+def test_a_codex_worker_without_bubblewrap_says_so_in_health(stack, client):
+    stack.start("codex", RECEIPT_COMMAND_SANDBOX="bwrap", RECEIPT_BWRAP_PATH="/nonexistent/bwrap")
+    health = client.get("/healthz").json()
+    assert health["degraded"] is True
+    assert "a worker-codex process: commands disabled: no sandbox" in health["warnings"]
+    assert "commands disabled: no sandbox" in stack.log("codex-1")  # its startup log
