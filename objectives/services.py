@@ -473,6 +473,12 @@ def workspace(objective_id: str) -> Path:
     return Path(settings.WORKSPACE_DIR) / objective_id
 
 
+def logs(objective_id: str) -> Path:
+    """The objective's command output (stdout/stderr), kept by the worker beside the
+    workspaces and out of the commands' reach: the worker writes there."""
+    return Path(settings.WORKSPACE_DIR) / ".logs" / objective_id
+
+
 def cleanup(
     objective_id: str, *, by: str | None, organization_id: str | None = None
 ) -> ObjectiveState:
@@ -485,7 +491,8 @@ def cleanup(
             status=409,
         )
     path = workspace(objective_id)
-    shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(path, ignore_errors=True)  # never follows a link the commands left
+    shutil.rmtree(logs(objective_id), ignore_errors=True)
     return _operator(
         objective_id,
         # the path relative to the workspace root: receipts name no server directory

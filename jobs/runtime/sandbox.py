@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import os
 import pwd
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,13 +79,13 @@ class Unavailable(Exception):
 
 @dataclass(frozen=True)
 class Jail:
-    """What one command may use: `workspace` (a host directory, seen at /workspace) and
-    the network if the objective's policy grants it. `writable` are directories inside
-    the workspace the command must be able to write (its artifacts)."""
+    """What one command may use: `workspace` (a host directory, seen at /workspace, in a
+    directory only the worker writes) and the network if the objective's policy grants it.
+    The worker itself touches files in a workspace only through
+    `objectives.workspace_files` (the command may have put links there)."""
 
     workspace: Path
     network: bool = False
-    writable: tuple[Path, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -145,11 +146,13 @@ def launch(
     why = problem(config)
     if why is not None:
         raise Unavailable(why)
-    workspace = jail.workspace.resolve()
-    inside = Path(WORKSPACE) / cwd.resolve().relative_to(workspace)
-    user = _unprivileged_user(config)
+    # Lexical paths: resolving would follow links the command made. Inside, bubblewrap
+    # resolves --chdir in the sandbox's own view, where a link cannot leave /workspace.
+    workspace = Path(os.path.abspath(jail.workspace))
+    inside = Path(WORKSPACE) / Path(os.path.abspath(cwd)).relative_to(workspace)
+    user = command_user(config)
     if user is not None:
-        _hand_over(workspace, [cwd, *jail.writable], user)
+        _hand_over(workspace, user)
     argv = [
         *_bwrap(config, workspace, inside, network=jail.network),
         *_drop_privileges(user),
@@ -184,9 +187,11 @@ def _bwrap(config: Any, workspace: Path, inside: Path, *, network: bool) -> list
     return argv
 
 
-def _unprivileged_user(config: Any) -> tuple[int, int] | None:
-    """(uid, gid) a root worker's commands run as; None when this process is not root."""
-    if os.geteuid() != 0:
+def command_user(config: Any = None) -> tuple[int, int] | None:
+    """(uid, gid) the sandbox runs commands as when this process is root; None when it
+    does not change user (a worker that is not root, or RECEIPT_COMMAND_SANDBOX=host)."""
+    config = config or settings.RECEIPT
+    if mode(config) == "host" or os.geteuid() != 0:
         return None  # bubblewrap maps the command to this (unprivileged) user
     name = str(config.command_user)
     try:
@@ -201,15 +206,14 @@ def _unprivileged_user(config: Any) -> tuple[int, int] | None:
     return entry.pw_uid, entry.pw_gid
 
 
-def _hand_over(workspace: Path, paths: list[Path], user: tuple[int, int]) -> None:
-    """Make the workspace and the directories down to each of `paths` the command user's,
-    so it can write where it must (and nowhere else on the host)."""
-    for path in paths:
-        path = path.resolve()
-        chain = [path, *path.parents]
-        for directory in chain[: chain.index(workspace) + 1]:
-            if directory.is_dir() and (directory.stat().st_uid, directory.stat().st_gid) != user:
-                os.chown(directory, *user)
+def _hand_over(workspace: Path, user: tuple[int, int]) -> None:
+    """Make the workspace directory the command user's. Its parent is the worker's alone,
+    so the entry cannot be swapped for a link; lchown never follows one anyway."""
+    info = workspace.lstat()
+    if not stat.S_ISDIR(info.st_mode):
+        raise Unavailable(f"workspace {workspace.name} is not a directory")
+    if (info.st_uid, info.st_gid) != user:
+        os.lchown(workspace, *user)
 
 
 def _drop_privileges(user: tuple[int, int] | None) -> list[str]:

@@ -24,7 +24,7 @@ from typing import Any
 from jobs.core.state import JobState
 from jobs.runtime import sandbox
 from jobs.runtime.context import HandlerContext, JobResult
-from objectives import processes, selectors, services
+from objectives import processes, selectors, services, workspace_files
 from objectives.core import reports
 from objectives.core.reports import CommandRun
 from objectives.core.state import ObjectiveState
@@ -68,7 +68,7 @@ def run_task(job: JobState, ctx: HandlerContext) -> JobResult:
     )
     try:
         verdict = executor_for(request)(request, ctx)
-    except sandbox.Unavailable as error:
+    except (sandbox.Unavailable, workspace_files.UnsafePath) as error:
         return JobResult.failure(str(error), no_retry=True)
     if verdict is None:
         return JobResult.failure(f"task stopped: {ctx.abort_reason or 'aborted'}")
@@ -89,7 +89,7 @@ def _run(
 ) -> CommandRun | None:
     """Run `command` in the objective's workspace; None when the job was aborted."""
     workspace = services.workspace(state.objective_id)
-    art = workspace / "artifacts" / "integration" / job.job_id
+    art = services.logs(state.objective_id) / "integration" / job.job_id
     workspace.mkdir(parents=True, exist_ok=True)
     env = processes.scrubbed_env(
         {

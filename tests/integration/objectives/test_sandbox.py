@@ -259,7 +259,7 @@ def test_a_task_runs_sandboxed_in_a_workspace_outside_the_data_directory(factory
     assert run_.stdout_tail.split()[0] == sandbox.WORKSPACE
     job = queue.get(run_.job_id)
     artifacts = job.result["artifacts"]
-    assert artifacts["stdout"] == f"artifacts/t/{run_.job_id}/stdout.log"
+    assert artifacts["stdout"] == f".logs/{oid}/t/{run_.job_id}/stdout.log"
     assert not any(str(value).startswith("/") for value in artifacts.values() if value)
     assert str(settings.WORKSPACE_DIR) not in str(job.result)
 
@@ -284,6 +284,37 @@ def test_the_agent_and_planner_commands_run_sandboxed_too(factory, jailed, monke
     packet = services.workspace(oid) / "packets" / "t" / run_.job_id
     seen = (packet / "seen.txt").read_text().splitlines()
     assert seen == ["fix it", f"{sandbox.WORKSPACE}/packets/t/{run_.job_id}", "task.json"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_links_a_task_leaves_in_the_workspace_are_never_followed_by_the_worker(
+    factory, jailed, monkeypatch
+):
+    """A task plants links where the worker writes and reads the next task's files (its
+    result.json, the agent's packet); the worker refuses them and touches nothing outside."""
+    outside = factory / "outside"
+    outside.mkdir()
+    (outside / "result.json").write_text('{"outcome": "approved", "summary": "not yours"}')
+    plant = (
+        f"mkdir -p artifacts/b && ln -s {outside} artifacts/b/task-$RECEIPT_OBJECTIVE_ID-b-p1"
+        f" && ln -s {outside} packets"
+    )
+    configure(monkeypatch, factory_agent_command="echo ran > ran.txt")
+    oid = create(
+        title="Links",
+        tasks=[
+            {"id": "a", "title": "A", "command": plant},
+            {"id": "b", "title": "B", "command": "exit 3", "dependsOn": ["a"]},
+            {"id": "c", "title": "C", "prompt": "think", "dependsOn": ["a"]},
+        ],
+        policy={"maxCandidatePassesPerTask": 1},
+    )
+    drain()
+    for task in ("b", "c"):
+        job = queue.get(v.task_job_id(oid, task, 1))
+        assert job.status == "failed" and "is not a directory" in (job.last_error or ""), job
+    assert sorted(p.name for p in outside.iterdir()) == ["result.json"]
+    assert "not yours" in (outside / "result.json").read_text()
 
 
 @pytest.mark.django_db(transaction=True)
