@@ -312,7 +312,10 @@ class EnqueueView(ApiView):
         description="Queue a job for `agent_id`. The body is `{payload, ...options}`, or "
         "the payload itself with the options beside it. An existing `jobId` "
         "returns that job (`created: false`); `warnings` say what was ignored or "
-        "adjusted, such as a clamped maxAttempts. Nothing is written on a refusal.",
+        "adjusted, such as a clamped maxAttempts. Nothing is written on a refusal. A "
+        "payload that carries shell commands (`command`, `tasks[].command`, `checks`, "
+        "`publish`, `policy.network`) also needs the `factory:commands` scope: without it "
+        "the answer is 403 `missing_scope`.",
         parameters=[schema.AGENT_ID],
         request=EnqueueRequestSerializer,
         examples=[_ENQUEUE_EXAMPLE_WRAPPED, _ENQUEUE_EXAMPLE_FLAT],
