@@ -90,18 +90,26 @@ def test_a_command_cannot_write_outside_its_workspace(jailed, workspace, tmp_pat
     assert not (Path(settings.DATA_DIR) / "escape.txt").exists()
 
 
-def test_a_command_cannot_read_the_data_directory_or_root_only_files(jailed, workspace):
-    data = Path(settings.DATA_DIR)
+def test_a_command_cannot_read_the_data_directory_or_root_only_files(jailed, tmp_path):
+    # The attack of the report, on the old layout (a workspace inside the data directory):
+    # even there the sandbox shows nothing but the workspace.
+    data = tmp_path / "data"
+    workspace = data / "workspaces" / "obj"
+    workspace.mkdir(parents=True)
     (data / "api-token").write_text("rcpt_the-unbound-token")
+    (data / "admin-password").write_text("the-admin-password")
     secret = workspace / "root-only"
     secret.write_text("root's secret")
     secret.chmod(0o600)
+    real = Path(settings.DATA_DIR)
     result = run(
         workspace,
-        f"cat {data}/api-token {data}/secret.key ../../api-token; ls {data};"
+        "cat ../../api-token ../../admin-password; "
+        f"cat {data}/api-token {real}/secret.key; ls {real};"
         " cat root-only; cat /etc/shadow; id -u",
     )
     assert "rcpt_the-unbound-token" not in result.stdout_tail
+    assert "the-admin-password" not in result.stdout_tail
     assert settings.SECRET_KEY[:20] not in result.stdout_tail
     uid = int(result.stdout_tail.split()[-1])
     assert uid != 0  # never root, inside or out
