@@ -368,3 +368,38 @@ def test_health_dashboard_and_setup_say_commands_disabled_without_a_sandbox(
     health = client.get("/healthz").json()
     assert health["commands"] == {"sandbox": "host", "enabled": True}
     assert sandbox.HOST_WARNING in health["warnings"]
+
+
+# ---- configuration ---------------------------------------------------------------------------
+
+
+def test_the_sandbox_settings_are_checked_at_startup(tmp_path):
+    from receipt_site import config
+
+    with pytest.raises(config.ConfigError, match="RECEIPT_COMMAND_SANDBOX"):
+        config.load({"RECEIPT_COMMAND_SANDBOX": "chroot"})
+    with pytest.raises(config.ConfigError, match="RECEIPT_COMMAND_PROCESSES"):
+        config.load({"RECEIPT_COMMAND_PROCESSES": "0"})
+    loaded = config.load({})
+    assert (loaded.command_sandbox, loaded.bwrap_path, loaded.command_user) == (
+        "bwrap",
+        "/usr/bin/bwrap",
+        "nobody",
+    )
+    data = tmp_path / "data"
+    for inside in (data / "workspaces", data):  # in the data directory, or the data dir itself
+        started = subprocess.run(
+            [sys.executable, "-c", "import django; django.setup()"],
+            env=subprocess_env(
+                DJANGO_SETTINGS_MODULE="receipt_site.settings",
+                RECEIPT_DATA_DIR=str(data),
+                RECEIPT_WORKSPACE_DIR=str(inside),
+            ),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert started.returncode != 0
+        assert "RECEIPT_WORKSPACE_DIR must be a directory outside RECEIPT_DATA_DIR" in (
+            started.stderr
+        )
