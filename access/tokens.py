@@ -10,7 +10,9 @@ import hashlib
 import hmac
 import secrets
 
-SCOPES = ("jobs:write", "jobs:read", "jobs:control", "objectives:read")
+# factory:commands: payloads that carry shell commands (tasks, checks, publication); see
+# jobs.core.shell_commands, which names the same scope without importing this module.
+SCOPES = ("jobs:write", "jobs:read", "jobs:control", "objectives:read", "factory:commands")
 TOKEN_PREFIX = "rcpt_"
 PUBLIC_PREFIX = 12  # leading characters kept as ApiToken.prefix: shown in the admin and logs
 

@@ -37,7 +37,7 @@ from jobs import callback_records, counts, selectors
 from jobs.core.contracts import WORKER_GROUPS
 from jobs.core.diagnosis import slot_state
 from jobs.core.vocabulary import ACTIVE_STATUSES, LANES, STATUSES
-from jobs.runtime import callbacks, loops, processes
+from jobs.runtime import callbacks, loops, processes, sandbox
 from receipts.clock import now_ms as wall_clock_ms
 
 RECENT_MS = 60 * 60_000  # terminal counts and throughput: the last 60 minutes
@@ -327,6 +327,7 @@ def snapshot(*, now_ms: int | None = None, include_config: bool = True) -> dict[
         "loops": loops.summary(process_ids=[r["id"] for r in workers["rows"] if r["live"]]),
         "heldByGone": processes.held_by_gone(now_ms=now),
         "callbacks": callbacks_block(now_ms=now),
+        "commands": sandbox.status(),  # how task commands run in this process's host
     }
     if include_config:
         out["config"] = config_rows()

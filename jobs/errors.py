@@ -21,6 +21,20 @@ class InvalidRequest(JobsError):
         self.code = code
 
 
+class MissingCommandsScope(JobsError):
+    """A payload carries shell commands and the credential lacks their scope (Q-5)."""
+
+    code, status = "missing_scope", 403
+
+    def __init__(self, scope: str, paths: list[str]) -> None:
+        shown = ", ".join(paths[:3]) + (" ..." if len(paths) > 3 else "")
+        super().__init__(
+            f"this credential lacks the {scope} scope, which payloads that carry "
+            f"commands need ({shown})"
+        )
+        self.paths = paths
+
+
 class JobIdTaken(JobsError):
     """An organization-bound enqueue named another organization's job id."""
 

@@ -2,17 +2,21 @@
 
 RECEIPT_FACTORY_EXECUTOR names a callable `executor(request, ctx) -> dict` (dotted path);
 the default `LocalExecutor` runs the task's `command` with `/bin/sh -c` in the objective's
-workspace `RECEIPT_DATA_DIR/workspaces/<objectiveId>`, or, for a prompt-only task,
+workspace `<RECEIPT_WORKSPACE_DIR>/<objectiveId>`, or, for a prompt-only task,
 RECEIPT_FACTORY_AGENT_COMMAND in a task packet directory (objective.json, task.json,
-prompt.md, output/) with the prompt on stdin. Full stdout/stderr are kept under
-`artifacts/<taskId>/<jobId>/`; tails reach `job.progress` at most once a second.
+prompt.md, output/) with the prompt on stdin; either in the sandbox (Q-5,
+`jobs.runtime.sandbox`), with the network only if the objective's policy grants it. Full
+stdout/stderr are kept by the worker outside the workspace (`services.logs`); tails
+reach `job.progress` at most once a second. The result names its files relative to
+RECEIPT_WORKSPACE_DIR: no directory of the server.
 
 The verdict, in order: a timeout fails the pass; a valid `result.json`
 ({outcome: approved|changes_requested|blocked|partial, summary, completion}) decides
 (`artifacts/<taskId>/<jobId>/result.json` relative to the workspace for commands,
 `output/result.json` in the packet for agents); otherwise exit 0 approves and anything
-else fails the pass. An abort kills the process group and returns None: the worker
-settles the job as canceled.
+else fails the pass. The worker reads and writes in the workspace only through
+`objectives.workspace_files` (the command may have left links there). An abort kills
+the process group and returns None: the worker settles the job as canceled.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from jobs.core.state import JobState
+from jobs.runtime import sandbox
 from jobs.runtime.context import HandlerContext
-from objectives import processes, services
+from objectives import processes, services, workspace_files
 from objectives.core.state import ObjectiveState
 from objectives.core.vocabulary import FAILED_OUTCOME, OUTCOMES
 from objectives.planners import objective_json
@@ -58,8 +63,21 @@ class TaskRequest:
         return services.workspace(self.objective.objective_id)
 
     @property
-    def artifacts(self) -> Path:
-        return self.workspace / "artifacts" / self.task_id / self.job.job_id
+    def result_dir(self) -> tuple[str, ...]:
+        """Where a command writes its result.json, inside the workspace."""
+        return ("artifacts", self.task_id, self.job.job_id)
+
+    @property
+    def packet_dir(self) -> tuple[str, ...]:
+        return ("packets", self.task_id, self.job.job_id)
+
+    @property
+    def logs(self) -> Path:
+        """The run's stdout/stderr: the worker writes them, so never in the workspace."""
+        return services.logs(self.objective.objective_id) / self.task_id / self.job.job_id
+
+    def jail(self) -> sandbox.Jail:
+        return jail_for(self.objective)
 
     def env(self) -> dict[str, str]:
         return processes.scrubbed_env(
@@ -69,6 +87,15 @@ class TaskRequest:
                 "RECEIPT_JOB_ID": self.job.job_id,
             }
         )
+
+
+def jail_for(objective: ObjectiveState) -> sandbox.Jail:
+    """The sandbox of a command of `objective` (Q-5): its workspace, and the network only if
+    its policy grants it."""
+    return sandbox.Jail(
+        workspace=services.workspace(objective.objective_id),
+        network=objective.policy.network,
+    )
 
 
 class Executor(Protocol):
@@ -101,39 +128,42 @@ def progress_reporter(ctx: HandlerContext, **fixed: Any) -> Any:
 
 class LocalExecutor:
     def __call__(self, request: TaskRequest, ctx: HandlerContext) -> dict[str, Any] | None:
-        art = request.artifacts
-        art.mkdir(parents=True, exist_ok=True)
+        cwd_parts: tuple[str, ...] = ()  # the workspace itself
         if request.command:
-            cwd, command, stdin, result_path = (
-                request.workspace,
-                request.command,
-                None,
-                art / "result.json",
-            )
+            command, stdin = request.command, None
+            result_parts = request.result_dir
         elif settings.RECEIPT.factory_agent_command:
-            cwd = self._packet(request)
             command = settings.RECEIPT.factory_agent_command
-            stdin, result_path = (request.prompt or "").encode(), cwd / "output" / "result.json"
+            stdin, cwd_parts = (request.prompt or "").encode(), request.packet_dir
+            result_parts = (*request.packet_dir, "output")
         else:
             return {"outcome": "blocked", "summary": NO_AGENT}
-        result_path.unlink(missing_ok=True)  # a retried attempt never reads the last one's
+        owner = sandbox.command_user()  # raises Unavailable before anything is written
+        request.workspace.mkdir(parents=True, exist_ok=True)
+        if cwd_parts:
+            self._packet(request, owner)
+        with workspace_files.directory(request.workspace, result_parts, owner=owner) as out:
+            workspace_files.remove(out, RESULT)  # a retried attempt never reads the last one's
         timeout_s = timeout_s_for(request.timeout_ms, ctx)
         fixed = {"taskId": request.task_id, "pass": request.pass_no}
         ran = processes.run(
             command,
-            cwd=cwd,
+            cwd=request.workspace.joinpath(*cwd_parts),
             env=request.env(),
             stdin=stdin,
             timeout_s=timeout_s,
             aborted=ctx.aborted,
-            stdout_path=art / "stdout.log",
-            stderr_path=art / "stderr.log",
+            stdout_path=request.logs / "stdout.log",
+            stderr_path=request.logs / "stderr.log",
             on_start=lambda pid: ctx.progress({**fixed, "phase": "started", "pid": pid}),
             on_output=progress_reporter(ctx, **fixed),
+            jail=request.jail(),
         )
         if ran.aborted:
             return None
-        verdict = _verdict(ran, result_path, timeout_s)
+        result = _read_result(request.workspace, result_parts)
+        verdict = _verdict(ran, result, timeout_s)
+        root = Path(settings.WORKSPACE_DIR)
         return {
             **verdict,
             "exitCode": ran.exit_code,
@@ -142,21 +172,19 @@ class LocalExecutor:
             "pid": ran.pid,
             "durationMs": ran.duration_ms,
             "timedOut": ran.timed_out,
-            "artifacts": {
-                "stdout": str(art / "stdout.log"),
-                "stderr": str(art / "stderr.log"),
-                "result": str(result_path) if result_path.exists() else None,
+            "artifacts": {  # relative to RECEIPT_WORKSPACE_DIR: no server directory
+                "stdout": str((request.logs / "stdout.log").relative_to(root)),
+                "stderr": str((request.logs / "stderr.log").relative_to(root)),
+                "result": "/".join((request.objective.objective_id, *result_parts, RESULT))
+                if result is not None
+                else None,
             },
         }
 
-    def _packet(self, request: TaskRequest) -> Path:
-        packet = request.workspace / "packets" / request.task_id / request.job.job_id
-        (packet / "output").mkdir(parents=True, exist_ok=True)
-        (packet / "objective.json").write_text(
-            json.dumps(objective_json(request.objective), indent=2)
-        )
-        (packet / "task.json").write_text(
-            json.dumps(
+    def _packet(self, request: TaskRequest, owner: tuple[int, int] | None) -> None:
+        files = {
+            "objective.json": json.dumps(objective_json(request.objective), indent=2),
+            "task.json": json.dumps(
                 {
                     "id": request.task_id,
                     "title": request.title,
@@ -165,37 +193,54 @@ class LocalExecutor:
                     "jobId": request.job.job_id,
                 },
                 indent=2,
-            )
-        )
-        (packet / "prompt.md").write_text(request.prompt or "")
-        return packet
+            ),
+            "prompt.md": request.prompt or "",
+        }
+        with workspace_files.directory(request.workspace, request.packet_dir, owner=owner) as fd:
+            for name, text in files.items():
+                workspace_files.write(fd, name, text.encode())
 
 
-def _verdict(ran: processes.ProcessResult, result_path: Path, timeout_s: float) -> dict[str, Any]:
+RESULT = "result.json"
+
+
+def _read_result(workspace: Path, parts: tuple[str, ...]) -> dict[str, Any] | None:
+    """The command's result.json as a verdict, None when it wrote none."""
+    try:
+        with workspace_files.directory(workspace, parts) as fd:
+            data = workspace_files.read(fd, RESULT)
+    except (workspace_files.UnsafePath, OSError) as error:
+        return {"outcome": FAILED_OUTCOME, "summary": f"result.json cannot be read: {error}"}
+    return None if data is None else parse_result(data)
+
+
+def _verdict(
+    ran: processes.ProcessResult, result: dict[str, Any] | None, timeout_s: float
+) -> dict[str, Any]:
     if ran.timed_out:
         return {"outcome": FAILED_OUTCOME, "summary": f"timed out after {int(timeout_s * 1000)} ms"}
-    if result_path.exists():
-        return read_result(result_path)
+    if result is not None:
+        return result
     if ran.exit_code == 0:
         return {"outcome": "approved", "summary": None}
     return {"outcome": FAILED_OUTCOME, "summary": f"exit {ran.exit_code}"}
 
 
-def read_result(path: Path) -> dict[str, Any]:
-    """`result.json` as {outcome, summary, completion}; an invalid file fails the pass."""
+def parse_result(data: bytes) -> dict[str, Any]:
+    """A result.json's bytes as {outcome, summary, completion}; an invalid one fails the pass."""
     try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError) as error:
+        parsed = json.loads(data)
+    except ValueError as error:
         return {"outcome": FAILED_OUTCOME, "summary": f"result.json is not valid JSON: {error}"}
-    if not isinstance(data, dict) or data.get("outcome") not in OUTCOMES:
+    if not isinstance(parsed, dict) or parsed.get("outcome") not in OUTCOMES:
         return {
             "outcome": FAILED_OUTCOME,
             "summary": f"result.json needs outcome one of {', '.join(OUTCOMES)}",
         }
-    summary = data.get("summary")
-    completion = data.get("completion")
+    summary = parsed.get("summary")
+    completion = parsed.get("completion")
     return {
-        "outcome": data["outcome"],
+        "outcome": parsed["outcome"],
         "summary": summary if isinstance(summary, str) else None,
         "completion": completion if isinstance(completion, dict) else None,
     }

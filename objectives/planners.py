@@ -4,8 +4,9 @@
 callable `planner(state, *, timeout_s) -> PlanOutcome | list[task dict]`), else the
 default deterministic planner: the objective input's `tasks`; failing that, when the
 objective has a prompt and RECEIPT_FACTORY_PLANNER_COMMAND is set, that command gets the
-objective as JSON on stdin and must print `{"tasks": [...]}` on stdout. Every plan, from
-any source, goes through the same validation (objectives.core.dag).
+objective as JSON on stdin and must print `{"tasks": [...]}` on stdout, in the sandbox
+(Q-5) with a scratch directory as its workspace and the network as the objective's policy
+says. Every plan, from any source, goes through the same validation (objectives.core.dag).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from jobs.runtime import sandbox
 from objectives import processes
 from objectives.core.control import PlanOutcome
 from objectives.core.dag import PlanError, validate_plan
@@ -95,16 +97,22 @@ def objective_json(state: ObjectiveState) -> dict[str, Any]:
 def _from_command(state: ObjectiveState, command: str, *, timeout_s: float) -> PlanOutcome:
     source = "planner_command"
     with tempfile.TemporaryDirectory(prefix="receipt-plan-") as tmp:
-        out, err = Path(tmp) / "stdout.log", Path(tmp) / "stderr.log"
-        result = processes.run(
-            command,
-            cwd=Path(tmp),
-            env=processes.scrubbed_env({"RECEIPT_OBJECTIVE_ID": state.objective_id}),
-            stdout_path=out,
-            stderr_path=err,
-            timeout_s=timeout_s,
-            stdin=json.dumps(objective_json(state)).encode(),
-        )
+        logs, scratch = Path(tmp) / "logs", Path(tmp) / "scratch"
+        scratch.mkdir()  # the planner's workspace; its logs stay out of its reach
+        out, err = logs / "stdout.log", logs / "stderr.log"
+        try:
+            result = processes.run(
+                command,
+                cwd=scratch,
+                env=processes.scrubbed_env({"RECEIPT_OBJECTIVE_ID": state.objective_id}),
+                stdout_path=out,
+                stderr_path=err,
+                timeout_s=timeout_s,
+                stdin=json.dumps(objective_json(state)).encode(),
+                jail=sandbox.Jail(workspace=scratch, network=state.policy.network),
+            )
+        except sandbox.Unavailable as error:
+            return PlanOutcome(error=f"planner command not run: {error}", source=source)
         stdout = out.read_text(errors="replace")
     if result.timed_out:
         return PlanOutcome(

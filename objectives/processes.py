@@ -8,7 +8,8 @@ command's exit, a timeout or abort: SIGTERM from here, the worker's death: its
 parent-death signal) kills the command's process group and every descendant (children,
 grandchildren, whatever double-forked or `setsid` away) before it exits with the
 command's status. A retry after a crash never runs beside an orphan, and whatever the
-command leaves behind when it exits dies too.
+command leaves behind when it exits dies too. What the reaper starts is
+`jobs.runtime.sandbox`'s to say (Q-5): given a `jail`, the command runs in its sandbox.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from jobs.runtime import lifeline
+from jobs.runtime import lifeline, sandbox
 from receipts.core.storable import storable_text
 
 TAIL_CHARS = 4000
@@ -110,8 +111,11 @@ def run(
     aborted: threading.Event | None = None,
     on_start: Callable[[int], object] | None = None,
     on_output: Callable[[str, str], None] | None = None,
+    jail: sandbox.Jail | None = None,
 ) -> ProcessResult:
-    """Run `command` to its end, its timeout or an abort; see the module docstring."""
+    """Run `command` to its end, its timeout or an abort; see the module docstring. With a
+    `jail` it runs in the sandbox (raises `sandbox.Unavailable` when commands cannot run)."""
+    launch = sandbox.launch(command, cwd=cwd, env=env, jail=jail)
     stdout_path.parent.mkdir(parents=True, exist_ok=True)
     stderr_path.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
@@ -119,9 +123,9 @@ def run(
     # reach it before it has killed the command. No preexec_fn (unsafe in a threaded
     # worker): the reaper arms its own parent-death signal. `pid` is the reaper's from here.
     proc = subprocess.Popen(
-        lifeline.reaper_argv(["/bin/sh", "-c", command]),
-        cwd=cwd,
-        env=dict(env),
+        lifeline.reaper_argv(launch.argv),
+        cwd=launch.cwd,
+        env=launch.env,
         stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -468,7 +468,15 @@ def cancel(
 
 
 def workspace(objective_id: str) -> Path:
-    return Path(settings.DATA_DIR) / "workspaces" / objective_id
+    """The objective's workspace: under RECEIPT_WORKSPACE_DIR, never the data directory
+    (Q-5). Objective ids are path-safe (`vocabulary.is_objective_id`)."""
+    return Path(settings.WORKSPACE_DIR) / objective_id
+
+
+def logs(objective_id: str) -> Path:
+    """The objective's command output (stdout/stderr), kept by the worker beside the
+    workspaces and out of the commands' reach: the worker writes there."""
+    return Path(settings.WORKSPACE_DIR) / ".logs" / objective_id
 
 
 def cleanup(
@@ -483,10 +491,12 @@ def cleanup(
             status=409,
         )
     path = workspace(objective_id)
-    shutil.rmtree(path, ignore_errors=True)
+    shutil.rmtree(path, ignore_errors=True)  # never follows a link the commands left
+    shutil.rmtree(logs(objective_id), ignore_errors=True)
     return _operator(
         objective_id,
-        lambda s: [{"type": v.WORKSPACE_CLEANED, "by": by, "path": str(path)}],
+        # the path relative to the workspace root: receipts name no server directory
+        lambda s: [{"type": v.WORKSPACE_CLEANED, "by": by, "path": path.name}],
         by=by,
         organization_id=organization_id,
         allow_terminal=True,

@@ -60,6 +60,14 @@ class Config:
     factory_run_handler: str | None
     factory_planner_command: str | None
     factory_agent_command: str | None
+    workspace_dir: str | None
+    command_sandbox: str
+    bwrap_path: str
+    command_user: str
+    command_cpu_s: int
+    command_memory_mb: int
+    command_processes: int
+    command_file_mb: int
     factory_monitor_interval_ms: int
     retention_enabled: bool
     retention_days: int
@@ -238,6 +246,15 @@ _SPECS = (
     _Spec("RECEIPT_FACTORY_RUN_HANDLER", "factory_run_handler", "optstr"),
     _Spec("RECEIPT_FACTORY_PLANNER_COMMAND", "factory_planner_command", "optstr"),
     _Spec("RECEIPT_FACTORY_AGENT_COMMAND", "factory_agent_command", "optstr"),
+    # Task commands (Q-5, jobs.runtime.sandbox): where workspaces live, how commands run
+    _Spec("RECEIPT_WORKSPACE_DIR", "workspace_dir", "optstr"),
+    _Spec("RECEIPT_COMMAND_SANDBOX", "command_sandbox", "str", "bwrap", choices=("bwrap", "host")),
+    _Spec("RECEIPT_BWRAP_PATH", "bwrap_path", "str", "/usr/bin/bwrap"),
+    _Spec("RECEIPT_COMMAND_USER", "command_user", "str", "nobody"),
+    _Spec("RECEIPT_COMMAND_CPU_SECONDS", "command_cpu_s", "int", 3600, 1, 7 * 86_400),
+    _Spec("RECEIPT_COMMAND_MEMORY_MB", "command_memory_mb", "int", 4096, 16, 1 << 22),
+    _Spec("RECEIPT_COMMAND_PROCESSES", "command_processes", "int", 512, 8, 1 << 22),
+    _Spec("RECEIPT_COMMAND_FILE_MB", "command_file_mb", "int", 1024, 1, 1 << 24),
     _Spec(
         "RECEIPT_FACTORY_MONITOR_INTERVAL_MS",
         "factory_monitor_interval_ms",

@@ -36,7 +36,7 @@ from django.http import HttpRequest, JsonResponse
 from access.principals import BadCredentials, Principal, principal_for_request
 from jobs import counts
 from jobs.core.vocabulary import ACTIVE_STATUSES, STATUSES, TERMINAL_STATUSES
-from jobs.runtime import loops, processes
+from jobs.runtime import loops, processes, sandbox
 from receipt_site import supervision
 from receipt_site.config import redact_url
 from receipts.clock import now_ms
@@ -267,16 +267,21 @@ def healthz(request: HttpRequest) -> JsonResponse:
     tenant = viewer.organization_id if viewer is not None else None
     warnings = runtime["detailed" if detail else "public"]
     warnings += _supervised()[1 if detail else 0]
+    # "commands disabled: no sandbox" degrades; host mode, chosen on purpose, only warns
+    commands = sandbox.status()
+    degraded = bool(warnings) or not commands["enabled"]
+    warnings += [commands["warning"]] if commands["warning"] else []
     body: dict[str, Any] = {
         "ok": True,
         "ready": database["ok"],
-        "degraded": bool(warnings),
+        "degraded": degraded,
         "warnings": warnings,
         "uptimeSec": int(time.monotonic() - _STARTED),
         "processRole": settings.RECEIPT.process_role or "api",
         "queue": queue_counts(organization_id=tenant, unavailable=down),
         "runtime": _counts(runtime),
         "database": database if detail else _without_target(database),
+        "commands": {"sandbox": commands["sandbox"], "enabled": commands["enabled"]},
         "detail": detail,
     }
     if detail:

@@ -23,6 +23,18 @@ except _config.ConfigError as error:  # stop startup with the variable named (SP
 
 DATA_DIR = Path(RECEIPT.data_dir).resolve()
 DATA_DIR.mkdir(parents=True, exist_ok=True)
+# Task workspaces live outside the data directory, whatever the executor: a command
+# in its workspace must find no database, secret key or token file next to it.
+WORKSPACE_DIR = Path(RECEIPT.workspace_dir or f"{DATA_DIR}-workspaces").resolve()
+if (
+    WORKSPACE_DIR == DATA_DIR
+    or DATA_DIR in WORKSPACE_DIR.parents
+    or WORKSPACE_DIR in DATA_DIR.parents
+):
+    raise ImproperlyConfigured(
+        "invalid configuration: RECEIPT_WORKSPACE_DIR must be a directory outside "
+        f"RECEIPT_DATA_DIR ({DATA_DIR}) that does not contain it, got {WORKSPACE_DIR}"
+    )
 
 
 def _secret_key() -> str:

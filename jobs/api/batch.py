@@ -22,7 +22,13 @@ from access.permissions import principal_of
 from access.principals import Principal
 from jobs import queue
 from jobs.api import schema
-from jobs.api.views import ApiView, _organization_of, enqueue_request, read_json_object
+from jobs.api.views import (
+    ApiView,
+    _organization_of,
+    enqueue_request,
+    read_json_object,
+    require_commands_scope,
+)
 from jobs.errors import InvalidRequest, JobIdTaken, JobsError, SessionKeyConflict
 
 MAX_ITEMS = 1000
@@ -81,6 +87,7 @@ def _validated(
             f"this credential acts for organization {principal.organization_id} "
             f"only; payload.authContext.organizationId is {organization!r}",
         )
+    require_commands_scope(principal, request.payload)
     return request, warnings
 
 

@@ -43,6 +43,7 @@ from jobs.api.serializers import (
     ReceiptPageSerializer,
 )
 from jobs.core.contracts import contracts_table
+from jobs.core.shell_commands import COMMANDS_SCOPE, command_paths
 from jobs.core.vocabulary import (
     MAX_MAX_ATTEMPTS,
     MIN_MAX_ATTEMPTS,
@@ -51,7 +52,7 @@ from jobs.core.vocabulary import (
     validate_job_id,
 )
 from jobs.diagnosis import diagnosis
-from jobs.errors import InvalidRequest, JobNotFound
+from jobs.errors import InvalidRequest, JobNotFound, MissingCommandsScope
 from jobs.models import Job
 from jobs.presenters import job_json
 from receipts import store
@@ -230,9 +231,17 @@ def _organization_of(payload: dict[str, Any]) -> str | None:
     return auth.get("organizationId") if isinstance(auth, dict) else None
 
 
+def require_commands_scope(principal: Principal, payload: Any) -> None:
+    """A payload that carries shell commands needs their scope of its own (Q-5)."""
+    paths = command_paths(payload)
+    if paths and not principal.has_scope(COMMANDS_SCOPE):
+        raise MissingCommandsScope(COMMANDS_SCOPE, paths)
+
+
 def enqueue_as(principal: Principal, request: queue.EnqueueRequest) -> queue.EnqueueResult:
     """Enqueue for `principal`; an organization-bound one never touches another's jobs (Q-2)."""
     require_organization(principal, _organization_of(request.payload))
+    require_commands_scope(principal, request.payload)
     return queue.enqueue_many([request], organization=principal.organization_id)[0]
 
 
@@ -306,7 +315,10 @@ class EnqueueView(ApiView):
         description="Queue a job for `agent_id`. The body is `{payload, ...options}`, or "
         "the payload itself with the options beside it. An existing `jobId` "
         "returns that job (`created: false`); `warnings` say what was ignored or "
-        "adjusted, such as a clamped maxAttempts. Nothing is written on a refusal.",
+        "adjusted, such as a clamped maxAttempts. Nothing is written on a refusal. A "
+        "payload that carries shell commands (`command`, `tasks[].command`, `checks`, "
+        "`publish`, `policy.network`) also needs the `factory:commands` scope: without it "
+        "the answer is 403 `missing_scope`.",
         parameters=[schema.AGENT_ID],
         request=EnqueueRequestSerializer,
         examples=[_ENQUEUE_EXAMPLE_WRAPPED, _ENQUEUE_EXAMPLE_FLAT],

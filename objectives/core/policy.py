@@ -2,7 +2,9 @@
 
 Decided where the spec is silent: unknown keys are refused (a typo must not silently
 fall back to a default); each limit has a range; `autoPromote` is forced false for
-investigation objectives whatever the client sent.
+investigation objectives whatever the client sent. `network` (Q-5) lets the objective's
+commands reach the network from their sandbox; off unless asked for, and asking needs the
+`factory:commands` scope at the API (`jobs.core.shell_commands`).
 """
 
 from __future__ import annotations
@@ -23,11 +25,12 @@ class Policy:
     max_objective_minutes: int = 1440
     max_dispatches_per_react: int = 10
     auto_promote: bool = True
+    network: bool = False
 
 
 DEFAULT_POLICY: Final = Policy()
 
-# wire key -> (field, low, high); autoPromote is the one boolean.
+# wire key -> (field, low, high); autoPromote and network are the booleans.
 _LIMITS: Final[dict[str, tuple[str, int, int]]] = {
     "maxActiveTasks": ("max_active_tasks", 1, 100),
     "maxTaskRuns": ("max_task_runs", 1, 10_000),
@@ -35,7 +38,8 @@ _LIMITS: Final[dict[str, tuple[str, int, int]]] = {
     "maxObjectiveMinutes": ("max_objective_minutes", 1, 525_600),
     "maxDispatchesPerReact": ("max_dispatches_per_react", 1, 1_000),
 }
-POLICY_KEYS: Final[tuple[str, ...]] = (*_LIMITS, "autoPromote")
+_FLAGS: Final[dict[str, str]] = {"autoPromote": "auto_promote", "network": "network"}
+POLICY_KEYS: Final[tuple[str, ...]] = (*_LIMITS, *_FLAGS)
 
 
 def resolve_policy(raw: Any, *, mode: str) -> Policy:
@@ -57,11 +61,12 @@ def resolve_policy(raw: Any, *, mode: str) -> Policy:
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
             raise PolicyError(f"policy.{key} must be an integer in {low}..{high}, got {value!r}")
         values[attr] = value
-    auto = raw.get("autoPromote")
-    if auto is not None:
-        if not isinstance(auto, bool):
-            raise PolicyError(f"policy.autoPromote must be true or false, got {auto!r}")
-        values["auto_promote"] = auto
+    for key, attr in _FLAGS.items():
+        flag = raw.get(key)
+        if flag is not None:
+            if not isinstance(flag, bool):
+                raise PolicyError(f"policy.{key} must be true or false, got {flag!r}")
+            values[attr] = flag
     policy = replace(DEFAULT_POLICY, **values)
     if mode == "investigation":  # O-2: investigation never auto-promotes
         policy = replace(policy, auto_promote=False)

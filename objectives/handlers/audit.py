@@ -96,8 +96,9 @@ def handle(job: JobState, ctx: HandlerContext) -> JobResult:
     jobs = selectors.objective_jobs(state.objective_id, limit=MAX_JOBS)
     summary = summarize(state, jobs, verify_all(state.objective_id, jobs))
     path = _artifact(state.objective_id, job.job_id, {"summary": summary, "head": head})
+    artifact = str(path.relative_to(settings.DATA_DIR))  # receipts name no server directory
     if not services.audit_recorded(
-        state.objective_id, job.job_id, summary=summary, artifact=str(path), head=head
+        state.objective_id, job.job_id, summary=summary, artifact=artifact, head=head
     ):
         return JobResult.success({"status": "superseded"})
-    return JobResult.success({"status": "recorded", "summary": summary, "artifact": str(path)})
+    return JobResult.success({"status": "recorded", "summary": summary, "artifact": artifact})

@@ -8,6 +8,9 @@
   (which blocks the objective with the failing check's output tail).
 - `factory.integration.publish`: runs the objective's publish command if it has one and
   records `integration.promoted` (or `integration.publish.failed`).
+Every command runs in the objective's sandbox (Q-5, `executors.jail_for`). Where commands
+cannot run (`sandbox.Unavailable`: no bubblewrap and the host not chosen) the job fails at
+once, not retried, with the reason naming both fixes.
 Integration receipts are compare-and-appended only while this job is still the one the
 objective waits for (`objectives.core.reports.applies`), so a superseded job's late
 verdict is inert.
@@ -19,12 +22,20 @@ import re
 from typing import Any
 
 from jobs.core.state import JobState
+from jobs.runtime import sandbox
 from jobs.runtime.context import HandlerContext, JobResult
-from objectives import processes, selectors, services
+from objectives import processes, selectors, services, workspace_files
 from objectives.core import reports
 from objectives.core.reports import CommandRun
 from objectives.core.state import ObjectiveState
-from objectives.executors import TaskRequest, executor_for, progress_reporter, timeout_s_for
+from objectives.core.vocabulary import is_task_id
+from objectives.executors import (
+    TaskRequest,
+    executor_for,
+    jail_for,
+    progress_reporter,
+    timeout_s_for,
+)
 
 OUTPUT_TAIL = 2000
 
@@ -42,17 +53,23 @@ def run_task(job: JobState, ctx: HandlerContext) -> JobResult:
         return JobResult.failure(
             f"objective {payload.get('objectiveId')!r} not found", no_retry=True
         )
+    task_id = payload.get("taskId")
+    if not is_task_id(task_id):  # it names directories in the workspace
+        return JobResult.failure(f"invalid taskId {task_id!r}", no_retry=True)
     request = TaskRequest(
         objective=state,
         job=job,
-        task_id=str(payload.get("taskId")),
+        task_id=str(task_id),
         pass_no=int(payload.get("pass") or 1),
         title=str(payload.get("title") or ""),
         command=payload.get("command"),
         prompt=payload.get("prompt"),
         timeout_ms=payload.get("timeoutMs"),
     )
-    verdict = executor_for(request)(request, ctx)
+    try:
+        verdict = executor_for(request)(request, ctx)
+    except (sandbox.Unavailable, workspace_files.UnsafePath) as error:
+        return JobResult.failure(str(error), no_retry=True)
     if verdict is None:
         return JobResult.failure(f"task stopped: {ctx.abort_reason or 'aborted'}")
     return JobResult.success(verdict)
@@ -71,8 +88,8 @@ def _run(
     timeout_ms: int | None,
 ) -> CommandRun | None:
     """Run `command` in the objective's workspace; None when the job was aborted."""
-    art = services.workspace(state.objective_id) / "artifacts" / "integration" / job.job_id
     workspace = services.workspace(state.objective_id)
+    art = services.logs(state.objective_id) / "integration" / job.job_id
     workspace.mkdir(parents=True, exist_ok=True)
     env = processes.scrubbed_env(
         {
@@ -90,6 +107,7 @@ def _run(
         stdout_path=art / f"{_slug(name)}.stdout.log",
         stderr_path=art / f"{_slug(name)}.stderr.log",
         on_output=progress_reporter(ctx, check=name),
+        jail=jail_for(state),
     )
     if ran.aborted:
         return None
@@ -109,6 +127,8 @@ def validate(job: JobState, ctx: HandlerContext) -> JobResult:
     if state is None:
         return JobResult.failure("objective not found", no_retry=True)
     oid = state.objective_id
+    if state.checks and (why := sandbox.problem()):  # before anything is recorded
+        return JobResult.failure(why, no_retry=True)
     if not services.validation_started(oid, job.job_id, [c.name for c in state.checks]):
         current = selectors.get(oid)
         if current is None or current.integration.validate_job_id != job.job_id:
@@ -131,6 +151,8 @@ def publish(job: JobState, ctx: HandlerContext) -> JobResult:
     if state is None:
         return JobResult.failure("objective not found", no_retry=True)
     run = None
+    if state.publish_command is not None and (why := sandbox.problem()):
+        return JobResult.failure(why, no_retry=True)
     if state.publish_command is not None:
         run = _run(state, job, ctx, "publish", state.publish_command, None)
         if run is None:

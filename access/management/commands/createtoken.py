@@ -15,7 +15,8 @@ class Command(BaseCommand):
             "--scopes",
             nargs="*",
             default=None,
-            help="jobs:write jobs:read jobs:control objectives:read (default all)",
+            help="jobs:write jobs:read jobs:control objectives:read factory:commands (default all; "
+            "factory:commands lets payloads carry shell commands)",
         )
 
     def handle(self, *args, name, org, scopes, **options):

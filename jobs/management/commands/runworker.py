@@ -34,13 +34,14 @@ from django.core.management.base import BaseCommand, CommandError
 
 from jobs import handlers, recovery, retention
 from jobs.core.timing import TimingSettings, concurrency_for
-from jobs.runtime import callbacks, keeper, loops, processes
+from jobs.runtime import callbacks, keeper, loops, processes, sandbox
 from jobs.runtime.roles import UnknownRole, group_of, normalize_role
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 
 logger = logging.getLogger("receipt.runtime")
 ALL = "all"
+COMMAND_GROUPS = ("codex", "control")  # tasks, checks, publication; planner commands
 HOLDER_RELEASE_INTERVAL_MS = 5_000  # gone after 3 beats (15 s) + this: released within 30 s
 
 
@@ -145,12 +146,21 @@ class Command(BaseCommand):
         concurrency = 0 if cluster == ALL else concurrency_for(group or "driver", timing)  # type: ignore[arg-type]
         now = wall_clock_ms()
         role_name = cluster
+        runs_commands = cluster == ALL or group in COMMAND_GROUPS
+        disabled = sandbox.problem() if runs_commands else None  # Q-5: /healthz shows it
+        commands = sandbox.NO_SANDBOX if disabled else None
+        if runs_commands and (disabled or sandbox.warning()):  # no sandbox, or host chosen
+            why = disabled or sandbox.warning()
+            log_event(logger, "runtime.commands_sandbox", str(why), level=logging.WARNING)
         pid = processes.register(
             role=role_name,
             group=group,
             concurrency=concurrency,
             now_ms=now,
-            info={"broker": "orm" if config.broker == "orm" else "redis", "warning": warning},
+            info={
+                "broker": "orm" if config.broker == "orm" else "redis",
+                "warning": "; ".join(w for w in (warning, commands) if w) or None,
+            },
         )
         if warning:
             log_event(

@@ -17,6 +17,7 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from access.models import ApiToken
+from jobs.runtime import sandbox
 
 
 def _write_private(path: Path, text: str) -> None:
@@ -46,6 +47,7 @@ class Command(BaseCommand):
             _write_private(token_file, secret)
         password = password_file.read_text().strip() if password_file.exists() else "(unchanged)"
         token = token_file.read_text().strip()
+        commands = sandbox.problem() or sandbox.warning() or "sandboxed (bubblewrap)"
         self.stdout.write(
             "\n".join(
                 [
@@ -55,6 +57,7 @@ class Command(BaseCommand):
                     f"  API token: {token}",
                     f"  try:       curl -H 'Authorization: Bearer {token}' {url}/healthz",
                     f"  data:      {data_dir}",
+                    f"  commands:  {commands}",
                     "",
                 ]
             )

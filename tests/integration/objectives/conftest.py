@@ -30,9 +30,18 @@ SKIP_BY_DEFAULT = frozenset({v.KIND_MONITOR})
 
 @pytest.fixture
 def factory(transactional_db, tmp_path, monkeypatch):
-    monkeypatch.setattr(settings, "DATA_DIR", tmp_path)
+    """tmp_path holds the data directory (`data/`) and the workspaces (`workspaces/`).
+    Commands run on the host here (RECEIPT_COMMAND_SANDBOX=host): these tests watch them
+    through files outside their workspaces. The sandbox has its own tests (test_sandbox)."""
+    monkeypatch.setattr(settings, "DATA_DIR", tmp_path / "data")
+    monkeypatch.setattr(settings, "WORKSPACE_DIR", tmp_path / "workspaces")
+    (tmp_path / "data").mkdir()
     monkeypatch.setattr(
-        settings, "RECEIPT", dataclasses.replace(settings.RECEIPT, factory_monitor_interval_ms=100)
+        settings,
+        "RECEIPT",
+        dataclasses.replace(
+            settings.RECEIPT, factory_monitor_interval_ms=100, command_sandbox="host"
+        ),
     )
     return tmp_path
 

@@ -49,7 +49,7 @@ def test_output_is_kept_as_artifacts_and_tails_reach_the_outcome(factory):
     oid = run_one("echo to-out; echo to-err >&2")
     run = objective(oid).task("t").runs[-1]
     assert (run.stdout_tail.strip(), run.stderr_tail.strip()) == ("to-out", "to-err")
-    art = factory / "workspaces" / oid / "artifacts" / "t" / run.job_id
+    art = factory / "workspaces" / ".logs" / oid / "t" / run.job_id  # the worker's, not the task's
     assert (art / "stdout.log").read_text() == "to-out\n"
     assert (art / "stderr.log").read_text() == "to-err\n"
 

@@ -37,7 +37,7 @@ def test_client_values_override_within_range():
             {"maxActiveTask": 2},
             "unknown policy key(s) maxActiveTask; known: maxActiveTasks, "
             "maxTaskRuns, maxCandidatePassesPerTask, maxObjectiveMinutes, "
-            "maxDispatchesPerReact, autoPromote",
+            "maxDispatchesPerReact, autoPromote, network",
         ),
         ({"maxActiveTasks": 0}, "policy.maxActiveTasks must be an integer in 1..100, got 0"),
         ({"maxTaskRuns": True}, "policy.maxTaskRuns must be an integer in 1..10000, got True"),
