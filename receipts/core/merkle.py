@@ -205,7 +205,7 @@ def inclusion_fault(
     if sn != 0:
         return "the proof is shorter than a tree of this size needs"
     if computed != expected_root:
-        return "the proof does not lead to the expected root"
+        return "the proof does not lead to the root hash"
     return None
 
 
