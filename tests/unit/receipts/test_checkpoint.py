@@ -122,7 +122,7 @@ def test_tampering_with_any_field_breaks_the_signature(
 
 def test_a_flipped_signature_bit_fails(private_key: Any, public_key: Any) -> None:
     cp = signing.sign(checkpoint(), private_key)
-    raw = bytearray(base64.b64decode(cp.signature))
+    raw = bytearray(base64.b64decode(cp.signature or ""))
     raw[10] ^= 0x04
     bent = dataclasses.replace(cp, signature=base64.b64encode(raw).decode())
     assert (
