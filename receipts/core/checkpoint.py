@@ -174,14 +174,14 @@ def from_wire(value: object) -> Checkpoint:
     """A checkpoint from its JSON object; CheckpointError names what is wrong."""
     if not isinstance(value, dict):
         raise CheckpointError("a checkpoint is a JSON object")
+    if value.get("format") != FORMAT:  # first: a proof given for a checkpoint says so
+        raise CheckpointError(f"format is {FORMAT!r}, not {value.get('format')!r}")
     unknown = sorted(set(value) - set(_FIELDS))
     if unknown:
         raise CheckpointError(f"unknown field {unknown[0]!r}")
     missing = [name for name in _FIELDS if name not in value]
     if missing:
         raise CheckpointError(f"missing field {missing[0]!r}")
-    if value["format"] != FORMAT:
-        raise CheckpointError(f"format is {FORMAT!r}, not {value['format']!r}")
     cp = Checkpoint(
         tree_size=value["treeSize"],
         root_hash=value["rootHash"],
