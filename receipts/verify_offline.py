@@ -85,7 +85,7 @@ def _when(cp: Checkpoint) -> str:
 
 
 def _describe(cp: Checkpoint) -> str:
-    return f"{cp.tree_size} leaves at {_when(cp)}, checkpoint {checkpoint_hash(cp)[:16]}"
+    return f"checkpoint {checkpoint_hash(cp)[:16]} ({cp.tree_size} leaves, {_when(cp)})"
 
 
 def receipt_hash(receipt: Any) -> str:
@@ -131,7 +131,7 @@ def check_inclusion(args: argparse.Namespace) -> str:
     if found:
         raise Failed(found)
     signatures = _check_signatures(args.key, (args.checkpoint, cp))
-    return f"receipt {proof.leaf} is leaf {proof.index} of {_describe(cp)}, {signatures}"
+    return f"receipt {proof.leaf} is leaf {proof.index} in {_describe(cp)}, {signatures}"
 
 
 def check_consistency(args: argparse.Namespace) -> str:
@@ -144,7 +144,7 @@ def check_consistency(args: argparse.Namespace) -> str:
     if found:
         raise Failed(found)
     signatures = _check_signatures(args.key, (args.old, old), (args.new, new))
-    return f"the log of {_describe(new)} extends the log of {_describe(old)}, {signatures}"
+    return f"the log at {_describe(new)} extends the log at {_describe(old)}, {signatures}"
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -91,7 +91,7 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 def test_a_kept_checkpoint_and_its_signature_check(log: dict[str, Any]) -> None:
     code, out = run("checkpoint", "--key", "pub.pem", "old.json", cwd=log["dir"])
     assert (code, out.count("\n")) == (0, 0)
-    assert out.startswith("ok: 7 leaves at ") and "signature valid" in out
+    assert out.startswith("ok: checkpoint ") and "(7 leaves, " in out and "signature valid" in out
 
 
 def test_without_a_key_the_signature_is_named_but_not_checked(log: dict[str, Any]) -> None:
@@ -127,7 +127,7 @@ def test_a_receipt_is_still_in_the_log(log: dict[str, Any]) -> None:
         cwd=log["dir"],
     )
     assert code == 0, out
-    assert out.startswith(f"ok: receipt {log['receipts'][3].hash} is leaf 3 of 7 leaves")
+    assert out.startswith(f"ok: receipt {log['receipts'][3].hash} is leaf 3 in checkpoint ")
 
 
 def test_the_newer_checkpoint_extends_the_older(log: dict[str, Any]) -> None:
@@ -144,7 +144,7 @@ def test_the_newer_checkpoint_extends_the_older(log: dict[str, Any]) -> None:
         cwd=log["dir"],
     )
     assert code == 0, out
-    assert "the log of 11 leaves" in out and "extends the log of 7 leaves" in out
+    assert "(11 leaves, " in out.split("extends")[0] and "(7 leaves, " in out.split("extends")[1]
 
 
 def tampered(log: dict[str, Any], tmp_path: Path, name: str, change: dict[str, Any]) -> Path:
