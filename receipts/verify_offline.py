@@ -53,30 +53,45 @@ def _checkpoint(path: Path) -> Checkpoint:
         raise Failed(f"{path}: not a checkpoint: {exc}") from None
 
 
-def _check_signatures(key_path: Path | None, *checkpoints: tuple[Path, Checkpoint]) -> str:
-    """Check each checkpoint's signature against the key at `key_path` (nothing without
-    one); says what was checked."""
-    if key_path is None:
-        signed = [cp for _, cp in checkpoints if cp.signed]
-        if not signed:
+def _check_signatures(
+    key_paths: Sequence[Path] | None, *checkpoints: tuple[Path, Checkpoint]
+) -> str:
+    """Check each checkpoint's signature with the given key of its keyId (several keys:
+    checkpoints from before and after a key rotation); says what was checked. Without a
+    key, nothing is checked."""
+    if not key_paths:
+        ids = sorted({cp.key_id for _, cp in checkpoints if cp.signed and cp.key_id})
+        if not ids:
             return "unsigned"
-        return f"signed by key {signed[0].key_id}, signature not checked (no --key)"
+        return f"signed by key {', '.join(ids)}, signature not checked (no --key)"
     try:  # only here: without --key the standard library is enough
         from receipts import signing
     except ImportError:
         raise Failed("checking a signature needs the cryptography package") from None
-    try:
-        with key_path.open("rb") as handle:
-            key = signing.load_public_key(handle.read())
-    except OSError as exc:
-        raise Failed(f"{key_path}: cannot read: {exc.strerror or exc}") from None
-    except signing.SigningKeyError as exc:
-        raise Failed(f"{key_path}: {exc}") from None
+    keys = {}
+    for key_path in key_paths:
+        try:
+            with key_path.open("rb") as handle:
+                key = signing.load_public_key(handle.read())
+        except OSError as exc:
+            raise Failed(f"{key_path}: cannot read: {exc.strerror or exc}") from None
+        except signing.SigningKeyError as exc:
+            raise Failed(f"{key_path}: {exc}") from None
+        keys[signing.key_id(key)] = key
     for path, cp in checkpoints:
-        found = signing.signature_fault(cp, key)
+        # one key given: check with it, so that a wrong key is named as such
+        if not cp.signed:
+            raise Failed(f"{path}: the checkpoint is unsigned")
+        signer = keys.get(cp.key_id or "")
+        if signer is None and len(keys) == 1:
+            signer = next(iter(keys.values()))
+        if signer is None:
+            raise Failed(f"{path}: signed by key {cp.key_id}, which is none of the keys given")
+        found = signing.signature_fault(cp, signer)
         if found:
             raise Failed(f"{path}: {found}")
-    return f"signature valid, key {signing.key_id(key)}"
+    used = sorted({cp.key_id or "" for _, cp in checkpoints})
+    return f"signature valid, key {', '.join(used)}"
 
 
 def _when(cp: Checkpoint) -> str:
@@ -153,11 +168,14 @@ def _parser() -> argparse.ArgumentParser:
         description="Check checkpoints and proofs of a Receipt store's log from JSON files.",
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    key_help = "the log's public key (PEM): also check the checkpoints' signatures"
+    key_help = (
+        "the log's public key (PEM): also check the signatures; "
+        "give it again for each key of a rotation"
+    )
 
     one = commands.add_parser("checkpoint", help="check a checkpoint and its signature")
     one.add_argument("checkpoint", type=Path, help="the checkpoint (JSON)")
-    one.add_argument("--key", type=Path, help=key_help)
+    one.add_argument("--key", type=Path, action="append", help=key_help)
     one.set_defaults(check=check_checkpoint)
 
     inclusion = commands.add_parser("inclusion", help="check that a receipt is in the log")
@@ -166,7 +184,7 @@ def _parser() -> argparse.ArgumentParser:
     inclusion.add_argument(
         "--receipt", type=Path, help="the receipt (JSON, as the API gives it): check it too"
     )
-    inclusion.add_argument("--key", type=Path, help=key_help)
+    inclusion.add_argument("--key", type=Path, action="append", help=key_help)
     inclusion.set_defaults(check=check_inclusion)
 
     consistency = commands.add_parser(
@@ -175,7 +193,7 @@ def _parser() -> argparse.ArgumentParser:
     consistency.add_argument("--old", type=Path, required=True, help="the earlier checkpoint")
     consistency.add_argument("--new", type=Path, required=True, help="the later checkpoint")
     consistency.add_argument("--proof", type=Path, required=True, help="the consistency proof")
-    consistency.add_argument("--key", type=Path, help=key_help)
+    consistency.add_argument("--key", type=Path, action="append", help=key_help)
     consistency.set_defaults(check=check_consistency)
     return parser
 

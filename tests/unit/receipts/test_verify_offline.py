@@ -147,6 +147,39 @@ def test_the_newer_checkpoint_extends_the_older(log: dict[str, Any]) -> None:
     assert "(11 leaves, " in out.split("extends")[0] and "(7 leaves, " in out.split("extends")[1]
 
 
+def test_checkpoints_across_a_key_rotation_check_with_both_keys(
+    log: dict[str, Any], tmp_path: Path
+) -> None:
+    """The old checkpoint under the old key, the new one under a new key: each is checked
+    with the key its keyId names."""
+    for kept in log["dir"].iterdir():
+        shutil.copy(kept, tmp_path)
+    rotated = signing.load_private_key(signing.generate_private_key_pem())
+    (tmp_path / "new.pub.pem").write_bytes(signing.public_key_pem(rotated))
+    (tmp_path / "stranger.pem").write_bytes(
+        signing.public_key_pem(signing.load_private_key(signing.generate_private_key_pem()))
+    )
+    new = signing.sign(log["new"], rotated)
+    write(tmp_path / "new.json", new.to_wire())
+    write(
+        tmp_path / "consistency.json",
+        log_proofs.consistency_proof(log["old"], new, log["tree"]).to_wire(),
+    )
+    both = [*CONSISTENCY, "--key", "new.pub.pem"]
+    code, out = run(*both, cwd=tmp_path)
+    assert code == 0, out
+    assert out.endswith(
+        f"signature valid, key {', '.join(sorted([log['old'].key_id, new.key_id]))}"
+    )
+    code, out = run(*CONSISTENCY, cwd=tmp_path)
+    assert code == 1 and out.startswith(f"FAILED: new.json: signed by key {new.key_id}, not by")
+    code, out = run(*CONSISTENCY, "--key", "stranger.pem", cwd=tmp_path)
+    assert (code, out) == (
+        1,
+        f"FAILED: new.json: signed by key {new.key_id}, which is none of the keys given",
+    )
+
+
 def tampered(log: dict[str, Any], tmp_path: Path, name: str, change: dict[str, Any]) -> Path:
     for kept in log["dir"].iterdir():
         shutil.copy(kept, tmp_path)
