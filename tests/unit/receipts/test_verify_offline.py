@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from receipts import signing
 from receipts.core import log_proofs
 from receipts.core.chain import Receipt, seal
-from receipts.core.checkpoint import Checkpoint, checkpoint_hash
+from receipts.core.checkpoint import Checkpoint, checkpoint_hash, from_wire, signed_text
 from receipts.core.merkle import MemoryTree, leaf_hash, receipt_leaf
 from receipts.verify_offline import receipt_hash
 
@@ -353,3 +353,14 @@ def test_the_verifier_recomputes_a_receipts_hash_as_the_store_seals_it(
     )
     wire = json.loads(json.dumps(r.to_wire()))  # as a client reads it from the API
     assert receipt_hash(wire) == r.hash
+
+
+def test_the_examples_in_docs_integrity_hold() -> None:
+    """The documented checkpoint, its signed text and the inclusion proof against it."""
+    doc = (REPO / "docs" / "integrity.md").read_text(encoding="utf-8")
+    blocks = [part.split("```", 1)[0] for part in doc.split("```json\n")[1:]]
+    checkpoint, inclusion, consistency = (json.loads(block) for block in blocks)
+    cp = from_wire(checkpoint)
+    assert f"```\n{signed_text(cp)}\n```" in doc
+    assert log_proofs.inclusion_fault(log_proofs.inclusion_from_wire(inclusion), cp) is None
+    assert log_proofs.consistency_from_wire(consistency).old == checkpoint_hash(cp)
