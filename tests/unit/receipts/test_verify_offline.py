@@ -168,9 +168,8 @@ def test_checkpoints_across_a_key_rotation_check_with_both_keys(
     both = [*CONSISTENCY, "--key", "new.pub.pem"]
     code, out = run(*both, cwd=tmp_path)
     assert code == 0, out
-    assert out.endswith(
-        f"signature valid, key {', '.join(sorted([log['old'].key_id, new.key_id]))}"
-    )
+    ids = sorted([log["old"].key_id, str(new.key_id)])
+    assert out.endswith(f"signature valid, key {', '.join(ids)}")
     code, out = run(*CONSISTENCY, cwd=tmp_path)
     assert code == 1 and out.startswith(f"FAILED: new.json: signed by key {new.key_id}, not by")
     code, out = run(*CONSISTENCY, "--key", "stranger.pem", cwd=tmp_path)
