@@ -193,6 +193,8 @@ def from_wire(value: object) -> Checkpoint:
     # Said outright so that nobody reads an unsigned checkpoint as a signed one.
     if value["signed"] is not cp.signed:
         raise CheckpointError(f"signed is {cp.signed} for this signature, not {value['signed']!r}")
+    if cp.key_id is not None and not cp.signed:  # only ever a step of signing, never stored
+        raise CheckpointError("keyId names a key but there is no signature")
     return cp
 
 

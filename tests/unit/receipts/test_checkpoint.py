@@ -159,6 +159,7 @@ def test_an_unsigned_checkpoint_never_verifies_against_a_key(public_key: Any) ->
         ({"timestampMs": "1"}, "timestampMs"),
         ({"previous": "abc"}, "previous"),
         ({"keyId": "xyz"}, "keyId"),
+        ({"keyId": "0123456789abcdef"}, "keyId names a key but there is no signature"),
         ({"signature": "AAAA", "keyId": "0123456789abcdef", "signed": True}, "signature"),
         ({"signature": "A" * 88, "signed": True}, "keyId"),
         ({"signed": True}, "signed"),
