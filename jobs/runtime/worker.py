@@ -6,8 +6,8 @@ the runworker's lease keeper (`jobs.runtime.keeper`) heartbeats the lease and wa
 for aborts; one watcher thread per worker process (no database) turns the keeper's stop
 order or the execution timeout into `ctx.aborted`. When the handler returns, `attempt.settle`
 writes the settlement and the promise in one transaction (the D-8 callback is recorded
-with it); then a quick try at posting the callback, and `after_complete` only after a
-real completion.
+with it, and posted by the runworker's sender: no attempt waits on a receiver), and
+`after_complete` runs only after a real completion.
 
 A handler that ignores a stop for longer than its grace is not waited for: the watcher
 settles the attempt itself (on a connection of its own, closed right after) and the
@@ -35,7 +35,7 @@ from jobs.core.timing import TimingSettings, execution_timeout_ms, heartbeat_int
 from jobs.core.wire import job_from_wire
 from jobs.queue import Outcome
 from jobs.runtime import attempt as attempts
-from jobs.runtime import callbacks, counters, faults, keeper, processes, promises, spawned
+from jobs.runtime import counters, faults, keeper, processes, promises, spawned
 from jobs.runtime.context import HandlerContext, JobResult
 from jobs.runtime.storage_retry import is_transient
 from observability.logs import log_event
@@ -122,9 +122,7 @@ def _count(outcome: dict[str, Any]) -> dict[str, Any]:
 
 
 def _finish(ended: attempts.Ended, after_complete: Any = None) -> dict[str, Any]:
-    settled = ended.job
-    if settled is not None and settled.is_terminal:  # the loop retries what this leaves
-        callbacks.deliver_jobs([settled.job_id], now_ms=wall_clock_ms())
+    settled = ended.job  # its callback was recorded with it; the runworker's sender posts it
     if settled is not None and settled.status == "completed" and after_complete is not None:
         try:
             after_complete()

@@ -84,7 +84,13 @@ def maintenance_loops(config: Any, role: str = ALL) -> list[loops.Loop]:
         loops.Loop(
             "startup_resume", 0, config.startup_settle_ms, _pass(recovery.redrive_queued), once=True
         ),
-        loops.Loop("callbacks", callbacks.DELIVER_INTERVAL_MS, delay, _pass(callbacks.deliver_due)),
+        loops.Loop(
+            "callbacks",
+            callbacks.PUMP_INTERVAL_MS if config.callback_url else callbacks.DELIVER_INTERVAL_MS,
+            delay,
+            _pass(callbacks.pump),
+            time_critical=True,  # a pass never waits on a receiver, and its answers are due
+        ),
         loops.Loop("callback_prune", 60_000, delay, _pass(callbacks.prune)),
         loops.Loop("retention", retention.INTERVAL_MS, delay, _pass(retention.prune_pass)),
         *[loop for provide in loops.providers for loop in provide(config, role)],
