@@ -57,6 +57,8 @@ CLAIM_MS = 30_000  # a claimed row is due again after this: longer than one post
 ROUND = 16  # deliver_due: rows claimed and posted at once (one thread each)
 PASS_BUDGET_S = 2.0  # deliver_due starts no new round after this
 SENDER_THREADS = 16  # posts a runworker has in flight at once
+PUMP_BUDGET_S = 0.25  # a pump pass keeps a quickly answering sender fed this long at most
+ANSWER_WAIT_S = 0.02  # ... as long as an answer comes back within this
 SENDER_ROWS = 64  # claimed rows a runworker holds at most (queued, posting, answered)
 # A claimed row waits for at most SENDER_ROWS / SENDER_THREADS posts (its own included),
 # each at most TIMEOUT_S: its claim must outlast that, or a replica would post it too.
@@ -143,6 +145,7 @@ class Sender:
         self._answers: list[tuple[_Claimed, _Answer]] = []
         self._held = 0
         self._lock = threading.Lock()
+        self._answered = threading.Condition(self._lock)
         self._pid = 0  # the threads are started on first use, again after a fork
 
     def room(self) -> int:
@@ -166,35 +169,54 @@ class Sender:
             self._held -= len(taken)
         return taken
 
+    def wait_answer(self, timeout_s: float) -> bool:
+        """Whether an answer is there, or arrives within `timeout_s`; False at once when no
+        post is in flight."""
+        with self._answered:
+            if not self._answers and self._held:
+                self._answered.wait(timeout_s)
+            return bool(self._answers)
+
     def _post(self) -> None:
         while True:
             row = self._rows.get()
             answer = _post(row, settings.RECEIPT.callback_token)
-            with self._lock:
+            with self._answered:
                 self._answers.append((row, answer))
+                self._answered.notify_all()
 
 
 _SENDER = Sender()
 
 
-def pump(*, now_ms: int, sender: Sender | None = None) -> Report:
+def pump(
+    *,
+    now_ms: int,
+    sender: Sender | None = None,
+    budget_s: float = PUMP_BUDGET_S,
+    answer_wait_s: float = ANSWER_WAIT_S,
+) -> Report:
     """The `callbacks` loop: write the outcome of every answered post, then claim as many
-    due rows as the sender has room for and hand them over. Never waits on a receiver:
-    a hung one costs the sender's threads, not this pass, and a row the sender has no
-    room for stays due."""
+    due rows as the sender has room for and hand them over; again while answers come
+    back within `answer_wait_s`, for at most `budget_s`, so a quick receiver gets more
+    than one sender-load a pass. Never waits on a receiver longer than that: a hung one
+    costs the sender's threads, not this pass, and a row the sender has no room for
+    stays due."""
     from jobs.recovery import Report  # the recovery module imports the queue, which imports us
 
     sender = _SENDER if sender is None else sender
     report = Report("callbacks")
-    for row, answer in sender.answers():
-        _settle(row, answer, now_ms)
-        report.acted += answer.ok
-    room = sender.room()
-    if room > 0:
-        claimed = _claim(now_ms, room)
+    started = time.monotonic()
+    while True:
+        for row, answer in sender.answers():
+            _settle(row, answer, now_ms)
+            report.acted += answer.ok
+        room = sender.room()
+        claimed = _claim(now_ms, room) if room > 0 else []
         report.examined += len(claimed)
         sender.offer(claimed)
-    return report
+        if time.monotonic() - started >= budget_s or not sender.wait_answer(answer_wait_s):
+            return report
 
 
 def deliver_due(*, now_ms: int, limit: int = PASS_LIMIT) -> Report:

@@ -86,3 +86,19 @@ def test_the_sender_claims_no_more_than_it_can_post_within_a_claim():
     sender = callbacks.Sender()
     assert sender.capacity / sender.threads * callbacks.TIMEOUT_S * 1000 < callbacks.CLAIM_MS
     assert sender.room() == sender.capacity
+
+
+def test_a_pump_pass_keeps_a_quick_receiver_fed_beyond_one_sender_load(settings):
+    receiver = Receiver().start()
+    settings.RECEIPT = dataclasses.replace(
+        settings.RECEIPT, resonate_callback_url=None, event_callback_url=receiver.url
+    )
+    try:
+        ids = [canceled(f"cb-quick-{n}") for n in range(12)]
+        sender = callbacks.Sender(threads=2, capacity=4)
+        report = callbacks.pump(now_ms=T, sender=sender, budget_s=30, answer_wait_s=10)
+        assert report.examined == 12  # three sender-loads in one pass
+        callbacks.pump(now_ms=T, sender=sender)  # writes what the last wait left
+        assert rows() == [(job_id, "delivered", 1) for job_id in ids]
+    finally:
+        receiver.stop()
