@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import Q
 
 from jobs.core import callbacks as core
 from jobs.core.state import JobState
@@ -52,7 +53,7 @@ logger = logging.getLogger("receipt.callbacks")
 EVENTS = core.EVENTS
 TIMEOUT_S = 5.0
 DELIVER_INTERVAL_MS = 2_000  # the loop's cadence without a URL (rows of an earlier one)
-PUMP_INTERVAL_MS = 1_000  # with a URL: how soon a recorded callback is picked up
+PUMP_INTERVAL_MS = 500  # with a URL: how soon a recorded callback is picked up
 CLAIM_MS = 30_000  # a claimed row is due again after this: longer than one post can take
 ROUND = 16  # deliver_due: rows claimed and posted at once (one thread each)
 PASS_BUDGET_S = 2.0  # deliver_due starts no new round after this
@@ -208,9 +209,7 @@ def pump(
     report = Report("callbacks")
     started = time.monotonic()
     while True:
-        for row, answer in sender.answers():
-            _settle(row, answer, now_ms)
-            report.acted += answer.ok
+        report.acted += _settle_all(sender.answers(), now_ms)
         room = sender.room()
         claimed = _claim(now_ms, room) if room > 0 else []
         report.examined += len(claimed)
@@ -306,9 +305,7 @@ def _deliver(claimed: list[_Claimed], now_ms: int) -> int:
     else:
         with ThreadPoolExecutor(max_workers=len(claimed), thread_name_prefix="callback") as pool:
             answers = list(pool.map(lambda row: _post(row, token), claimed))
-    for row, answer in zip(claimed, answers, strict=True):
-        _settle(row, answer, now_ms)
-    return sum(answer.ok for answer in answers)
+    return _settle_all(list(zip(claimed, answers, strict=True)), now_ms)
 
 
 def _post(row: _Claimed, token: str | None) -> _Answer:
@@ -330,6 +327,24 @@ def _post(row: _Claimed, token: str | None) -> _Answer:
         return _Answer(False, error.code, f"HTTP {error.code} {error.reason}"[:500])
     except (urllib.error.URLError, OSError, ValueError) as error:
         return _Answer(False, None, str(getattr(error, "reason", error))[:500])
+
+
+def _settle_all(answered: Sequence[tuple[_Claimed, _Answer]], now_ms: int) -> int:
+    """Write many tries' outcomes: the deliveries in one statement (each fenced by its
+    try's number, as `_settle`), every failure on its own. The number delivered."""
+    delivered = [(row, answer) for row, answer in answered if answer.ok]
+    for row, answer in answered:
+        if not answer.ok:
+            _settle(row, answer, now_ms)
+    for status in {answer.status for _, answer in delivered}:
+        mine = Q(pk__in=[])
+        for row, answer in delivered:
+            if answer.status == status:
+                mine |= Q(pk=row.id, attempts=row.attempts)
+        Callback.objects.filter(mine, state="pending").update(
+            state="delivered", last_status=status, last_error=None, next_at=None, finished_at=now_ms
+        )
+    return len(delivered)
 
 
 def _settle(row: _Claimed, answer: _Answer, now_ms: int) -> None:
