@@ -154,6 +154,8 @@ class Sender:
             return self.capacity - self._held
 
     def offer(self, rows: Sequence[_Claimed]) -> None:
+        if not rows:
+            return
         with self._lock:
             if self._pid != os.getpid():
                 self._pid = os.getpid()
