@@ -34,7 +34,7 @@ from jobs.core.vocabulary import (
 )
 from jobs.models import Callback, DeliveryPromise, Job
 from jobs.recovery import Report
-from jobs.runtime import counters
+from jobs.runtime import counters, faults
 from observability.logs import log_event
 from receipts import retention as receipt_retention
 from receipts import store
@@ -52,6 +52,7 @@ _sleep = time.sleep  # the pause between batches (a test replaces only this one)
 PASS_BATCHES = 10  # the loop's bounded batch-set per pass; the command runs to the end
 INTERVAL_MS = 3_600_000
 LOOP_ACTOR = "retention-loop"
+FAULT_PAUSE_S = 3.0  # after each batch, with RECEIPT_FAULTS=retention_batch
 
 # Reasons to keep a settled job: each returns a condition on a Job row (OuterRef names its
 # columns) that holds while the job must stay. Registered by apps in ready().
@@ -141,6 +142,7 @@ def prune(
                     rows, lane, report, now_ms=now_ms, by=by, batch_receipts=batch_receipts
                 )
             report.batches += 1
+            faults.pause("retention_batch", FAULT_PAUSE_S)  # C-3: a long pass, for tests
             after = (rows[taken - 1][1], rows[taken - 1][0])
             if pause_s and not dry_run:
                 _sleep(pause_s)

@@ -15,6 +15,7 @@ command leaves behind when it exits dies too. What the reaper starts is
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -25,8 +26,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from jobs.runtime import lifeline, sandbox
+from jobs.runtime import lifeline, sandbox, spawned
+from observability.logs import log_event
 from receipts.core.storable import storable_text
+
+logger = logging.getLogger("receipt.processes")
 
 TAIL_CHARS = 4000
 REPORT_EVERY_S = 1.0  # output tails reach job.progress at most this often
@@ -132,6 +136,25 @@ def run(
         start_new_session=True,
         close_fds=True,
     )
+    with spawned.command(proc.pid):  # a handler that started it is never run again (C-9)
+        return _follow(
+            proc, started, stdout_path, stderr_path, stdin, timeout_s, aborted, on_start, on_output
+        )
+
+
+def _follow(
+    proc: subprocess.Popen[bytes],
+    started: float,
+    stdout_path: Path,
+    stderr_path: Path,
+    stdin: bytes | None,
+    timeout_s: float | None,
+    aborted: threading.Event | None,
+    on_start: Callable[[int], object] | None,
+    on_output: Callable[[str, str], None] | None,
+) -> ProcessResult:
+    """Pump the output, report it, and wait for the end, a timeout or an abort. Whatever
+    goes wrong here stops the command before it propagates: nothing outlives the call."""
     out_tail, err_tail = _Tail(), _Tail()
     assert proc.stdout is not None and proc.stderr is not None
     pumps = [
@@ -142,26 +165,30 @@ def run(
         pump.start()
     if stdin is not None:
         threading.Thread(target=_feed, args=(proc, stdin), daemon=True).start()
-    if on_start is not None:
-        on_start(proc.pid)
     timed_out = was_aborted = False
-    last_report, seen = time.monotonic(), (0, 0)
-    while proc.poll() is None:
-        if aborted is not None and aborted.wait(0.1):
-            was_aborted = True
-        elif aborted is None:
-            time.sleep(0.1)
-        if not was_aborted and timeout_s is not None and time.monotonic() - started > timeout_s:
-            timed_out = True
-        if was_aborted or timed_out:
-            stop(proc)
-            break
-        now = time.monotonic()
-        versions = (out_tail.version, err_tail.version)
-        due = now - last_report >= (REPORT_EVERY_S if versions != seen else ALIVE_EVERY_S)
-        if on_output is not None and due:
-            on_output(out_tail.text(), err_tail.text())
-            last_report, seen = now, versions
+    try:
+        if on_start is not None:
+            _report(on_start, proc.pid)
+        last_report, seen = time.monotonic(), (0, 0)
+        while proc.poll() is None:
+            if aborted is not None and aborted.wait(0.1):
+                was_aborted = True
+            elif aborted is None:
+                time.sleep(0.1)
+            if not was_aborted and timeout_s is not None and time.monotonic() - started > timeout_s:
+                timed_out = True
+            if was_aborted or timed_out:
+                stop(proc)
+                break
+            now = time.monotonic()
+            versions = (out_tail.version, err_tail.version)
+            due = now - last_report >= (REPORT_EVERY_S if versions != seen else ALIVE_EVERY_S)
+            if on_output is not None and due:
+                _report(on_output, out_tail.text(), err_tail.text())
+                last_report, seen = now, versions
+    except BaseException:
+        stop(proc)
+        raise
     code = proc.wait()  # the reaper exits once the command and all it left behind are gone
     for pump in pumps:
         pump.join(timeout=5)
@@ -176,6 +203,22 @@ def run(
         stderr_tail=err_tail.text(),
         duration_ms=int((time.monotonic() - started) * 1000),
     )
+
+
+def _report(callback: Callable[..., object], *args: object) -> None:
+    """A report that fails (its progress write met the database down, say) is dropped and
+    logged: the command runs on and the next report replaces it. Leaving the loop here
+    would leave the command running unwatched while the handler is run again (C-9)."""
+    try:
+        callback(*args)
+    except Exception as error:
+        log_event(
+            logger,
+            "process.report_dropped",
+            f"a progress report of a running command failed and was dropped: {error}",
+            level=logging.WARNING,
+            error=type(error).__name__,
+        )
 
 
 def _feed(proc: subprocess.Popen[bytes], data: bytes) -> None:

@@ -5,12 +5,19 @@ event: the jobs projector records every settlement (a worker's, the driver's, an
 a lease expiry that used up the attempts), the driver records `dispatched` with the
 execute promise it opens. With no URL configured nothing is written: no statement.
 
-`deliver_due` (the `callbacks` maintenance loop) and `deliver_jobs` (the worker's and
-the driver's quick try right after their commit) claim due rows, post them and write
-the outcome. A claim moves the row's next try past the post's timeout, under
-FOR UPDATE SKIP LOCKED on PostgreSQL and a conditional UPDATE on SQLite, so two processes
-never post one row at once, and a process that dies after its commit or mid-post leaves
-a row the loop tries again. A failure is logged, counted and retried with backoff until
+No attempt waits on a receiver: the worker and the driver only record. Each runworker
+posts through its `Sender`, a bounded set of claimed rows posted by daemon threads that
+do HTTP only (no database connection); `pump` (the `callbacks` loop, on the keeper's
+time-critical schedule) writes the answers the sender has and claims as many due rows as
+it has room for, so a pass never waits on a receiver either. A row the sender has no
+room for stays due for the next pass or another process. `deliver_due` posts and waits
+(tests and one-off use).
+
+A claim moves the row's next try past CLAIM_MS, under FOR UPDATE SKIP LOCKED on
+PostgreSQL and a conditional UPDATE on SQLite, so two processes never post one row at
+once, and a process that dies with claimed rows (queued, mid-post, or answered but not
+written) leaves them to the loop once the claim runs out: delivered at least once, never
+lost. A failure is logged, counted and retried with backoff until
 RECEIPT_CALLBACK_RETRY_FOR_MS after the event; it never fails the job.
 """
 
@@ -18,6 +25,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import queue
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -28,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import connection
+from django.db.models import Q
 
 from jobs.core import callbacks as core
 from jobs.core.state import JobState
@@ -41,10 +52,18 @@ if TYPE_CHECKING:
 logger = logging.getLogger("receipt.callbacks")
 EVENTS = core.EVENTS
 TIMEOUT_S = 5.0
-DELIVER_INTERVAL_MS = 2_000  # the retry loop's cadence: a pass with nothing due is one query
+DELIVER_INTERVAL_MS = 2_000  # the loop's cadence without a URL (rows of an earlier one)
+PUMP_INTERVAL_MS = 500  # with a URL: how soon a recorded callback is picked up
 CLAIM_MS = 30_000  # a claimed row is due again after this: longer than one post can take
-ROUND = 16  # rows claimed and posted at once (one thread each: a hung receiver costs 5 s)
-PASS_BUDGET_S = 2.0  # a loop pass starts no new round after this: the other loops wait
+ROUND = 16  # deliver_due: rows claimed and posted at once (one thread each)
+PASS_BUDGET_S = 2.0  # deliver_due starts no new round after this
+SENDER_THREADS = 16  # posts a runworker has in flight at once
+PUMP_BUDGET_S = 0.25  # a pump pass keeps a quickly answering sender fed this long at most
+ANSWER_WAIT_S = 0.02  # ... as long as an answer comes back within this
+SENDER_ROWS = 64  # claimed rows a runworker holds at most (queued, posting, answered)
+# A claimed row waits for at most SENDER_ROWS / SENDER_THREADS posts (its own included),
+# each at most TIMEOUT_S: its claim must outlast that, or a replica would post it too.
+assert SENDER_ROWS / SENDER_THREADS * TIMEOUT_S < CLAIM_MS / 1000
 PASS_LIMIT = 512
 KEEP_MS = 7 * 24 * 3_600_000  # delivered and given-up rows are pruned after a week
 FAILURES = "receipt_callback_failures_total"
@@ -115,26 +134,95 @@ class _Answer:
     error: str | None
 
 
-def deliver_jobs(job_ids: Sequence[str], *, now_ms: int) -> None:
-    """The quick try after a commit: post the due callbacks of these jobs now. Costs
-    nothing without a URL; never raises (the loop retries whatever this leaves)."""
-    if not settings.RECEIPT.callback_url or not job_ids:
-        return
-    try:
-        _deliver(_claim(now_ms, ROUND, job_ids=list(job_ids)), now_ms)
-    except Exception as error:
-        log_event(
-            logger,
-            "callback.quick_try_failed",
-            f"posting callbacks of {', '.join(job_ids[:5])} failed: {error}",
-            level=logging.WARNING,
-            jobIds=list(job_ids[:20]),
-        )
+class Sender:
+    """A process's callback sender: claimed rows posted by SENDER_THREADS daemon threads
+    (HTTP only), their answers kept for the next `pump` to write. Holds at most
+    `capacity` rows, queued, in flight or answered: `pump` claims no more than `room()`."""
+
+    def __init__(self, *, threads: int = SENDER_THREADS, capacity: int = SENDER_ROWS) -> None:
+        self.threads = threads
+        self.capacity = capacity
+        self._rows: queue.SimpleQueue[_Claimed] = queue.SimpleQueue()
+        self._answers: list[tuple[_Claimed, _Answer]] = []
+        self._held = 0
+        self._lock = threading.Lock()
+        self._answered = threading.Condition(self._lock)
+        self._pid = 0  # the threads are started on first use, again after a fork
+
+    def room(self) -> int:
+        with self._lock:
+            return self.capacity - self._held
+
+    def offer(self, rows: Sequence[_Claimed]) -> None:
+        if not rows:
+            return
+        with self._lock:
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                for n in range(self.threads):
+                    threading.Thread(target=self._post, name=f"callback-{n}", daemon=True).start()
+            self._held += len(rows)
+        for row in rows:
+            self._rows.put(row)
+
+    def answers(self) -> list[tuple[_Claimed, _Answer]]:
+        """The answers so far, handed over once: their rows leave the sender."""
+        with self._lock:
+            taken, self._answers = self._answers, []
+            self._held -= len(taken)
+        return taken
+
+    def wait_answer(self, timeout_s: float) -> bool:
+        """Whether an answer is there, or arrives within `timeout_s`; False at once when no
+        post is in flight."""
+        with self._answered:
+            if not self._answers and self._held:
+                self._answered.wait(timeout_s)
+            return bool(self._answers)
+
+    def _post(self) -> None:
+        while True:
+            row = self._rows.get()
+            answer = _post(row, settings.RECEIPT.callback_token)
+            with self._answered:
+                self._answers.append((row, answer))
+                self._answered.notify_all()
+
+
+_SENDER = Sender()
+
+
+def pump(
+    *,
+    now_ms: int,
+    sender: Sender | None = None,
+    budget_s: float = PUMP_BUDGET_S,
+    answer_wait_s: float = ANSWER_WAIT_S,
+) -> Report:
+    """The `callbacks` loop: write the outcome of every answered post, then claim as many
+    due rows as the sender has room for and hand them over; again while answers come
+    back within `answer_wait_s`, for at most `budget_s`, so a quick receiver gets more
+    than one sender-load a pass. Never waits on a receiver longer than that: a hung one
+    costs the sender's threads, not this pass, and a row the sender has no room for
+    stays due."""
+    from jobs.recovery import Report  # the recovery module imports the queue, which imports us
+
+    sender = _SENDER if sender is None else sender
+    report = Report("callbacks")
+    started = time.monotonic()
+    while True:
+        report.acted += _settle_all(sender.answers(), now_ms)
+        room = sender.room()
+        claimed = _claim(now_ms, room) if room > 0 else []
+        report.examined += len(claimed)
+        sender.offer(claimed)
+        if time.monotonic() - started >= budget_s or not sender.wait_answer(answer_wait_s):
+            return report
 
 
 def deliver_due(*, now_ms: int, limit: int = PASS_LIMIT) -> Report:
-    """The `callbacks` loop: post every due callback, rounds of ROUND rows, until none is
-    due, `limit` were claimed or the pass ran PASS_BUDGET_S."""
+    """Post every due callback and wait for the answers, rounds of ROUND rows, until none
+    is due, `limit` were claimed or the call ran PASS_BUDGET_S (tests, one-off use)."""
     from jobs.recovery import Report  # the recovery module imports the queue, which imports us
 
     report = Report("callbacks")
@@ -165,26 +253,22 @@ _DUE = "state = 'pending' AND next_at <= %s"
 _TAKEN = "RETURNING id, job_id, event, url, body, attempts, give_up_at"
 
 
-def _claim(now_ms: int, limit: int, *, job_ids: list[str] | None = None) -> list[_Claimed]:
+def _claim(now_ms: int, limit: int) -> list[_Claimed]:
     """Take up to `limit` due rows: each try counts, and its row is due again after
     CLAIM_MS (a process that dies mid-post leaves it to the loop)."""
-    jobs_sql, jobs_params = "", []
-    if job_ids:
-        jobs_sql = f" AND job_id IN ({', '.join(['%s'] * len(job_ids))})"
-        jobs_params = job_ids
     take = "SET attempts = attempts + 1, next_at = %s"
     with connection.cursor() as cursor:
         if connection.vendor == "postgresql":
             cursor.execute(
                 f"UPDATE jobs_callback {take} WHERE id IN (SELECT id FROM jobs_callback "
-                f"WHERE {_DUE}{jobs_sql} ORDER BY next_at LIMIT %s FOR UPDATE SKIP LOCKED) "
+                f"WHERE {_DUE} ORDER BY next_at LIMIT %s FOR UPDATE SKIP LOCKED) "
                 f"{_TAKEN}",
-                [now_ms + CLAIM_MS, now_ms, *jobs_params, limit],
+                [now_ms + CLAIM_MS, now_ms, limit],
             )
         else:  # SQLite: one writer at a time; the WHERE refuses a row another took first
             cursor.execute(
-                f"SELECT id FROM jobs_callback WHERE {_DUE}{jobs_sql} ORDER BY next_at LIMIT %s",
-                [now_ms, *jobs_params, limit],
+                f"SELECT id FROM jobs_callback WHERE {_DUE} ORDER BY next_at LIMIT %s",
+                [now_ms, limit],
             )
             ids = [row[0] for row in cursor.fetchall()]
             if not ids:
@@ -223,9 +307,7 @@ def _deliver(claimed: list[_Claimed], now_ms: int) -> int:
     else:
         with ThreadPoolExecutor(max_workers=len(claimed), thread_name_prefix="callback") as pool:
             answers = list(pool.map(lambda row: _post(row, token), claimed))
-    for row, answer in zip(claimed, answers, strict=True):
-        _settle(row, answer, now_ms)
-    return sum(answer.ok for answer in answers)
+    return _settle_all(list(zip(claimed, answers, strict=True)), now_ms)
 
 
 def _post(row: _Claimed, token: str | None) -> _Answer:
@@ -247,6 +329,24 @@ def _post(row: _Claimed, token: str | None) -> _Answer:
         return _Answer(False, error.code, f"HTTP {error.code} {error.reason}"[:500])
     except (urllib.error.URLError, OSError, ValueError) as error:
         return _Answer(False, None, str(getattr(error, "reason", error))[:500])
+
+
+def _settle_all(answered: Sequence[tuple[_Claimed, _Answer]], now_ms: int) -> int:
+    """Write many tries' outcomes: the deliveries in one statement (each fenced by its
+    try's number, as `_settle`), every failure on its own. The number delivered."""
+    delivered = [(row, answer) for row, answer in answered if answer.ok]
+    for row, answer in answered:
+        if not answer.ok:
+            _settle(row, answer, now_ms)
+    for status in {answer.status for _, answer in delivered}:
+        mine = Q(pk__in=[])
+        for row, answer in delivered:
+            if answer.status == status:
+                mine |= Q(pk=row.id, attempts=row.attempts)
+        Callback.objects.filter(mine, state="pending").update(
+            state="delivered", last_status=status, last_error=None, next_at=None, finished_at=now_ms
+        )
+    return len(delivered)
 
 
 def _settle(row: _Claimed, answer: _Answer, now_ms: int) -> None:

@@ -147,9 +147,6 @@ def _open_many(
     if read_opened is not None:
         opened = read_opened()  # known once the pass's pipeline synced
     faults.crash("driver_after_execute_sent")
-    callbacks.deliver_jobs(
-        [job.job_id for view, job in batch if routes[view.id][0] in opened], now_ms=now
-    )
     results = []
     for view, job in batch:
         execute_id = routes[view.id][0]
@@ -250,15 +247,13 @@ def _drive(promise_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
     if job.holds_lease:
         return _drive_leased(promise_id, job, now)
     if job.abort_requested:
-        canceled = queue.cancel(
+        queue.cancel(  # records its callback; the runworker's sender posts it
             job.job_id,
             reason=job.abort_reason or queue.ABORT_REQUESTED_REASON,
             by="driver",
             now_ms=now,
         )
         promises.settle(promise_id, "resolved", now_ms=now, result={"status": "canceled"})
-        if canceled.applied:  # the cancel recorded its callback: try it now
-            callbacks.deliver_jobs([job.job_id], now_ms=now)
         return {"status": "canceled", "jobId": job.job_id}
     return _open_many([(promise, job)], now)[0]
 

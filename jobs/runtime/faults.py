@@ -1,5 +1,6 @@
 """Failpoints for fault tests (C-3): named places where a test may make this process die
-or a write fail, chosen with RECEIPT_FAULTS=name[,name]. Inert unless that variable is set.
+or a write fail, chosen with RECEIPT_FAULTS=name[,name]. Inert unless that variable is set. `name@n` arms
+a `fail_once` point for its n-th arrival in the process instead of its first.
 """
 
 from __future__ import annotations
@@ -10,10 +11,20 @@ import signal
 import time
 
 _ONCE_FIRED: set[str] = set()
+_ARRIVALS: dict[str, int] = {}
+
+
+def _armed_at(name: str) -> int | None:
+    """The arrival at which `name` fires (1 unless armed as `name@n`), None if unarmed."""
+    for entry in os.environ.get("RECEIPT_FAULTS", "").split(","):
+        armed, _, nth = entry.partition("@")
+        if armed == name:
+            return int(nth) if nth.isdigit() else 1
+    return None
 
 
 def _armed(name: str) -> bool:
-    return name in os.environ.get("RECEIPT_FAULTS", "").split(",")
+    return _armed_at(name) is not None
 
 
 def _record(name: str) -> None:
@@ -34,8 +45,13 @@ def crash(name: str) -> None:
 
 
 def fail_once(name: str, error: BaseException) -> None:
-    """Raise `error` the first time this process reaches `name`, if armed."""
-    if _armed(name) and name not in _ONCE_FIRED:
+    """Raise `error` the first time (or the n-th, armed as `name@n`) this process reaches
+    `name`, if armed."""
+    at = _armed_at(name)
+    if at is None or name in _ONCE_FIRED:
+        return
+    _ARRIVALS[name] = _ARRIVALS.get(name, 0) + 1
+    if _ARRIVALS[name] == at:
         _ONCE_FIRED.add(name)
         _record(name)
         raise error

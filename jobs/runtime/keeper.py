@@ -11,7 +11,10 @@ lease lost, job settled elsewhere). Every pass the keeper:
 - heartbeats attempts whose cadence (K-7) is due;
 - looks for abort requests on the running jobs (woken by `pg_notify('receipt_abort')`
   on PostgreSQL; every half second anyway, which is the SQLite path);
-- beats the worker registry with the attempts it holds.
+- beats the worker registry with the attempts it holds;
+- runs the runworker's time-critical loops that are due (`jobs.runtime.loops`: lease
+  expiry, gone-holder release, the callbacks pump) on this thread's connection: never
+  queued behind a retention batch on the maintenance thread, and each pass is short.
 A worker process not under a runworker (no keeper directory in its environment) starts
 a keeper thread of its own over a private directory.
 """
@@ -28,7 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import close_old_connections, connection
 
@@ -37,6 +40,9 @@ from jobs.core.state import Fence
 from jobs.runtime import attempt as attempts
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
+
+if TYPE_CHECKING:
+    from jobs.runtime import loops
 
 logger = logging.getLogger("receipt.keeper")
 DIR_ENV = "RECEIPT_KEEPER_DIR"
@@ -155,10 +161,12 @@ class Keeper:
         *,
         on_pass: Callable[[list[Held]], None] | None = None,
         pass_s: float = PASS_S,
+        schedule: loops.Schedule | None = None,
     ) -> None:
         self.path = path
         self.on_pass = on_pass  # e.g. the registry beat, with the attempts held
         self.pass_s = pass_s
+        self.schedule = schedule  # loops.Schedule of the time-critical loops, or None
         self.held: dict[str, Held] = {}
         self._listening: Any = None
 
@@ -190,6 +198,8 @@ class Keeper:
         self._check_aborts()
         if self.on_pass is not None:
             self.on_pass(list(self.held.values()))
+        if self.schedule is not None:
+            self.schedule.run_due()  # each loop records and survives its own errors
 
     def attempts(self) -> list[Held]:
         return list(self.held.values())

@@ -1,15 +1,22 @@
 """Runs a runworker's maintenance loops and records each run (L-6).
 
-All loops of a process share ONE thread (and so one database connection: the
-connection budget of a runworker is its concurrency + 3). Each loop is single-flight:
-ticks that fall due while a pass runs coalesce into the next one instead of piling up;
-the thread runs whichever loop is due first.
+Two schedules, each on a thread that already has its database connection (the budget of
+a runworker is its concurrency + 3):
+- the maintenance loops share ONE thread of their own; a pass there may be long (a
+  retention batch-set, a redrive of many jobs);
+- time-critical loops (`Loop.time_critical`: lease expiry, gone-holder release, the
+  callbacks pump) run on the lease keeper's thread, between its passes, so they never
+  wait behind a slow maintenance pass: a gone holder's leases are released within 30 s
+  (T-8) whatever retention is doing. Their passes are short and bounded by construction.
+Each loop is single-flight: ticks that fall due while a pass runs coalesce into the next
+one instead of piling up; a schedule runs whichever of its loops is due first.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +39,7 @@ class Loop:
     startup_delay_ms: int
     run: Callable[[int], Report]  # now_ms -> report
     once: bool = False  # L-5: startup passes run one time
+    time_critical: bool = False  # on the keeper's thread: short passes, never queued
 
 
 # Apps add role-specific loops here: provider(config, cluster) -> loops (e.g. Factory's
@@ -103,24 +111,54 @@ def run_once(loop: Loop, process_id: str) -> Report | None:
     return report
 
 
-def _schedule(loops: list[Loop], process_id: str, stop: threading.Event) -> None:
-    import time
+class Schedule:
+    """Loops and when each is next due; `run_due` runs those whose time has come."""
 
-    start = time.monotonic()
-    due = {index: start + loop.startup_delay_ms / 1000 for index, loop in enumerate(loops)}
-    while due and not stop.is_set():
-        index = min(due, key=lambda i: (due[i], i))
-        if stop.wait(max(0.0, due[index] - time.monotonic())):
-            return
-        loop = loops[index]
-        run_once(loop, process_id)
+    def __init__(self, loops: list[Loop], process_id: str) -> None:
+        self.loops = loops
+        self.process_id = process_id
+        start = time.monotonic()
+        self.due = {index: start + loop.startup_delay_ms / 1000 for index, loop in enumerate(loops)}
+
+    def next_in_s(self) -> float | None:
+        """Seconds until the next loop is due (0 when one is), None when none is left."""
+        if not self.due:
+            return None
+        return max(0.0, min(self.due.values()) - time.monotonic())
+
+    def run_next(self) -> None:
+        """Run the loop due first (whether or not its time has come)."""
+        index = min(self.due, key=lambda i: (self.due[i], i))
+        loop = self.loops[index]
+        run_once(loop, self.process_id)
         if loop.once:
-            del due[index]
+            del self.due[index]
         else:  # the next tick counts from the end of this pass: ticks never pile up
-            due[index] = time.monotonic() + loop.interval_ms / 1000
+            self.due[index] = time.monotonic() + loop.interval_ms / 1000
+
+    def run_due(self) -> None:
+        """Run every loop whose time has come, each once."""
+        for _ in range(len(self.due)):
+            if self.next_in_s() != 0.0:
+                return
+            self.run_next()
+
+
+def split(loops: list[Loop]) -> tuple[list[Loop], list[Loop]]:
+    """(maintenance loops, time-critical loops)."""
+    return [lp for lp in loops if not lp.time_critical], [lp for lp in loops if lp.time_critical]
+
+
+def _schedule(loops: list[Loop], process_id: str, stop: threading.Event) -> None:
+    schedule = Schedule(loops, process_id)
+    while (wait_s := schedule.next_in_s()) is not None and not stop.is_set():
+        if stop.wait(wait_s):
+            return
+        schedule.run_next()
 
 
 def start(loops: list[Loop], process_id: str, stop: threading.Event) -> list[threading.Thread]:
+    """The maintenance thread for `loops` (time-critical ones belong to the keeper's)."""
     thread = threading.Thread(
         target=_schedule, args=(loops, process_id, stop), name="maintenance-loops", daemon=True
     )

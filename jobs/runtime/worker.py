@@ -6,8 +6,8 @@ the runworker's lease keeper (`jobs.runtime.keeper`) heartbeats the lease and wa
 for aborts; one watcher thread per worker process (no database) turns the keeper's stop
 order or the execution timeout into `ctx.aborted`. When the handler returns, `attempt.settle`
 writes the settlement and the promise in one transaction (the D-8 callback is recorded
-with it); then a quick try at posting the callback, and `after_complete` only after a
-real completion.
+with it, and posted by the runworker's sender: no attempt waits on a receiver), and
+`after_complete` runs only after a real completion.
 
 A handler that ignores a stop for longer than its grace is not waited for: the watcher
 settles the attempt itself (on a connection of its own, closed right after) and the
@@ -27,15 +27,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from django.conf import settings
-from django.db import close_old_connections, connection
+from django.db import DatabaseError, OperationalError, close_old_connections, connection
 
 from jobs import handlers, queue
-from jobs.core.state import Command, JobState
+from jobs.core.state import Command, Fence, JobState
 from jobs.core.timing import TimingSettings, execution_timeout_ms, heartbeat_interval_ms
 from jobs.core.wire import job_from_wire
 from jobs.queue import Outcome
 from jobs.runtime import attempt as attempts
-from jobs.runtime import callbacks, counters, keeper, processes, promises
+from jobs.runtime import counters, faults, keeper, processes, promises, spawned
 from jobs.runtime.context import HandlerContext, JobResult
 from jobs.runtime.storage_retry import is_transient
 from observability.logs import log_event
@@ -45,6 +45,8 @@ logger = logging.getLogger("receipt.worker")
 STOP_GRACE_S = 5.0  # how long a stopped handler gets to return before we settle anyway
 WATCH_S = 0.1  # how often the watcher looks at the keeper's stop order and the deadline
 TRANSIENT_HANDLER_RETRIES = 3  # platform database errors inside a handler: run it again
+PROGRESS_TRIES = 3  # a progress write after a transient error; then that report is dropped
+PROGRESS_BACKOFF_S = 0.1  # x try: short, a handler waits on its own report
 
 # Attempts running in this process: a duplicate delivery to the same process must not
 # run beside the original under the same fence.
@@ -120,9 +122,7 @@ def _count(outcome: dict[str, Any]) -> dict[str, Any]:
 
 
 def _finish(ended: attempts.Ended, after_complete: Any = None) -> dict[str, Any]:
-    settled = ended.job
-    if settled is not None and settled.is_terminal:  # the loop retries what this leaves
-        callbacks.deliver_jobs([settled.job_id], now_ms=wall_clock_ms())
+    settled = ended.job  # its callback was recorded with it; the runworker's sender posts it
     if settled is not None and settled.status == "completed" and after_complete is not None:
         try:
             after_complete()
@@ -177,7 +177,9 @@ def _run(running: attempts.Running) -> dict[str, Any]:
         return list(taken.commands)
 
     def report(data: Any) -> bool:
-        written = queue.progress(job.job_id, data, fence=fence)
+        written = _write_progress(job.job_id, data, fence, ctx)
+        if written is None:  # dropped: the next report replaces it
+            return True
         if not written.applied:
             ctx.stop("lease lost")
         return written.applied
@@ -204,13 +206,52 @@ def _run(running: attempts.Running) -> dict[str, Any]:
     return settled
 
 
+def _write_progress(
+    job_id: str, data: Any, fence: Fence, ctx: HandlerContext
+) -> queue.WriteResult | None:
+    """A progress write, tried again after a transient storage error; None when it still
+    fails, or the handler was stopped meanwhile: the report is dropped and logged. It
+    never raises a transient error into the handler, whose command would be left running
+    while the handler is run again (C-9)."""
+    for attempt in range(1, PROGRESS_TRIES + 1):
+        try:
+            faults.fail_once("progress_transient", OperationalError("database is locked"))
+            return queue.progress(job_id, data, fence=fence)
+        except DatabaseError as error:
+            if not is_transient(error):
+                raise
+            if connection.connection is not None and not connection.in_atomic_block:
+                connection.close()  # a broken connection is replaced by the next try
+            if attempt == PROGRESS_TRIES or ctx.aborted.wait(PROGRESS_BACKOFF_S * attempt):
+                log_event(
+                    logger,
+                    "worker.progress_dropped",
+                    f"progress report of {job_id} dropped after {attempt} tries: {error}",
+                    level=logging.WARNING,
+                    jobId=job_id,
+                )
+                return None
+            log_event(
+                logger,
+                "worker.progress_retry",
+                f"progress report of {job_id} hit a transient database error: {error}",
+                level=logging.WARNING,
+                jobId=job_id,
+            )
+    raise AssertionError("unreachable")
+
+
 def _call_handler(job: Any, ctx: HandlerContext) -> tuple[Any, BaseException | None]:
     """Run the handler. A transient error of the platform's own database (too many
     clients, a dropped connection) is not the handler's failure: it runs again, so a job
-    never spends its attempts on it."""
+    never spends its attempts on it; but only while the failed call started no command
+    (`jobs.runtime.spawned`). A command it started may still run, or has had its effects:
+    running the handler again would run it twice within the attempt (C-9). The error then
+    fails the attempt, retryable, and the next attempt starts afresh."""
     handler = handlers.handler_for(job.agent_id)
     assert handler is not None  # begin() failed the attempt otherwise
     for retry in range(TRANSIENT_HANDLER_RETRIES + 1):
+        commands_before = spawned.started()
         try:
             return handler(job, ctx), None
         except BaseException as error:  # a handler exception is a retryable failure (D-7)
@@ -219,6 +260,16 @@ def _call_handler(job: Any, ctx: HandlerContext) -> tuple[Any, BaseException | N
                 or not is_transient(error)
                 or ctx.aborted.is_set()
             ):
+                return None, error
+            if spawned.started() != commands_before or spawned.live():
+                log_event(
+                    logger,
+                    "worker.handler_not_rerun",
+                    f"handler of {job.job_id} hit a transient database error after it "
+                    f"started a command; not running it again in this attempt: {error}",
+                    level=logging.WARNING,
+                    jobId=job.job_id,
+                )
                 return None, error
             log_event(
                 logger,

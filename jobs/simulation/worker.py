@@ -25,8 +25,6 @@ the faults a process can meet (transient storage errors, dying after a settlemen
 |   _settle_after() settles it                           |   settle()    |                          |
 | faults.fail_once("settle_transient")                   | settle()      | attempt.settle(inject=)  |
 | the storage retry's backoff sleep                      | settle()      | attempt.settle(sleep=)   |
-| _finish(): the callback's quick try after a settlement | _ended()      | callbacks.deliver_jobs   |
-|                                                        |               |   (no URL during a run)  |
 | execute()'s `finally: _running.discard`                | _end()        | (Process.running)        |
 | an exception out of execute (the storage retry gave    | settle()      | the promise stays        |
 |   up; tasks._guarded logs it)                          |   -> `error`  |   claimed and pending    |
@@ -57,7 +55,7 @@ from jobs import queue
 from jobs.core.timing import TimingSettings, execution_timeout_ms
 from jobs.queue import Outcome
 from jobs.runtime import attempt as attempts
-from jobs.runtime import callbacks, promises
+from jobs.runtime import promises
 from jobs.simulation.world import Attempt, Process, World
 
 HANDLER_ERROR = "simulated handler failure"
@@ -94,13 +92,11 @@ def _end(attempt: Attempt) -> None:
 
 
 def _ended(world: World, ended: attempts.Ended, *, retries: int = 0) -> Step:
-    """`_finish`: the callback's quick try after a settlement this step wrote."""
+    """`_finish`: what a settlement this step wrote leaves behind."""
     settled = ended.job
     notes = []
     if settled is not None:
         notes.append(f"job {settled.status}")
-        if settled.is_terminal:
-            callbacks.deliver_jobs([settled.job_id], now_ms=world.clock.now_ms)
     if retries:
         notes.append(f"{retries} storage retries")
     return Step(ended.status, note=", ".join(notes))

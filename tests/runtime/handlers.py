@@ -126,7 +126,8 @@ def commands(job, ctx):
 @register_handler("test-command")
 def command(job, ctx):
     """Runs payload `command` through Factory's process runner (objectives.processes), as a
-    Factory task does, in payload `dir`; honours abort and the handler deadline."""
+    Factory task does, in payload `dir`; honours abort and the handler deadline. With
+    `reportProgress`, reports its start and output tails as Factory's executor does."""
     from pathlib import Path
 
     from objectives import processes
@@ -134,6 +135,14 @@ def command(job, ctx):
     _mark(job, ctx, "start")
     payload = job.payload or {}
     where = Path(payload["dir"])
+    reporting = {}
+    if payload.get("reportProgress"):  # as Factory's executor reports: a start, then tails
+        from objectives.executors import progress_reporter
+
+        reporting = {
+            "on_start": lambda pid: ctx.progress({"phase": "started", "pid": pid}),
+            "on_output": progress_reporter(ctx),
+        }
     ran = processes.run(
         payload["command"],
         cwd=where,
@@ -142,6 +151,7 @@ def command(job, ctx):
         stderr_path=where / "stderr.log",
         timeout_s=ctx.remaining_s(),
         aborted=ctx.aborted,
+        **reporting,
     )
     _mark(job, ctx, "end")
     return JobResult.success({"exitCode": ran.exit_code, "pid": ran.pid})

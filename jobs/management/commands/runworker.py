@@ -10,7 +10,8 @@ process releases the leases its attempts held before it exits.
 
 Database connections (the budget is concurrency + 3): one per worker process (its
 handler's), the pusher's (takes promises and listens), the maintenance loops' thread,
-and the lease keeper's thread (heartbeats, aborts, the registry beat). django-q2's
+and the lease keeper's thread (heartbeats, aborts, the registry beat, and the
+time-critical loops: never queued behind a slow maintenance pass). django-q2's
 sentinel and monitor never touch the database: the promise broker has nothing to
 acknowledge, and schedules run in the loops thread.
 """
@@ -70,18 +71,27 @@ def maintenance_loops(config: Any, role: str = ALL) -> list[loops.Loop]:
     redrive_every, delay = config.queued_redrive_interval_ms, config.queued_redrive_startup_delay_ms
     return [
         loops.Loop("queued_redrive", redrive_every, delay, _pass(recovery.redrive_queued)),
-        loops.Loop("lease_expiry", redrive_every, delay, _pass(recovery.expire_leases)),
+        loops.Loop(
+            "lease_expiry", redrive_every, delay, _pass(recovery.expire_leases), time_critical=True
+        ),
         loops.Loop("promise_sweep", 60_000, delay, _pass(recovery.sweep_promises)),
         loops.Loop(
             "holder_release",
             HOLDER_RELEASE_INTERVAL_MS,
             delay,
             _pass(recovery.release_gone_holders),
+            time_critical=True,
         ),
         loops.Loop(
             "startup_resume", 0, config.startup_settle_ms, _pass(recovery.redrive_queued), once=True
         ),
-        loops.Loop("callbacks", callbacks.DELIVER_INTERVAL_MS, delay, _pass(callbacks.deliver_due)),
+        loops.Loop(
+            "callbacks",
+            callbacks.PUMP_INTERVAL_MS if config.callback_url else callbacks.DELIVER_INTERVAL_MS,
+            delay,
+            _pass(callbacks.pump),
+            time_critical=True,  # a pass never waits on a receiver, and its answers are due
+        ),
         loops.Loop("callback_prune", 60_000, delay, _pass(callbacks.prune)),
         loops.Loop("retention", retention.INTERVAL_MS, delay, _pass(retention.prune_pass)),
         *[loop for provide in loops.providers for loop in provide(config, role)],
@@ -204,9 +214,12 @@ class Command(BaseCommand):
                 sentinelPid=cluster_obj.sentinel.pid,
             )
         stop, keeper_stop = threading.Event(), threading.Event()
-        threads = loops.start(maintenance_loops(config, cluster), pid, stop)
+        maintenance, time_critical = loops.split(maintenance_loops(config, cluster))
+        threads = loops.start(maintenance, pid, stop)
         lease_keeper = keeper.Keeper(
-            Path(os.environ[keeper.DIR_ENV]), on_pass=self._registry_beat(pid)
+            Path(os.environ[keeper.DIR_ENV]),
+            on_pass=self._registry_beat(pid),
+            schedule=loops.Schedule(time_critical, pid),
         )
         keeper_thread = threading.Thread(
             target=lease_keeper.run, args=(keeper_stop,), name="lease-keeper", daemon=True

@@ -1,4 +1,5 @@
-"""A real local HTTP endpoint for callback tests: records every POST, answers a status."""
+"""A real local HTTP endpoint for callback tests: records every POST as it arrives, answers
+a status (or hangs while `answering` is cleared)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ class Receiver:
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self.answering = threading.Event()  # cleared: every post hangs until it is set again
+        self.answering.set()
 
     @property
     def url(self) -> str:
@@ -52,6 +55,7 @@ class Receiver:
                         Post(self.path, dict(self.headers.items()), json.loads(raw))
                     )
                     status = receiver.status
+                receiver.answering.wait(60)
                 self.send_response(status)
                 self.send_header("Content-Length", "2")
                 self.end_headers()

@@ -16,6 +16,7 @@ from jobs.core.state import Fence
 from jobs.models import Callback
 from jobs.runtime import callbacks, dispatch, driver, worker
 from receipts import store
+from tests.conftest import wait_for
 from tests.integration.api.conftest import api, issue  # noqa: F401
 from tests.integration.jobs.callback_receiver import Receiver
 from tests.integration.jobs.helpers import payload
@@ -85,14 +86,14 @@ def test_each_event_posts_its_exact_body_with_the_bearer_token(hooked):
     `Authorization: Bearer $RECEIPT_CALLBACK_TOKEN`."""
     started = dispatch.start_driver(present(queue.get(enqueue("cb-dispatched"))), now_ms=T + 1)
     assert driver.drive(present(started.promise_id), now_ms=T + 2)["status"] == "dispatched"
-    assert len(hooked.posts) == 1  # the driver's quick try, right after its commit
+    assert hooked.posts == []  # the driver only records: the sender posts
     queue.complete(enqueue("cb-completed"), {"ok": 1}, fence=leased("cb-completed"), now_ms=T + 11)
     queue.fail(
         enqueue("cb-failed", max_attempts=1), "boom", fence=leased("cb-failed"), now_ms=T + 12
     )
     queue.command(enqueue("cb-canceled"), "abort", reason="stop", now_ms=T + 13)
     report = callbacks.deliver_due(now_ms=T + 100)
-    assert (report.examined, report.acted, report.errors) == (3, 3, [])
+    assert (report.examined, report.acted, report.errors) == (4, 4, [])
     assert hooked.bodies() == {
         ("cb-dispatched", "dispatched"): expected(
             "dispatched", "cb-dispatched", "queued", 0, T + 2
@@ -114,9 +115,9 @@ def test_each_event_posts_its_exact_body_with_the_bearer_token(hooked):
     }
 
 
-def test_a_batch_driver_pass_records_and_posts_each_dispatch(hooked):
+def test_a_batch_driver_pass_records_each_dispatch(hooked):
     """D-8, D-4: the driver's batch path records `dispatched` with the execute promises
-    it opens in one transaction, and posts them together."""
+    it opens in one transaction."""
     ids = [enqueue(f"cb-batch-{n}") for n in range(3)]
     promise_ids = [
         present(dispatch.start_driver(present(queue.get(job_id)), now_ms=T + 1).promise_id)
@@ -124,6 +125,7 @@ def test_a_batch_driver_pass_records_and_posts_each_dispatch(hooked):
     ]
     results = driver.drive_many(promise_ids, now_ms=T + 2)
     assert [r["status"] for r in results] == ["dispatched"] * 3
+    assert callbacks.deliver_due(now_ms=T + 3).acted == 3
     assert hooked.bodies() == {
         (job_id, "dispatched"): expected("dispatched", job_id, "queued", 0, T + 2) for job_id in ids
     }
@@ -140,13 +142,22 @@ def test_without_a_token_no_authorization_header_is_sent(settings, receiver):
     assert "Authorization" not in post.headers
 
 
-def test_a_worker_settlement_is_posted_right_after_its_commit(hooked):
-    """D-8, D-5: the worker makes the first try itself; here a job whose agent has no
-    handler is failed by `begin` and the callback arrives before execute returns."""
+def test_a_worker_settlement_records_its_callback_and_posts_nothing_itself(hooked):
+    """D-8, D-5: no attempt waits on a receiver: the worker only records (here a job
+    whose agent has no handler is failed by `begin`); the sender's pump posts it."""
     job_id = queue.enqueue("nobody-cb", payload(), job_id="cb-worker", now_ms=T).job.job_id
     started = dispatch.start_driver(present(queue.get(job_id)), now_ms=T + 1)
     execute_id = driver.drive(present(started.promise_id), now_ms=T + 2)["execute"]
     assert worker.execute(execute_id)["status"] == "failed"
+    assert hooked.posts == []
+    assert recorded(job_id) == [("dispatched", "pending"), ("failed", "pending")]
+    sender = callbacks.Sender()
+    callbacks.pump(now_ms=T + 3, sender=sender)
+    delivered = [("dispatched", "delivered"), ("failed", "delivered")]
+    wait_for(  # each pass writes the answers the sender has so far
+        lambda: callbacks.pump(now_ms=T + 4, sender=sender) and recorded(job_id) == delivered,
+        message="both callbacks delivered",
+    )
     bodies = hooked.bodies()
     failed = bodies[(job_id, "failed")]
     assert failed == {
@@ -204,9 +215,9 @@ def test_a_worker_honouring_an_abort_records_canceled(hooked):
     assert recorded(job_id) == [("canceled", "pending")]
 
 
-def test_the_driver_canceling_an_abort_requested_job_posts_canceled(hooked):
+def test_the_driver_canceling_an_abort_requested_job_records_canceled(hooked):
     """D-8, D-4: a requeued job with an abort pending is canceled by the driver, which
-    tries the callback at once."""
+    records the callback with the cancel."""
     job_id = enqueue("cb-driver-cancel", max_attempts=2)
     leased(job_id)
     queue.command(job_id, "abort", reason="stop", now_ms=T + 20)
@@ -215,6 +226,8 @@ def test_the_driver_canceling_an_abort_requested_job_posts_canceled(hooked):
         present(queue.get(job_id)), dispatch_key="k-1", now_ms=T + 10**9
     )
     assert driver.drive(present(started.promise_id), now_ms=T + 10**9 + 1)["status"] == "canceled"
+    assert recorded(job_id) == [("canceled", "pending")]
+    callbacks.deliver_due(now_ms=T + 10**9 + 2)
     assert recorded(job_id) == [("canceled", "delivered")]
     assert hooked.bodies()[(job_id, "canceled")]["status"] == "canceled"
 
@@ -259,11 +272,7 @@ def test_without_a_url_nothing_is_recorded_and_no_statement_is_spent(settings):
     fence = leased(job_id)
     with CaptureQueriesContext(connection) as queries:
         queue.complete(job_id, None, fence=fence, now_ms=T + 20)
-        callbacks.deliver_jobs([job_id], now_ms=T + 21)
     assert not any("jobs_callback" in q["sql"] for q in queries.captured_queries)
-    with CaptureQueriesContext(connection) as quick:
-        callbacks.deliver_jobs([job_id], now_ms=T + 22)
-    assert quick.captured_queries == []
     assert Callback.objects.count() == 0
 
 
@@ -277,7 +286,7 @@ def test_a_receiver_down_for_ten_seconds_gets_the_callback_when_it_comes_back(se
     configure(settings, receiver.url)
     job_id = enqueue("cb-down")
     queue.complete(job_id, None, fence=leased(job_id), now_ms=T)
-    callbacks.deliver_jobs([job_id], now_ms=T)  # the quick try after the commit fails
+    callbacks.deliver_due(now_ms=T)  # the first try fails
     row = Callback.objects.get(job_id=job_id)
     assert (row.state, row.attempts, row.last_status, row.next_at) == ("pending", 1, None, T + 1000)
     assert row.last_error
