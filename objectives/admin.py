@@ -19,7 +19,9 @@ from django.contrib.admin.utils import quote
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import NoReverseMatch, reverse
 
+from access.principals import session_scopes
 from jobs.core.diagnosis import human_ms
+from jobs.core.shell_commands import COMMANDS_SCOPE, command_paths
 from objectives import dag_svg, ledger, presenters, selectors, services
 from objectives.core.board import SECTIONS, with_queued
 from objectives.core.state import ObjectiveState
@@ -70,6 +72,18 @@ def available_actions(state: ObjectiveState) -> frozenset[str]:
     if needs_plan(state):
         actions.add("plan")
     return frozenset(actions)
+
+
+def _commands_refused(request: HttpRequest, tasks: Any) -> str | None:
+    """A plan whose tasks carry commands runs them on the codex hosts: like the API, the
+    admin asks for the commands scope (a superuser's) beyond controlling objectives."""
+    carried = command_paths({"tasks": tasks})
+    if not carried or COMMANDS_SCOPE in session_scopes(request.user):
+        return None
+    return (
+        f"tasks with commands ({', '.join(carried[:3])}) need the {COMMANDS_SCOPE} scope, "
+        "which your account does not have; give prompts instead, or ask a superuser"
+    )
 
 
 def parse_plan(text: str) -> tuple[Any, str | None]:
@@ -346,6 +360,8 @@ class ObjectiveAdmin(OwnChangePage, ReadOnlyAdmin):
         if action == "plan":
             raw = request.POST.get("tasks", "")
             tasks, problem = parse_plan(raw)
+            if problem is None:
+                problem = _commands_refused(request, tasks)
             if problem is None:
                 try:
                     services.react(

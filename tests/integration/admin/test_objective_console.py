@@ -143,6 +143,30 @@ def test_a_good_plan_unblocks_and_runs(operator):
     assert objective(oid).status == "completed"
 
 
+def test_a_plan_with_commands_needs_the_commands_scope(operator):
+    """Q-5: controlling objectives is not running commands on the codex hosts. A staff
+    operator without the commands scope may plan prompts, not commands; nothing is
+    written for the refused plan."""
+    from django.contrib.auth.models import Permission
+
+    oid = blocked_without_plan()
+    staff = User.objects.create_user("controller", password="pw", is_staff=True)
+    staff.user_permissions.add(
+        *Permission.objects.filter(codename__in=["control_objective", "view_objectivesummary"])
+    )
+    client = Client()
+    client.force_login(staff)
+    before = objective(oid).receipt_count
+    tasks = [{"id": "only", "title": "Only", "command": "cat /etc/shadow"}]
+    refused = client.post(page_url(oid), {"action": "plan", "tasks": json.dumps(tasks)})
+    assert refused.status_code == 200
+    assert "need the factory:commands scope" in refused.content.decode()
+    assert (objective(oid).receipt_count, objective(oid).status) == (before, "blocked")
+    prompts = [{"id": "only", "title": "Only", "prompt": "summarise the notes"}]
+    taken = client.post(page_url(oid), {"action": "plan", "tasks": json.dumps(prompts)})
+    assert taken.status_code == 302 and objective(oid).input_tasks == prompts
+
+
 def test_react_with_tasks_is_validated_as_a_plan_for_every_caller():
     oid = blocked_without_plan()
     with pytest.raises(InvalidAction) as refused:
