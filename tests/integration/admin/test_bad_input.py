@@ -45,6 +45,7 @@ def test_the_token_form_issues_a_token_with_the_ticked_scopes(admin_client):
         "jobs:read",
         "jobs:control",
         "objectives:read",
+        "factory:commands",
     ]
     token = ApiToken.objects.get(name="svc")
     change = f"/admin/access/apitoken/{token.pk}/change/"
