@@ -130,3 +130,19 @@ def wait_for(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message}")
         time.sleep(interval)
+
+
+def log_in_admin(http: Any, password: str) -> None:
+    """Log `http` (an httpx.Client on a served site) in to the admin as `admin`."""
+    http.get("/admin/login/")
+    answer = http.post(
+        "/admin/login/?next=/admin/",
+        data={
+            "username": "admin",
+            "password": password,
+            "csrfmiddlewaretoken": http.cookies["csrftoken"],
+            "next": "/admin/",
+        },
+        headers={"Referer": str(http.base_url) + "/admin/login/"},
+    )
+    assert answer.status_code == 302, answer.text[-2000:]

@@ -26,7 +26,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import log_in_admin, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [pytest.mark.runtime, pytest.mark.postgres_only]
@@ -191,21 +191,6 @@ def _opening(http: httpx.Client, path: str) -> httpx.Response:
         return answer
 
 
-def _log_in(http: httpx.Client, password: str) -> None:
-    http.get("/admin/login/")
-    answer = http.post(
-        "/admin/login/?next=/admin/",
-        data={
-            "username": "admin",
-            "password": password,
-            "csrfmiddlewaretoken": http.cookies["csrftoken"],
-            "next": "/admin/",
-        },
-        headers={"Referer": str(http.base_url) + "/admin/login/"},
-    )
-    assert answer.status_code == 302, answer.text[-2000:]
-
-
 def test_the_api_answers_503_while_postgresql_is_down_and_serves_again_without_restart(served):
     postgres, base, data = served
     token = (data / "api-token").read_text().strip()
@@ -214,7 +199,7 @@ def test_the_api_answers_503_while_postgresql_is_down_and_serves_again_without_r
         httpx.Client(base_url=base, timeout=30) as admin,
         httpx.Client(base_url=base, timeout=30, headers=auth) as api,
     ):
-        _log_in(admin, (data / "admin-password").read_text().strip())
+        log_in_admin(admin, (data / "admin-password").read_text().strip())
         enqueued = api.post(f"/agents/{AGENT}/jobs", json=BODY)
         assert enqueued.status_code == 202, enqueued.text
         job_id = enqueued.json()["job"]["id"]

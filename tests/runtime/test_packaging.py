@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import BACKEND, wait_for
+from tests.conftest import BACKEND, log_in_admin, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -195,7 +195,7 @@ def test_an_installed_receipt_runs_from_any_directory(installed, tmp_path):
             )
             assert done["result"] == {"answer": 42, "for": "c-7"}
 
-            _log_in(http, password)
+            log_in_admin(http, password)
             for page in (
                 "/admin/",
                 "/admin/jobs/job/",
@@ -230,21 +230,6 @@ def _answers(http: httpx.Client) -> bool:
 def _job_if(http: httpx.Client, job_id: str, auth: dict[str, str], status: str) -> dict | None:
     job = http.get(f"/jobs/{job_id}", headers=auth).json()
     return job if job.get("status") == status else None
-
-
-def _log_in(http: httpx.Client, password: str) -> None:
-    http.get("/admin/login/")
-    answer = http.post(
-        "/admin/login/?next=/admin/",
-        data={
-            "username": "admin",
-            "password": password,
-            "csrfmiddlewaretoken": http.cookies["csrftoken"],
-            "next": "/admin/",
-        },
-        headers={"Referer": str(http.base_url) + "/admin/login/"},
-    )
-    assert answer.status_code == 302, answer.text[-2000:]
 
 
 @pytest.fixture
