@@ -42,10 +42,11 @@ from receipts.core.chain import fold as fold_receipts
 from receipts.core.chain import state_at as state_at_receipts
 from receipts.core.chain import verify as verify_receipts
 from receipts.core.storable import first_unstorable
+from receipts.db import in_pipeline
 from receipts.errors import ExpectedPrevMismatch, InvalidEvent, PartialEventIds, ReplayRefused
 from receipts.models import Receipt as ReceiptRow
 from receipts.models import Stream as StreamRow
-from receipts.writer import Writer, in_pipeline
+from receipts.writer import Writer
 
 # Who wants to know how long appends take (the jobs app feeds a /metrics histogram): called
 # with the stream, the seconds one append took (sealing, insert, projector) and its receipts.
@@ -225,8 +226,8 @@ def open_stream(
 
     `assume` (head, receipt count), on PostgreSQL inside `pipelined()`: the stream is
     believed to end there, so the lock is sent without waiting for it and appends follow
-    at once; if it does not, the transaction fails when the pipeline syncs (an error with
-    SQLSTATE `writer.HEAD_MOVED`) and nothing of it is kept. Elsewhere it is ignored.
+    at once; if it does not, the transaction fails when the pipeline syncs
+    (`db.AssumptionRefused`) and nothing of it is kept. Elsewhere it is ignored.
 
     Opens a transaction when none is active. Inside one, a savepoint keeps a refused
     append from poisoning the caller's transaction; services that own the whole
@@ -286,7 +287,7 @@ class NewStream:
 
 
 # A further data-modifying part of the statement that opens new streams: for the positions
-# (in `new`) of one chunk, (an INSERT, its parameters: `writer.text_arrays`).
+# (in `new`) of one chunk, (an INSERT, its parameters: `db.text_rows`).
 Joined = Callable[[Sequence[int]], tuple[str, Sequence[Any]]]
 
 

@@ -281,7 +281,7 @@ def test_send_new_streams_declines_where_it_cannot_send_ahead(memory_family):
     """Outside a pipelined transaction, on SQLite, or for a read model that cannot join
     the receipts' statement (no `insert_new`), nothing is sent and the caller is told to
     append (None)."""
-    from receipts.writer import pipelined_transaction
+    from receipts.db import pipelined_transaction
 
     assert store.send_new_streams(new_streams("ahead/", 2)) is None  # no transaction
     with pipelined_transaction():
@@ -304,7 +304,7 @@ def test_chunk_bounds_cover_a_run_once_in_order():
 
 @pytest.mark.postgres_only
 def test_send_new_streams_refuses_more_than_a_statement_holds(monkeypatch):
-    from receipts.writer import pipelined_transaction
+    from receipts.db import pipelined_transaction
 
     monkeypatch.setattr(store, "_CHUNK", 2)
     new = [NewStream(f"jobs/too-many-{i}", {"type": "job.enqueued"}) for i in range(3)]

@@ -26,8 +26,8 @@ from jobs.runtime import driver
 from jobs.runtime.context import JobResult
 from receipts import store
 from receipts.clock import now_ms as wall_clock_ms
+from receipts.db import pipelined_transaction
 from receipts.models import Stream as StreamRow
-from receipts.writer import pipelined_transaction
 from tests.integration.jobs.helpers import payload
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only]
