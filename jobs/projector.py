@@ -26,7 +26,7 @@ from receipts import wire_json
 from receipts.core.chain import Receipt
 from receipts.db import prepared, text_rows
 from receipts.projection import RowProjector
-from receipts.store import StreamHandle
+from receipts.registry import Stream as StreamHandle
 
 CACHE_KEY = "job"  # StreamHandle.cache slot: the job's state as of the stream head
 

@@ -361,7 +361,7 @@ def _joining_families(new: Sequence[NewStream]) -> list[registry.StreamFamily | 
         family = registry.family_for(item.name)
         if family is None or family.projector is None:
             families.append(None)
-        elif getattr(family.projector, "insert_new", None) is None:
+        elif registry.joining(family.projector) is None:
             return None
         else:
             families.append(family)
@@ -586,9 +586,9 @@ def _project_new(handles: list[StreamHandle]) -> None:
         if family and family.projector:
             groups.setdefault(family.prefix, (family.projector, []))[1].append(handle)
     for projector, group in groups.values():
-        apply_many = getattr(projector, "apply_many", None)
-        if apply_many is not None:
-            apply_many([(handle, handle.appended) for handle in group])
+        batched = registry.many(projector)
+        if batched is not None:
+            batched.apply_many([(handle, handle.appended) for handle in group])
         else:
             for handle in group:
                 projector.apply(handle, handle.appended)
