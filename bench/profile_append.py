@@ -373,7 +373,7 @@ LAYERS = [
         r"receipts/core/|json/|_hashlib|hashlib|sha256|"
         r"_json|hexdigest|token_hex|urandom",
     ),
-    ("receipts.store glue", r"receipts/store\.py|receipts/registry\.py"),
+    ("receipts.store glue", r"receipts/(store|append|new_streams)\.py|receipts/registry\.py"),
 ]
 
 

@@ -22,11 +22,11 @@ from jobs.core.vocabulary import JOB_STREAM_PREFIX, job_id_from_stream
 from jobs.core.wire import job_from_wire, job_to_wire
 from jobs.models import Job
 from jobs.runtime import callbacks
-from receipts.core import wire_json
+from receipts import wire_json
 from receipts.core.chain import Receipt
+from receipts.db import prepared, text_rows
 from receipts.projection import RowProjector
-from receipts.store import StreamHandle
-from receipts.writer import prepared, text_rows
+from receipts.registry import Stream as StreamHandle
 
 CACHE_KEY = "job"  # StreamHandle.cache slot: the job's state as of the stream head
 
@@ -169,14 +169,8 @@ def _insert(rows: list[dict[str, Any]]) -> None:
     writes (JSON columns as Django's JSONField dumps them). Waits for no result."""
     keys = tuple(rows[0])
     if connection.vendor == "postgresql":
-        import psycopg
-
         source, params = _text_columns(rows, keys)
-        sql = _insert_sql(connection.vendor, keys, source)
-
-        connection.ensure_connection()
-        with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
-            cursor.execute(sql, params, prepare=True)
+        prepared(_insert_sql(connection.vendor, keys, source), params, wait=False)
         return
     sql = _insert_sql(connection.vendor, keys)
     values = [value for row in rows for value in _values(row, keys)]

@@ -58,11 +58,12 @@ from jobs.models import Job
 from jobs.projector import CACHE_KEY, load_state, state_from_rows, state_read
 from jobs.timing_config import current_timing
 from observability.logs import log_event
+from receipts import wire_json
 from receipts.clock import now_ms as wall_clock_ms
-from receipts.core import wire_json
 from receipts.core.canonical import CanonicalJSONError, check_json
 from receipts.core.chain import base36
 from receipts.core.storable import first_unstorable
+from receipts.db import pipelined_transaction
 from receipts.errors import ExpectedPrevMismatch
 from receipts.store import (
     Joined,
@@ -73,7 +74,6 @@ from receipts.store import (
     open_stream,
     send_new_streams,
 )
-from receipts.writer import pipelined_transaction
 
 SINGLETON_CANCEL_REASON = "singleton cancel"
 ABORT_REQUESTED_REASON = "abort requested"

@@ -40,7 +40,6 @@ from receipts import retention as receipt_retention
 from receipts import store
 from receipts.core.chain import StreamRecord
 from receipts.core.retention import Tombstone, covers, fill
-from receipts.models import Receipt as ReceiptRow
 from receipts.models import Stream as StreamRow
 
 logger = logging.getLogger("receipt.retention")
@@ -290,15 +289,16 @@ def _remove(
     report.skipped += taken - len(tombstones)
     if not tombstones:
         return taken
-    gone_streams = [t.stream for t in tombstones]
     gone_jobs = [t.stream[len(JOB_STREAM_PREFIX) :] for t in tombstones]
-    ReceiptRow.objects.filter(stream__in=gone_streams).delete()
-    StreamRow.objects.filter(name__in=gone_streams).delete()
     Job.objects.filter(id__in=gone_jobs).delete()
     DeliveryPromise.objects.filter(job_id__in=gone_jobs).delete()
     Callback.objects.filter(job_id__in=gone_jobs).delete()
-    receipt_retention.record(
-        RETENTION_STREAM, tombstones, windows_days=report.windows_days, now_ms=now_ms, by=by
+    store.remove_streams(
+        tombstones,
+        retention_stream=RETENTION_STREAM,
+        windows_days=report.windows_days,
+        now_ms=now_ms,
+        by=by,
     )
     pruned = sum(t.receipt_count for t in tombstones)
     report.acted += len(tombstones)

@@ -7,9 +7,8 @@ nothing: `json` only checks the text and hands it back as written. `->`, `->>` a
 work the same on both; what `json` lacks is equality, containment (`@>`, `?`) and
 indexes, so its columns are compared through `->>` texts. On SQLite nothing changes.
 
-Django reads `jsonb` as text and parses it itself; the loader below does the same for
-`json`, so raw statements and the ORM get text from both. It is registered on psycopg's
-global adapters while Django sets up its apps, before any connection copies them."""
+Django reads `jsonb` as text and parses it itself; receipts.db.json_text has psycopg read
+`json` as text too, so raw statements and the ORM get text from both."""
 
 from __future__ import annotations
 
@@ -18,11 +17,8 @@ from functools import partial
 from typing import Any
 
 from django.db import models
-from psycopg import adapters
-from psycopg.types.json import Json
-from psycopg.types.string import TextLoader
 
-adapters.register_loader("json", TextLoader)
+from receipts.db.json_text import json_param
 
 
 class JSONTextField(models.JSONField):
@@ -39,4 +35,4 @@ class JSONTextField(models.JSONField):
         if not prepared:
             value = self.get_prep_value(value)
         dumps = json.dumps if self.encoder is None else partial(json.dumps, cls=self.encoder)
-        return Json(value, dumps=dumps)  # sent as json: no jsonb parse on the way in
+        return json_param(value, dumps)  # sent as json: no jsonb parse on the way in

@@ -16,7 +16,6 @@ from django.db.models import Model
 
 from receipts import registry
 from receipts.core.chain import Receipt
-from receipts.store import StreamHandle
 
 S = TypeVar("S")
 
@@ -25,7 +24,7 @@ S = TypeVar("S")
 class RowProjector(Generic[S]):
     name: str
     model: type[Model]  # one row per stream, its primary key the id in the stream name
-    cache_key: str  # the StreamHandle.cache slot: the state as of the stream head
+    cache_key: str  # the store's StreamHandle.cache slot: the state as of the stream head
     noun: str  # what the stream names, for refusing a stray name ("a job")
     id_from_stream: Callable[[str], str | None]
     reduce: Callable[[S | None, Receipt], S | None]
@@ -39,7 +38,7 @@ class RowProjector(Generic[S]):
             raise ValueError(f"stream {stream!r} does not name {self.noun}")
         return found
 
-    def apply(self, handle: StreamHandle, receipts: Sequence[Receipt]) -> None:
+    def apply(self, handle: registry.Stream, receipts: Sequence[Receipt]) -> None:
         key = self.id_of(handle.name)
         if self.cache_key in handle.cache:
             before = handle.cache[self.cache_key]
@@ -52,7 +51,7 @@ class RowProjector(Generic[S]):
         if after is not None:  # (J-3: a late failure of a job that never existed: no row)
             self.project(handle, key, before, after)
 
-    def project(self, handle: StreamHandle, key: str, before: S | None, after: S) -> None:
+    def project(self, handle: registry.Stream, key: str, before: S | None, after: S) -> None:
         """Write the row of `after`: a new one when there was no state `before`."""
         row = self.row_for(after)
         if before is None:

@@ -1,8 +1,9 @@
 """Tombstones and the `retention/` chains (the I/O of receipts.core.retention).
 
-A family that removes streams (jobs: `jobs.retention`) calls `record` inside the
-transaction that deletes them: the batch is numbered by the next position on its
-retention chain, its tombstones are written and one receipt commits to them. `verify`
+A family that removes streams (jobs: `jobs.retention`) calls `store.remove_streams`
+(`remove_streams` here) with the streams' rows locked: in its transaction their receipts
+and rows are deleted, the batch is numbered by the next position on its retention chain,
+its tombstones are written and one receipt commits to them (`record`). `verify`
 recomputes every batch's hash from the tombstone rows and runs the checks families
 register (for jobs: a read-model or delivery row naming a stream that is gone with no
 tombstone). Families also register their prune entry point for `receipts prune`.
@@ -15,11 +16,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Exists, OuterRef
 
-from receipts import store
+from receipts import append, replay
 from receipts.core.chain import Receipt
 from receipts.core.retention import PREFIX, PRUNED, Tombstone, batch_body, batch_fault, covers
+from receipts.models import Receipt as ReceiptRow
 from receipts.models import Stream as StreamRow
 from receipts.models import Tombstone as TombstoneRow
 
@@ -43,6 +46,25 @@ pruners: dict[str, Callable[..., Any]] = {}
 checks: list[Callable[[str], list[Issue]]] = []
 
 
+def remove_streams(
+    tombstones: Sequence[Tombstone],
+    *,
+    retention_stream: str,
+    windows_days: dict[str, int],
+    now_ms: int,
+    by: str,
+) -> Receipt:
+    """Delete each tombstoned stream's receipts and row and record the tombstones on
+    `retention_stream` (`record`), all in one transaction (the caller's, when it has one:
+    it holds the streams' rows locked and has verified their chains). The only delete of
+    receipt rows."""
+    names = [t.stream for t in tombstones]
+    with transaction.atomic(savepoint=False):
+        ReceiptRow.objects.filter(stream__in=names).delete()
+        StreamRow.objects.filter(name__in=names).delete()
+        return record(retention_stream, tombstones, windows_days=windows_days, now_ms=now_ms, by=by)
+
+
 def record(
     retention_stream: str,
     tombstones: Sequence[Tombstone],
@@ -54,7 +76,7 @@ def record(
     """Inside the caller's transaction (the one deleting the streams): number the batch,
     write its tombstones and append the receipt committing to them. The retention
     stream's lock also serializes concurrent prune runs' commits."""
-    with store.open_stream(retention_stream, savepoint=False) as handle:
+    with append.open_stream(retention_stream, savepoint=False) as handle:
         batch = handle.count + 1
         stamped = [replace(t, batch=batch) for t in tombstones]
         TombstoneRow.objects.bulk_create([_row(t, retention_stream) for t in stamped])
@@ -119,7 +141,7 @@ def verify(prefix: str = "") -> list[Issue]:
     by the store's own verify: `store.rowless_streams`.)"""
     issues: list[Issue] = []
     if covers(prefix, PREFIX):
-        for name in store.matching_streams(PREFIX):
+        for name in replay.matching_streams(PREFIX):
             if covers(prefix, name):
                 issues += _verify_chain(name)
         issues += _unclaimed(prefix)
@@ -130,7 +152,7 @@ def verify(prefix: str = "") -> list[Issue]:
 
 def _verify_chain(retention_stream: str) -> list[Issue]:
     issues = []
-    for receipt in store.iter_receipts(retention_stream):
+    for receipt in append.iter_receipts(retention_stream):
         if receipt.type != PRUNED:
             continue
         rows = TombstoneRow.objects.filter(

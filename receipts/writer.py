@@ -1,4 +1,5 @@
-"""The SQL of an append, per database (S-3, S-4, S-9). Only `receipts.store` calls it.
+"""The SQL of an append, per database (S-3, S-4, S-9). Only `receipts.store` calls it;
+how the statements travel (prepared, pipelined, encoded) is `receipts.db`'s.
 
 PostgreSQL: statements go through one server-side-binding psycopg cursor and are
 prepared (the hot path runs the same few statements millions of times), and the receipt
@@ -7,27 +8,33 @@ an append costs three round trips: lock, write, commit. SQLite: the same steps a
 statements (it has no data-modifying CTEs and nothing to notify). Each receipt row carries
 its sealed text (S-2) in the same INSERT as its JSON columns (`json` text on PostgreSQL).
 
-Opening many new streams at once (`create_streams`, `write_first`, or both as
-`send_first` inside `pipeline`) is set-based: one statement for the stream rows and one
-(with a `pg_notify` per receipt) for the receipts per chunk of streams.
+Opening many new streams at once has two generations of statements, each serving its own
+case. `send_open_new` (PostgreSQL, every read model of the streams with `insert_new`):
+the stream rows, the receipts and the read-model rows as ONE statement per chunk.
+`create_streams` and `write_first` (or both as `send_first` inside `pipeline`): SQLite,
+a read model without `insert_new`, and the careful path of a batch where some stream
+exists; one statement for the stream rows and one (with a `pg_notify` per receipt) for
+the receipts per chunk of streams, the read models written by their projectors after.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from contextvars import ContextVar
 from functools import cache, cached_property
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections
 
-from receipts.core import wire_json
+from receipts import wire_json
 from receipts.core.chain import Receipt
+from receipts.db import NOTIFY_CHANNEL, in_pipeline, positions_deferred, refused_unless_found
+from receipts.db import pipeline as db_pipeline
+from receipts.db.params import dump as _dump
+from receipts.db.params import text_rows
+from receipts.db.statements import cursor as bound_cursor
 from receipts.errors import ExpectedPrevMismatch
-from receipts.text_array import TextArray
 
-NOTIFY_CHANNEL = "receipt"
 _COLUMNS = (
     "stream, stream_seq, receipt_id, ts, prev, hash, event_type, body, context, hints, "
     "event_id, sealed"
@@ -50,13 +57,11 @@ _LOCK_PG = (
 )
 # PostgreSQL: the lock of a stream the caller believes ends at a known head, sent without
 # waiting for it (`Writer.send_held`). When the row is not there as believed (another
-# append moved it, or it is gone) the statement divides by zero: the pipeline aborts and
-# nothing of the transaction is kept (`HEAD_MOVED` tells that error from others).
-_HELD_PG = (
-    "SELECT 1 / count(*) FROM (SELECT 1 FROM receipt_stream WHERE name = %s AND head = %s "
-    "AND receipt_count = %s FOR UPDATE) AS held"
+# append moved it, or it is gone) the transaction fails whole when the pipeline syncs
+# (`db.AssumptionRefused`) and nothing of it is kept.
+_HELD_PG = refused_unless_found(
+    "SELECT 1 FROM receipt_stream WHERE name = %s AND head = %s AND receipt_count = %s FOR UPDATE"
 )
-HEAD_MOVED = "22012"  # division_by_zero: the SQLSTATE of a refused assumption
 _UPDATE_HEAD = (
     "UPDATE receipt_stream SET head = %s, receipt_count = %s, last_ts = %s, "
     "updated_at = %s WHERE name = %s"
@@ -122,10 +127,6 @@ _OPEN_NEW_COUNT = "SELECT count(*) FROM note"
 MAX_PARAMS = 32766
 
 
-def _dump(value: Any) -> str | None:
-    return None if value is None else wire_json.dumps(value)
-
-
 def chunks(items: Sequence[Any], width: int) -> list[Sequence[Any]]:
     """`items` cut so that `width` variables per item stay within MAX_PARAMS per statement."""
     size = MAX_PARAMS // width
@@ -136,48 +137,6 @@ def _json(rows: list[dict[str, Any]]) -> str:
     return wire_json.dumps(rows)
 
 
-def text_arrays(
-    rows: Sequence[Sequence[Any]], width: int, *, json: Sequence[int] = ()
-) -> list[TextArray]:
-    """PostgreSQL: the `width` columns of `rows`, each as one binary `%b::text[]`
-    parameter to `unnest` in the statement, cast there where the column is not text:
-    integers in decimal, the columns at positions `json` as JSON text, None as NULL.
-    Nothing is escaped on the way and the server parses only the JSON columns."""
-    columns: list[TextArray] = []
-    for index in range(width):
-        if index in json:
-            values = [_dump(r[index]) for r in rows]
-        else:
-            values = [_text(r[index]) for r in rows]
-        columns.append(TextArray(values))
-    return columns
-
-
-def text_rows(
-    rows: Sequence[Sequence[Any]], width: int, *, json: Sequence[int] = (), ordinal: bool = False
-) -> tuple[str, list[Any]]:
-    """PostgreSQL: `rows` of `width` text columns (cast in the statement as with
-    `text_arrays`) as a row source to select FROM, and its parameters. Many rows: `unnest`
-    of a binary text array per column. One row (a one-job enqueue): a VALUES row of plain
-    text parameters, which the server neither builds nor unnests as arrays, about a fifth
-    of that statement's time. `ordinal`: a last column numbering the rows from 1."""
-    if len(rows) != 1:
-        return _source_sql(width, False, ordinal), list(text_arrays(rows, width, json=json))
-    row = rows[0]
-    return _source_sql(width, True, ordinal), [
-        _dump(row[index]) if index in json else _text(row[index]) for index in range(width)
-    ]
-
-
-@cache
-def _source_sql(width: int, one: bool, ordinal: bool) -> str:
-    if one:
-        cells = ["%s::text"] * width + (["1::bigint"] if ordinal else [])
-        return f"(VALUES ({', '.join(cells)}))"
-    arrays = f"unnest({', '.join(['%b::text[]'] * width)})"
-    return arrays + (" WITH ORDINALITY" if ordinal else "")
-
-
 @cache
 def _open_new_sql(source: str, inserts: tuple[str, ...], positions: bool) -> str:
     return _OPEN_NEW_PG.format(
@@ -185,10 +144,6 @@ def _open_new_sql(source: str, inserts: tuple[str, ...], positions: bool) -> str
         rows="".join(f", r{k} AS ({insert})" for k, insert in enumerate(inserts)),
         result=_OPEN_NEW_SEQS if positions else _OPEN_NEW_COUNT,
     )
-
-
-def _text(value: Any) -> str | None:
-    return value if value is None or type(value) is str else str(value)
 
 
 def _streams_json(receipts: Sequence[Receipt]) -> str:
@@ -248,180 +203,6 @@ def _rows(
     return params
 
 
-def prepared(
-    sql: str, params: Sequence[Any], *, wait: bool = True
-) -> tuple[list[tuple[Any, ...]], int]:
-    """(rows, rowcount) of one hot-path statement on the current connection: prepared and
-    server-side bound on PostgreSQL (no parse and plan per call), plain on SQLite.
-
-    Inside `pipelined()`, `wait=False` only sends the statement: it runs in order with
-    the rest of the transaction and its outcome is not read (([], -1) comes back), so it
-    costs no round trip of its own. `wait=True` always returns the real result."""
-    if connection.vendor != "postgresql":
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            return (cursor.fetchall() if cursor.description else []), cursor.rowcount
-    import psycopg
-
-    connection.ensure_connection()
-    pg = connection.connection
-    with connection.wrap_database_errors, psycopg.Cursor(pg) as cursor:
-        if not wait and in_pipeline():
-            cursor.execute(sql, params, prepare=True)
-            return [], -1
-        with _results_now(pg):
-            cursor.execute(sql, params, prepare=True)
-        return (cursor.fetchall() if cursor.description else []), cursor.rowcount
-
-
-def sent(sql: str, params: Sequence[Any]) -> Callable[[], tuple[list[tuple[Any, ...]], int]]:
-    """`prepared` whose outcome is read later. Inside `pipelined()` on PostgreSQL the
-    statement only travels: its (rows, rowcount) come with the next result the block
-    reads or with its end, and the returned function gives them then (once). Elsewhere it
-    runs at once."""
-    if connection.vendor != "postgresql" or not in_pipeline():
-        outcome = prepared(sql, params)
-        return lambda: outcome
-    import psycopg
-
-    cursor = psycopg.Cursor(connection.connection)
-    with connection.wrap_database_errors:
-        cursor.execute(sql, params, prepare=True)
-
-    def outcome_after_sync() -> tuple[list[tuple[Any, ...]], int]:
-        with connection.wrap_database_errors, cursor:
-            return (cursor.fetchall() if cursor.description else []), cursor.rowcount
-
-    return outcome_after_sync
-
-
-def in_pipeline() -> bool:
-    """PostgreSQL: the connection is in pipeline mode (inside `pipelined()`)."""
-    db = connections[DEFAULT_DB_ALIAS]
-    pg = db.connection
-    return db.vendor == "postgresql" and pg is not None and bool(pg.pgconn.pipeline_status)
-
-
-@contextmanager
-def _results_now(pg: Any) -> Iterator[None]:
-    """In pipeline mode, one sync after the block: what was sent before it and in it has
-    its results when the block ends (one round trip for all of it). Not a nested pipeline
-    block: psycopg syncs on entering one while a statement is in flight, a round trip
-    more."""
-    pipeline = getattr(pg, "_pipeline", None)  # the connection's current pipeline
-    if not pg.pgconn.pipeline_status:
-        yield
-    elif pipeline is None:  # not where this psycopg keeps it: a nested block, as before
-        with pg.pipeline():
-            yield
-    else:
-        yield
-        pipeline.sync()
-
-
-@contextmanager
-def pipelined() -> Iterator[None]:
-    """PostgreSQL: the block's statements travel without waiting for each other (psycopg
-    pipeline mode). A statement's result is waited for only when it is read (a lock's
-    head, a state read, a RETURNING); everything else goes with the next read or the end
-    of the block: a job write costs four round trips instead of seven.
-
-    Enter it inside the transaction (`pipelined_transaction` sends BEGIN with the first
-    statements; inside a plain `atomic()` psycopg waits for its own BEGIN): the commit's
-    on-commit hooks must not run in pipeline mode, where an ORM update's row count is
-    unknown until the next sync. Use it only around code that reads what it
-    needs (`prepared`, `Writer`, fetches), never around ORM updates, and never around code
-    that recovers from a failed statement under a savepoint and goes on: statements
-    prepared after the failure were skipped by the server but are believed prepared.
-    SQLite: nothing."""
-    if connection.vendor != "postgresql" or in_pipeline():
-        yield
-        return
-    connection.close_if_health_check_failed()  # its SELECT 1 must not wait in the pipeline
-    connection.ensure_connection()
-    with connection.wrap_database_errors, connection.connection.pipeline():
-        yield
-
-
-# Inside `pipelined_transaction`: appends do not wait for their receipts' global seqs.
-_POSITIONS_DEFERRED: ContextVar[bool] = ContextVar("receipt_positions_deferred", default=False)
-
-
-def positions_deferred() -> bool:
-    """Appends in this block leave their receipts' global `seq` unread (None): the writes
-    travel with the rest of the block instead of waiting a round trip for it."""
-    return _POSITIONS_DEFERRED.get() and in_pipeline()
-
-
-@contextmanager
-def pipelined_transaction(*, savepoint: bool = True) -> Iterator[None]:
-    """`transaction.atomic()` around `pipelined()` whose BEGIN and COMMIT, on PostgreSQL,
-    travel with the block's first and last statements instead of costing a round trip
-    each. Only an outermost transaction does that, and commits only when its block ends
-    normally with nothing marked for rollback; inside another transaction this is plain
-    `atomic(savepoint=savepoint)` around `pipelined()`.
-
-    Django's own commit at the end of `atomic()` then finds the connection idle and sends
-    nothing; its on-commit hooks run as usual, after the commit and outside the pipeline.
-    A COMMIT that fails (its error comes with the block's results) rolls back as any
-    failed commit does and raises.
-
-    Appends in the block leave their receipts' global `seq` unread (`positions_deferred`):
-    for code that needs the state it wrote, never the positions (the attempt machine and
-    the driver)."""
-    token = _POSITIONS_DEFERRED.set(True)
-    try:
-        with _pipelined_transaction(savepoint=savepoint):
-            yield
-    finally:
-        _POSITIONS_DEFERRED.reset(token)
-
-
-@contextmanager
-def _pipelined_transaction(*, savepoint: bool) -> Iterator[None]:
-    if connection.vendor != "postgresql" or connection.in_atomic_block:
-        with transaction.atomic(savepoint=savepoint), pipelined():
-            yield
-        return
-    import psycopg
-
-    with transaction.atomic():
-        connection.close_if_health_check_failed()  # its SELECT 1 must not wait in the pipeline
-        connection.ensure_connection()
-        pg = connection.connection
-        # psycopg begins a transaction of its own before the first statement and, in
-        # pipeline mode, waits for that BEGIN: a round trip. With its autocommit on (Django
-        # still counts the block as its transaction) the BEGIN is ours and travels with
-        # the block's first statements; the COMMIT, or the ROLLBACK, with its last.
-        pg.autocommit = True
-        try:
-            with pipelined(), connection.wrap_database_errors, psycopg.Cursor(pg) as cur:
-                cur.execute("BEGIN")
-                try:
-                    yield
-                    cur.execute("ROLLBACK" if connection.needs_rollback else "COMMIT")
-                except BaseException:
-                    _end_failed(pg, cur)
-                    raise
-        finally:
-            if pg.pgconn.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                pg.autocommit = False  # as Django set it for the block (it restores its own)
-            # else a failed block: Django's rollback ends the transaction either way
-
-
-def _end_failed(pg: Any, cur: Any) -> None:
-    """A pipelined transaction whose block failed: ROLLBACK, and the pipeline synced here,
-    so that the block's own error is the one raised (a server error also fails this sync,
-    and what psycopg reports of that on leaving the pipeline would only repeat it)."""
-    try:
-        cur.execute("ROLLBACK")  # skipped by the server after an error; Django's rollback
-        pipeline = getattr(pg, "_pipeline", None)
-        if pipeline is not None:
-            pipeline.sync()
-    except Exception:  # the block's error is the one the caller raises
-        pass
-
-
 class Writer:
     """One stream's writes inside the current transaction."""
 
@@ -435,9 +216,7 @@ class Writer:
         """Made on first use: opening new streams sends through cursors of its own."""
         if not self.postgres:
             return connection.cursor()
-        import psycopg
-
-        return psycopg.Cursor(connection.connection)  # server-side binding
+        return bound_cursor()  # server-side binding
 
     def _run(self, sql: str, params: Sequence[Any], *, rows: bool = True) -> list[tuple[Any, ...]]:
         """Run a statement; its result rows when `rows` (in pipeline mode that waits for
@@ -471,11 +250,8 @@ class Writer:
         if read is None or not self.postgres:
             head, count = self._run(*self._lock_statement(name, new))[0]
             return head, count, (self._run(*read) if read is not None else [])
-        import psycopg
-
-        pg = connection.connection
-        with connection.wrap_database_errors, psycopg.Cursor(pg) as reader:
-            with _results_now(pg) if in_pipeline() else pg.pipeline():
+        with connection.wrap_database_errors, bound_cursor() as reader:
+            with db_pipeline.results_together():
                 self._cursor.execute(*self._lock_statement(name, new), prepare=True)
                 reader.execute(read[0], read[1], prepare=True)
             head, count = self._cursor.fetchone()
@@ -591,8 +367,6 @@ class Writer:
         seqs and the function must not be called). Outside a transaction the statement
         commits on its own. A stream that exists fails it with an IntegrityError (on
         sending, or in a pipeline when it syncs) and nothing of it is written."""
-        import psycopg
-
         assert self.postgres
         source, columns = text_rows(
             [(r.stream, r.id, r.ts, r.hash, r.type, r.body, r.context, r.sealed) for r in receipts],
@@ -604,7 +378,7 @@ class Writer:
         for _, params in rows:
             columns += params
         db = connections[DEFAULT_DB_ALIAS]  # one lookup of the thread's connection
-        cursor = psycopg.Cursor(db.connection)
+        cursor = bound_cursor()
         with db.wrap_database_errors:
             cursor.execute(sql, columns, prepare=True)
 
@@ -620,10 +394,7 @@ class Writer:
         (psycopg pipeline mode), so the server writes one chunk while the caller prepares
         the next; results come when asked for, errors at the latest when the block ends.
         SQLite: nothing changes."""
-        if not self.postgres:
-            yield
-            return
-        with connection.wrap_database_errors, connection.connection.pipeline():
+        with db_pipeline.pipeline():
             yield
 
     def send_first(
@@ -637,12 +408,10 @@ class Writer:
             names = self.create_streams(receipts)
             placed = self.write_first(receipts)
             return placed, lambda: names
-        import psycopg
-
         assert seqs is not None
         placed = _first(receipts, seqs)
-        streams = psycopg.Cursor(connection.connection)
-        with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as written:
+        streams = bound_cursor()
+        with connection.wrap_database_errors, bound_cursor() as written:
             streams.execute(_CREATE_PG, [_streams_json(placed)], prepare=True)
             written.execute(_WRITE_FIRST_PG, [_receipts_json(placed)], prepare=True)
 

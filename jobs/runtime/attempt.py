@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import DataError, OperationalError, connection
+from django.db import OperationalError, connection
 
 from jobs import handlers, queue
 from jobs.core.state import Fence, JobState
@@ -25,7 +25,7 @@ from jobs.queue import Outcome, Start
 from jobs.runtime import faults, promises
 from jobs.runtime.storage_retry import with_storage_retry
 from receipts.core.storable import storable
-from receipts.writer import HEAD_MOVED, pipelined_transaction
+from receipts.db import AssumptionRefused, pipelined_transaction
 
 _START_STATUS = {
     Start.MISSING: ("failed", "rejected"),
@@ -96,9 +96,8 @@ def begin(
                     promise_id, seen, attempt=attempt, worker_id=worker_id, now_ms=now_ms
                 ),
             )
-        except DataError as error:
-            if getattr(error.__cause__, "sqlstate", None) != HEAD_MOVED:
-                raise
+        except AssumptionRefused:
+            pass  # the claim or the stream was not as seen: read and decide afresh
     return with_storage_retry(
         f"begin {job_id}",
         lambda: _begin(

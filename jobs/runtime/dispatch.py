@@ -27,7 +27,7 @@ from jobs.runtime.promisebroker import channel_for
 from jobs.timing_config import current_timing
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
-from receipts.writer import text_rows
+from receipts.db import text_rows
 
 logger = logging.getLogger("receipt.delivery")
 MAX_GENERATIONS = 32

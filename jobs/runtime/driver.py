@@ -20,7 +20,7 @@ from jobs.runtime import callbacks, counters, faults, promisebroker, promises, t
 from jobs.runtime.roles import cluster_for_group
 from jobs.timing_config import current_timing
 from receipts.clock import now_ms as wall_clock_ms
-from receipts.writer import pipelined_transaction
+from receipts.db import pipelined_transaction
 
 EXECUTE_TASK = "jobs.runtime.tasks.execute"
 STALE_LEASE_ERROR = "stale active job lost execution; retrying through driver"

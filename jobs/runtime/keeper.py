@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import select
 import tempfile
 import threading
 import time
@@ -40,6 +39,7 @@ from jobs.core.state import Fence
 from jobs.runtime import attempt as attempts
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
+from receipts.db import notify
 
 if TYPE_CHECKING:
     from jobs.runtime import loops
@@ -290,10 +290,7 @@ class Keeper:
             stop.wait(self.pass_s)
             return
         try:
-            pg = self._listen()
-            if select.select([pg.fileno()], [], [], self.pass_s)[0]:
-                with connection.cursor() as cursor:  # reads the notification off the socket
-                    cursor.execute("SELECT 1")
+            notify.wait(self._listen(), self.pass_s)
         except Exception:
             self._listening = None
             stop.wait(self.pass_s)
@@ -302,9 +299,8 @@ class Keeper:
         connection.ensure_connection()
         raw = connection.connection
         if self._listening is not raw:  # a new connection: listen again
-            raw.add_notify_handler(_ignore)  # the wake-up is the point, not the payload
-            with connection.cursor() as cursor:
-                cursor.execute(f"LISTEN {ABORT_CHANNEL}")
+            # the wake-up is the point, not the payload
+            notify.listen(raw, [ABORT_CHANNEL], _ignore)
             self._listening = raw
         return raw
 

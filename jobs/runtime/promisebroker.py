@@ -26,7 +26,6 @@ many execute promises in one transaction; worker clusters get one promise per ta
 
 from __future__ import annotations
 
-import select
 import time
 import uuid
 from typing import Any
@@ -36,6 +35,8 @@ from django.utils import timezone
 from django_q.brokers import Broker
 from django_q.conf import Conf
 from django_q.signing import SignedPackage
+
+from receipts.db import notify
 
 CHANNEL = "receipt_q"  # the prefix of each cluster's channel: receipt_q.<cluster>
 VISIBILITY_MS = 30_000
@@ -214,18 +215,15 @@ class PromiseBroker(Broker):
 
     def _connection(self) -> Any:
         if self._pg is None or self._pg.closed:
-            import psycopg
-
             params = connections[Conf.ORM or "default"].get_connection_params()
             for key in ("cursor_factory", "context", "prepare_threshold"):
                 params.pop(key, None)
-            self._pg = psycopg.connect(**params, autocommit=True)
+            self._pg = notify.connect(params)
             # A take only hides promises for the visibility window: losing one in a server
             # crash loses nothing, so its commit does not wait for the disk.
             self._pg.execute("SET synchronous_commit TO off")
             # psycopg reads notifications during any statement: the handler sees them all
-            self._pg.add_notify_handler(self._on_notify)
-            self._pg.execute(f'LISTEN "{channel_for(self.list_key)}"')
+            notify.listen(self._pg, [channel_for(self.list_key)], self._on_notify)
         return self._pg
 
     def _on_notify(self, notify: Any) -> None:
@@ -239,12 +237,7 @@ class PromiseBroker(Broker):
             time.sleep(Conf.POLL)
             return
         try:
-            pg = self._connection()
-            readable, _, _ = select.select([pg.fileno()], [], [], IDLE_WAIT_S)
-            if readable:
-                pg.pgconn.consume_input()
-                while pg.pgconn.notifies() is not None:
-                    pass
+            notify.wait(self._connection(), IDLE_WAIT_S)
         except Exception:  # a broken connection must never stop the pusher
             self._close()
             time.sleep(Conf.POLL)

@@ -11,7 +11,7 @@ from typing import Any
 from django.db import connection
 
 from jobs.models import DeliveryPromise
-from receipts.writer import prepared, sent
+from receipts.db import prepared, sent
 
 TERMINAL_STATES = ("resolved", "rejected", "canceled", "timedout")
 
@@ -452,7 +452,7 @@ def send_claim(promise_id: str, worker_id: str) -> Callable[[], bool]:
 
 
 # The claim of a begin that does not wait for it (`send_claim_held`): refused, it divides
-# by zero, and the transaction fails as it commits (SQLSTATE `writer.HEAD_MOVED`).
+# by zero, and the transaction fails as it commits (`receipts.db.AssumptionRefused`).
 _CLAIM_HELD_PG = f"WITH c AS ({_CLAIM['postgresql']} RETURNING 1) SELECT 1 / count(*) FROM c"
 
 

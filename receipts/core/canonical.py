@@ -12,9 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Callable
 from typing import Any
-
-import orjson
 
 JSONValue = Any  # recursive JSON aliases are not worth mypy's trouble here
 
@@ -109,20 +108,30 @@ def _check(value: Any, path: str, seen: set[int], depth: int, max_depth: int | N
     raise CanonicalJSONError(path, f"value of type {type(value).__name__} is not JSON")
 
 
+# A faster writer of the same text for float-free values, installed from outside the
+# core (`receipts.wire_json` installs orjson's): the core itself uses json alone.
+_sorted_dumps: Callable[[JSONValue], str | None] | None = None
+
+
+def use_sorted_dumps(dumps: Callable[[JSONValue], str | None] | None) -> None:
+    """Install `dumps` for float-free values: sorted keys, compact, unescaped, byte for
+    byte json's text (tested over generated values), or None for a value it refuses."""
+    global _sorted_dumps
+    _sorted_dumps = dumps
+
+
 def canonical_json(value: JSONValue) -> str:
     """The canonical text of `value` (checked first, see module docstring). Without a
-    float, orjson writes it: for such values its sorted, unescaped text is byte for byte
-    json's (tested over generated values), several times faster. Floats (whose spelling
-    differs: `1e+16` against `1e16`), integers past 64 bits and lone surrogates, which
-    orjson refuses, take json."""
+    float, the installed fast writer (`use_sorted_dumps`) writes it, several times
+    faster than json. Floats (whose spelling differs: `1e+16` against `1e16`) and what
+    the fast writer refuses (integers past 64 bits, lone surrogates) take json."""
     found = _plain(value, 0, _QUICK_DEPTH)
     if found == _CAREFUL:
         _check(value, "$", set(), 0, None)
-    elif found == _NO_FLOATS:
-        try:
-            return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-        except (orjson.JSONEncodeError, TypeError):
-            pass
+    elif found == _NO_FLOATS and _sorted_dumps is not None:
+        text = _sorted_dumps(value)
+        if text is not None:
+            return text
     return json.dumps(
         value,
         sort_keys=True,

@@ -13,11 +13,10 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-import psycopg
 from django.conf import settings
 
 from observability.logs import log_event
-from receipts.writer import NOTIFY_CHANNEL
+from receipts.db import NOTIFY_CHANNEL, notify
 
 logger = logging.getLogger("receipt.live")
 INVALIDATE_CHANNEL = "receipt_invalidate"  # A-7 callbacks, fanned out to every API process
@@ -75,13 +74,12 @@ async def listen(
     delay = MIN_BACKOFF_S
     while True:
         try:
-            conn = await psycopg.AsyncConnection.connect(**connection_kwargs())
-            async with conn:
-                await conn.execute(f"LISTEN {INVALIDATE_CHANNEL}; LISTEN {NOTIFY_CHANNEL}")
+            channels = (INVALIDATE_CHANNEL, NOTIFY_CHANNEL)
+            async with notify.listening(channels, **connection_kwargs()) as notes:
                 delay = MIN_BACKOFF_S
                 log_event(logger, "live.listener_connected", "live events listener connected")
                 on_connected()
-                async for note in conn.notifies():
+                async for note in notes:
                     if note.channel == INVALIDATE_CHANNEL:
                         on_invalidate(note.payload)
                     else:

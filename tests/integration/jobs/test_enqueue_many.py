@@ -17,10 +17,10 @@ from jobs.core.wire import job_to_wire
 from jobs.errors import JobIdTaken
 from jobs.models import DeliveryPromise, Job
 from jobs.runtime import dispatch, promises
-from receipts import store
+from receipts import new_streams, store
 from receipts.core.chain import base36
 from tests.integration.jobs.helpers import AUTH, assert_read_model_matches_receipts, payload
-from tests.integration.receipts.test_append_new_streams import Randomness
+from tests.integration.receipts.test_append_new_streams import Randomness, same_randomness
 from tests.support import present
 
 pytestmark = pytest.mark.django_db
@@ -96,13 +96,13 @@ def test_a_batch_writes_byte_for_byte_what_the_per_request_path_writes(monkeypat
         pass
 
     monkeypatch.setattr(queue, "secrets", Randomness())  # job ids
-    monkeypatch.setattr(store, "secrets", Randomness())  # receipt ids
+    same_randomness(monkeypatch)  # receipt ids
     with pytest.raises(Undo), transaction.atomic():
         singles = [queue.enqueue_many([r], now_ms=T0)[0] for r in requests]
         one_by_one = stored([r.job.job_id for r in singles])
         raise Undo
     monkeypatch.setattr(queue, "secrets", Randomness())
-    monkeypatch.setattr(store, "secrets", Randomness())
+    same_randomness(monkeypatch)
     results = queue.enqueue_many(requests, now_ms=T0)
     assert [r.job for r in results] == [r.job for r in singles]
     assert [(r.created, r.steered, r.warnings) for r in results] == [
@@ -130,8 +130,8 @@ def test_chunked_runs_change_nothing(monkeypatch):
     from jobs import projector
     from receipts import writer
 
-    monkeypatch.setattr(store, "_CHUNK", 4)
-    monkeypatch.setattr(store, "_FIRST_CHUNK", 2)  # chunks of 2, 4, 4, 1 on PostgreSQL
+    monkeypatch.setattr(new_streams, "_CHUNK", 4)
+    monkeypatch.setattr(new_streams, "_FIRST_CHUNK", 2)  # chunks of 2, 4, 4, 1 on PostgreSQL
     monkeypatch.setattr(projector, "_CHUNK", 3)
     monkeypatch.setattr(writer, "MAX_PARAMS", 30)
     results = queue.enqueue_many([plain(i) for i in range(11)], now_ms=T0)
@@ -429,8 +429,8 @@ def test_a_taken_id_in_a_later_chunk_rolls_the_whole_run_back_and_it_is_redone(m
     """A run of several chunks is one transaction (on PostgreSQL pipelined, its refusal
     known only at the COMMIT): a generated id that exists in its third chunk leaves
     nothing of the run, which is redone with fresh ids; the connection goes on."""
-    monkeypatch.setattr(store, "_FIRST_CHUNK", 2)
-    monkeypatch.setattr(store, "_CHUNK", 2)
+    monkeypatch.setattr(new_streams, "_FIRST_CHUNK", 2)
+    monkeypatch.setattr(new_streams, "_CHUNK", 2)
     monkeypatch.setattr(queue, "secrets", Randomness())
     taken = f"{base36(T0)}-{Randomness().token_hex(30)[48:60]}"  # the fifth id drawn
     queue.enqueue("factory", payload(), job_id=taken, now_ms=T0)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import pytest
 from django.db import connection, transaction
 
+from receipts import append as single
+from receipts import new_streams as opening
 from receipts import registry, store, writer
 from receipts.errors import ExpectedPrevMismatch, InvalidEvent
 from receipts.models import Receipt as ReceiptRow
@@ -21,7 +23,7 @@ T0 = 1_800_000_000_000
 
 
 class Randomness:
-    """Stands in for `secrets` in receipts.store: the same hex stream however it is asked
+    """Stands in for `secrets` in the store's modules: the same hex stream however it is asked
     for (16 chars per receipt one at a time, or all of a batch at once)."""
 
     def __init__(self) -> None:
@@ -31,6 +33,13 @@ class Randomness:
         out = "".join(f"{(self.drawn + i) % 256:02x}" for i in range(nbytes))
         self.drawn += nbytes
         return out
+
+
+def same_randomness(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One `Randomness` for both modules of the store that draw receipt ids."""
+    randomness = Randomness()
+    monkeypatch.setattr(single, "secrets", randomness)
+    monkeypatch.setattr(opening, "secrets", randomness)
 
 
 def new_streams(prefix: str, n: int) -> list[NewStream]:
@@ -71,14 +80,14 @@ def both_ways(monkeypatch, new: list[NewStream]) -> tuple[dict, dict]:
     class Undo(Exception):
         pass
 
-    monkeypatch.setattr(store, "secrets", Randomness())
+    same_randomness(monkeypatch)
     single: dict = {}
     with pytest.raises(Undo), transaction.atomic():
         for s in new:
             store.append(s.name, s.body, expected_prev=None, context=s.context, now_ms=T0)
         single = stored(names)
         raise Undo
-    monkeypatch.setattr(store, "secrets", Randomness())
+    same_randomness(monkeypatch)
     with transaction.atomic():
         store.append_new_streams(new, now_ms=T0)
     return single, stored(names)
@@ -122,7 +131,7 @@ def test_a_batch_stores_byte_for_byte_what_single_appends_store(monkeypatch):
 
 
 def test_chunk_boundaries_change_nothing(monkeypatch):
-    monkeypatch.setattr(store, "_CHUNK", 3)
+    monkeypatch.setattr(opening, "_CHUNK", 3)
     monkeypatch.setattr(writer, "MAX_PARAMS", 23)  # SQLite: 4 stream rows, 2 receipts a statement
     single, batch = both_ways(monkeypatch, new_streams("chunks/", 11))
     assert len(batch["receipts"]) == 11
@@ -169,7 +178,7 @@ def test_a_projector_with_apply_many_gets_the_whole_batch_once(bulk_family, memo
 def test_a_stream_that_has_receipts_is_refused_and_nothing_of_the_batch_stays(
     monkeypatch, chunk, taken
 ):
-    monkeypatch.setattr(store, "_CHUNK", chunk)  # taken: in the first, a middle, the last chunk
+    monkeypatch.setattr(opening, "_CHUNK", chunk)  # taken: in the first, a middle, the last chunk
     [existing] = store.append(f"taken/{taken}", {"type": "first"})
     with pytest.raises(ExpectedPrevMismatch) as caught:
         store.append_new_streams(new_streams("taken/", 7))
@@ -281,7 +290,7 @@ def test_send_new_streams_declines_where_it_cannot_send_ahead(memory_family):
     """Outside a pipelined transaction, on SQLite, or for a read model that cannot join
     the receipts' statement (no `insert_new`), nothing is sent and the caller is told to
     append (None)."""
-    from receipts.writer import pipelined_transaction
+    from receipts.db import pipelined_transaction
 
     assert store.send_new_streams(new_streams("ahead/", 2)) is None  # no transaction
     with pipelined_transaction():
@@ -296,7 +305,7 @@ def test_chunk_bounds_cover_a_run_once_in_order():
     bounds = store.chunk_bounds(601)
     assert [i for start, end in bounds for i in range(start, end)] == list(range(601))
     if connection.vendor == "postgresql":  # a small first chunk, so the server starts soon
-        assert bounds[0] == (0, store._FIRST_CHUNK) and len(bounds) > 1
+        assert bounds[0] == (0, opening._FIRST_CHUNK) and len(bounds) > 1
     else:
         assert bounds == [(0, 601)]
     assert store.chunk_bounds(0) == []
@@ -304,9 +313,9 @@ def test_chunk_bounds_cover_a_run_once_in_order():
 
 @pytest.mark.postgres_only
 def test_send_new_streams_refuses_more_than_a_statement_holds(monkeypatch):
-    from receipts.writer import pipelined_transaction
+    from receipts.db import pipelined_transaction
 
-    monkeypatch.setattr(store, "_CHUNK", 2)
+    monkeypatch.setattr(opening, "_CHUNK", 2)
     new = [NewStream(f"jobs/too-many-{i}", {"type": "job.enqueued"}) for i in range(3)]
     with pytest.raises(ValueError, match="chunk_bounds"), pipelined_transaction():
         store.send_new_streams(new)

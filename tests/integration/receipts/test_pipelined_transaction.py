@@ -10,8 +10,8 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 
 from receipts import store
+from receipts.db import pipelined_transaction
 from receipts.models import Stream as StreamRow
-from receipts.writer import pipelined_transaction
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

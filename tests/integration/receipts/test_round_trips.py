@@ -24,10 +24,10 @@ from jobs import handlers, queue
 from jobs.runtime import attempt as attempts
 from jobs.runtime import driver
 from jobs.runtime.context import JobResult
-from receipts import store
+from receipts import new_streams, store
 from receipts.clock import now_ms as wall_clock_ms
+from receipts.db import pipelined_transaction
 from receipts.models import Stream as StreamRow
-from receipts.writer import pipelined_transaction
 from tests.integration.jobs.helpers import payload
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.postgres_only]
@@ -91,7 +91,7 @@ def test_a_batch_enqueue_waits_for_the_server_once(monkeypatch, n):
 
     for warm in (1, 3):  # the statements of both shapes (one row, many rows) are prepared
         queue.enqueue_many([plain(i) for i in range(warm)])
-    monkeypatch.setattr(store, "_FIRST_CHUNK", 5)
+    monkeypatch.setattr(new_streams, "_FIRST_CHUNK", 5)
     with syncs() as counted:
         results = queue.enqueue_many([plain(i) for i in range(n)])
     assert counted() == 1

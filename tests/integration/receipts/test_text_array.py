@@ -10,8 +10,8 @@ import psycopg
 import pytest
 from django.db import connection
 
-from receipts.text_array import TextArray, encode
-from receipts.writer import text_rows
+from receipts.db import text_rows
+from receipts.db.text_array import TextArray, encode
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
 

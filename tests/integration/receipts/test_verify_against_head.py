@@ -23,7 +23,7 @@ from jobs import queue, retention
 from jobs.core.retention import Windows
 from jobs.core.state import Fence
 from jobs.models import Job
-from receipts import store
+from receipts import append, store
 from receipts.core.retention import DAY_MS
 from receipts.models import Receipt as ReceiptRow
 from receipts.models import Stream as StreamRow
@@ -248,7 +248,7 @@ def test_a_receipt_appended_between_the_walk_and_the_row_read_is_no_fault(monkey
         store.append(name, {"type": "c"})
         return read_row(name)
 
-    monkeypatch.setattr(store, "stream_info", append_first)
+    monkeypatch.setattr(append, "stream_info", append_first)
     result = store.verify("t/live")
     assert (result.ok, result.count) == (True, 3)
 
@@ -257,7 +257,7 @@ def test_a_receipt_appended_between_the_walk_and_the_row_read_is_no_fault(monkey
 def test_verify_beside_a_live_writer_never_reports_a_fault(monkeypatch):
     """Real interleavings: one thread appends while two verify the stream over and over
     (pages of 4, so a walk spans several reads). Every answer is ok."""
-    monkeypatch.setattr(store, "VERIFY_PAGE", 4)
+    monkeypatch.setattr(append, "VERIFY_PAGE", 4)
     store.append("race/verify", {"type": "start"})
     done = threading.Event()
     answers: list[list[Any]] = [[], [], []]
@@ -288,12 +288,12 @@ def test_a_stream_pruned_between_the_walk_and_the_row_read_is_no_fault(monkeypat
         StreamRow.objects.filter(name=name).delete()
         return read_row(name)
 
-    monkeypatch.setattr(store, "stream_info", remove_first)
+    monkeypatch.setattr(append, "stream_info", remove_first)
     assert store.verify("t/going").ok
 
 
 def test_verify_walks_the_streams_page_by_page(monkeypatch):
-    monkeypatch.setattr(store, "VERIFY_PAGE", 2)
+    monkeypatch.setattr(append, "VERIFY_PAGE", 2)
     for name in ("p/a", "p/b", "p/c", "p/d", "p/e"):
         store.append(name, {"type": "a"})
     ReceiptRow.objects.filter(stream="p/d").delete()

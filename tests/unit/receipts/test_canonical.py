@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import receipts.wire_json  # noqa: F401  (installs the fast writer these tests cover)
 from receipts.core.canonical import (
     CanonicalJSONError,
     canonical_json,

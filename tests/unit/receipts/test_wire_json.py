@@ -8,7 +8,7 @@ import json
 import pytest
 from hypothesis import given
 
-from receipts.core import wire_json
+from receipts import wire_json
 from tests.unit.receipts.test_canonical import json_values  # finite floats only
 
 

@@ -1,4 +1,5 @@
-"""JSON text sent to the database as a statement's parameter (receipt bodies, rows of a
+"""orjson, the fast JSON encoder, outside the pure core. JSON text sent to the database
+as a statement's parameter (receipt bodies, rows of a
 set-based insert). Any valid JSON text of the value will do there, so the fast encoder
 writes it; what it refuses (integers past 64 bits, lone surrogates, non-string keys)
 goes through `json` as before. Never used for a hash: that text is
@@ -12,6 +13,8 @@ import json
 from typing import Any
 
 import orjson
+
+from receipts.core import canonical
 
 
 def dumps(value: Any) -> str:
@@ -28,3 +31,17 @@ def size(value: Any) -> int:
         return len(orjson.dumps(value))
     except (orjson.JSONEncodeError, TypeError):
         return len(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
+def _sorted(value: Any) -> str | None:
+    """Canonical JSON's fast path (`canonical.use_sorted_dumps`): orjson's sorted text,
+    byte for byte json's for float-free values; None where orjson refuses the value."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+    except (orjson.JSONEncodeError, TypeError):
+        return None
+
+
+# Every process that writes receipts imports this module (the writer does): canonical
+# texts are written fast from then on.
+canonical.use_sorted_dumps(_sorted)

@@ -1,5 +1,5 @@
 """A column of texts sent to PostgreSQL as one binary `text[]` parameter (`%b::text[]`,
-unnested by the statement): set-based writes send each column so (`writer.text_arrays`).
+unnested by the statement): set-based writes send each column so (`params.text_arrays`).
 
 psycopg's own list dumper inspects every list for its element type and dims and dumps
 element by element through a dumper each: a fixed cost per parameter that a one-job
