@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import time
 
+from jobs.handler_contract import JobResult
 from jobs.handlers import register_handler
-from jobs.runtime.context import JobResult
 
 _fd: dict[int, int] = {}
 

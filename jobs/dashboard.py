@@ -28,16 +28,15 @@ from __future__ import annotations
 import threading
 import time
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from django.conf import settings
 from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Q
 
-from jobs import callback_records, counts, selectors
+from jobs import callbacks, counts, selectors
 from jobs.core.contracts import WORKER_GROUPS
 from jobs.core.diagnosis import slot_state
 from jobs.core.vocabulary import ACTIVE_STATUSES, LANES, STATUSES
-from jobs.runtime import callbacks, loops, processes, sandbox
+from jobs.runtime import loops, processes, sandbox
 from receipts.clock import now_ms as wall_clock_ms
 
 RECENT_MS = 60 * 60_000  # terminal counts and throughput: the last 60 minutes
@@ -260,24 +259,12 @@ def processes_block(*, now_ms: int) -> dict[str, Any]:
     return {"byRole": sorted(roles.values(), key=lambda r: r["role"]), "rows": rows}
 
 
-def mask_url(url: str | None) -> str | None:
-    """A callback URL reduced to scheme, host and port: paths and queries often hold tokens."""
-    if not url:
-        return None
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    masked_path = "/••••" if parts.path not in ("", "/") or parts.query else parts.path
-    return urlunsplit((parts.scheme, host, masked_path, "", ""))
-
-
 def callbacks_block(*, now_ms: int | None = None) -> dict[str, Any]:
     """D-8 configuration; with `now_ms`, the counts of the callback records too (rows
     every process writes, so they are the whole deployment's)."""
     config = settings.RECEIPT
     block: dict[str, Any] = {
-        "url": mask_url(config.callback_url),
+        "url": callbacks.mask_url(config.callback_url),
         "source": (
             "RECEIPT_RESONATE_CALLBACK_URL"
             if config.resonate_callback_url
@@ -289,7 +276,7 @@ def callbacks_block(*, now_ms: int | None = None) -> dict[str, Any]:
         "events": list(callbacks.EVENTS),
     }
     if now_ms is not None:
-        block["records"] = callback_records.counts(now_ms=now_ms)
+        block["records"] = callbacks.counts(now_ms=now_ms)
     return block
 
 
@@ -305,7 +292,7 @@ def config_rows() -> list[dict[str, str]]:
     rows = []
     for name, value in settings.RECEIPT.shown():
         if name in CALLBACK_URL_NAMES and value != "—":
-            value = mask_url(value) or value
+            value = callbacks.mask_url(value) or value
         rows.append({"name": name, "value": value})
     return rows
 

@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from jobs.core.contracts import BUILTIN_AGENT_IDS, register_kind
-
-if TYPE_CHECKING:
-    from jobs.core.state import JobState
-    from jobs.runtime.context import HandlerContext, JobResult
+from jobs.core.state import JobState
+from jobs.handler_contract import HandlerContext, JobResult
 
 __all__ = [
     "Handler",
@@ -30,7 +28,7 @@ __all__ = [
     "register_kind",
     "registered_agent_ids",
 ]
-Handler = Callable[["JobState", "HandlerContext"], "JobResult"]
+Handler = Callable[[JobState, HandlerContext], JobResult]
 F = TypeVar("F", bound=Callable[..., Any])
 _HANDLERS: dict[str, Handler] = {}
 _loaded = False
@@ -45,8 +43,6 @@ def register_handler(agent_id: str) -> Callable[[F], F]:
 
 
 def _factory_pending(job: JobState, ctx: HandlerContext) -> JobResult:
-    from jobs.runtime.context import JobResult
-
     return JobResult.failure(
         f"the handler for agent '{job.agent_id}' ships with Factory (objectives), which is "
         "not installed in this build",

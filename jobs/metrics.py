@@ -20,7 +20,7 @@ from django.http import HttpRequest, HttpResponse
 
 from access import failures
 from access.principals import BadCredentials, principal_for_request
-from jobs import callback_records, counts
+from jobs import callbacks, counts
 from jobs.api.errors import error_response
 from jobs.core.vocabulary import ACTIVE_STATUSES, STATUSES, TERMINAL_STATUSES
 from jobs.models import Counter, LoopRun
@@ -157,7 +157,7 @@ def render(now_ms: int, *, organization_id: str | None = None) -> str:
 
 def _callbacks(now_ms: int) -> list[str]:
     """D-8 from the callback records, so every process's callbacks count."""
-    by_event = callback_records.counts(now_ms=now_ms)["byEvent"]
+    by_event = callbacks.counts(now_ms=now_ms)["byEvent"]
     out = _gauge(
         "receipt_callbacks_pending",
         "Callbacks waiting for delivery or a retry, by event.",
@@ -169,7 +169,7 @@ def _callbacks(now_ms: int) -> list[str]:
         (
             ({"event": event, "state": state}, cell[key])
             for event, cell in by_event.items()
-            for state, key in callback_records.FINISHED.items()
+            for state, key in callbacks.FINISHED.items()
         ),
     )
     return out

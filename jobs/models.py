@@ -209,7 +209,7 @@ class Counter(models.Model):
 class Callback(models.Model):
     """D-8: one job event callback, written in the transaction of the write that caused
     it (a transactional outbox) and posted after commit, retried with backoff until it is
-    delivered or its deadline passes (`jobs.runtime.callbacks`). Delivery bookkeeping
+    delivered or its deadline passes (`jobs.callbacks`, sent by `jobs.runtime.callbacks`). Delivery bookkeeping
     only: settled rows are pruned after a retention period."""
 
     STATES = (("pending", "pending"), ("delivered", "delivered"), ("gave_up", "gave up"))

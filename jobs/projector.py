@@ -2,7 +2,7 @@
 job row inside the append transaction. Nothing else writes `jobs_job`.
 
 It is also where a settlement is seen whoever wrote it, so it records the D-8 callback
-of every settlement in the same transaction (`jobs.runtime.callbacks.record`). A rebuild
+of every settlement in the same transaction (`jobs.callbacks.record`). A rebuild
 (`compute`/`write`) records nothing: replaying history posts no callback again."""
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db import connection
 
+from jobs import callbacks
 from jobs.core.callbacks import settlement_event
 from jobs.core.contracts import routed_group
 from jobs.core.reducer import fold_job, reduce
@@ -21,7 +22,6 @@ from jobs.core.state import JobState
 from jobs.core.vocabulary import JOB_STREAM_PREFIX, job_id_from_stream
 from jobs.core.wire import job_from_wire, job_to_wire
 from jobs.models import Job
-from jobs.runtime import callbacks
 from receipts import wire_json
 from receipts.core.chain import Receipt
 from receipts.db import prepared, text_rows

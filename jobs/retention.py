@@ -33,8 +33,8 @@ from jobs.core.vocabulary import (
     validate_job_id,
 )
 from jobs.models import Callback, DeliveryPromise, Job
-from jobs.recovery import Report
 from jobs.runtime import counters, faults
+from jobs.runtime.loops import Report
 from observability.logs import log_event
 from receipts import retention as receipt_retention
 from receipts import store

@@ -30,8 +30,8 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from jobs.core.state import JobState
+from jobs.handler_contract import HandlerContext
 from jobs.runtime import sandbox
-from jobs.runtime.context import HandlerContext
 from objectives import processes, services, workspace_files
 from objectives.core.state import ObjectiveState
 from objectives.core.vocabulary import FAILED_OUTCOME, OUTCOMES

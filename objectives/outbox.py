@@ -15,7 +15,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from jobs.recovery import Report
+from jobs.runtime.loops import Report
 from objectives import selectors, services
 from objectives.core.watchdog import has_work_to_do
 from objectives.models import ObjectiveSummary

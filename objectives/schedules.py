@@ -14,7 +14,7 @@ from typing import Any
 from django_q.models import Schedule
 
 from jobs import queue
-from jobs.recovery import Report
+from jobs.runtime.loops import Report
 from objectives.core import vocabulary as v
 from receipts.clock import now_ms as wall_clock_ms
 

@@ -10,7 +10,7 @@ from typing import Any
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import reverse
 
-from jobs import callback_records, dashboard, page_sections, queue, selectors
+from jobs import callbacks, dashboard, page_sections, queue, selectors
 from jobs.admin.actions import JobActions
 from jobs.core.contracts import contract_for, routing_by_design
 from jobs.core.state import JobState
@@ -173,7 +173,7 @@ class JobPage(OwnChangePage, JobActions):
             "page_sections": page_parts,
             "page_errors": page_errors,
             "callbacks": dashboard.callbacks_block(),
-            "callback_rows": callback_records.admin_rows(job_id),
+            "callback_rows": callbacks.admin_rows(job_id),
             "command_error": panels.get("command_error"),
             "can_act": self.can_act(request),
             "events_url": reverse("job-events", args=(job_id,)),

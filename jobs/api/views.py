@@ -25,7 +25,7 @@ from rest_framework.views import APIView
 
 from access.permissions import principal_of, require_organization
 from access.principals import Principal
-from jobs import callback_records, queue, retention, selectors
+from jobs import callbacks, queue, retention, selectors
 from jobs.api import parameters, schema
 from jobs.api.serializers import (
     AbortRequestSerializer,
@@ -485,7 +485,7 @@ class JobCallbacksView(ApiView):
     )
     def get(self, request: Request, job_id: str) -> Response:
         selectors.visible_job_or_404(principal_of(request), job_id)
-        return Response({"jobId": job_id, "callbacks": callback_records.for_job(job_id)})
+        return Response({"jobId": job_id, "callbacks": callbacks.for_job(job_id)})
 
 
 class JobReceiptsView(ApiView):

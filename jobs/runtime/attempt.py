@@ -8,7 +8,7 @@ deterministic simulation (`jobs.simulation`) drive these same functions.
 - `beat`: the heartbeat of a running attempt; says whether to stop (abort, lease lost).
 - `settle`: complete, fail or cancel under the fence and settle the promise in ONE
   transaction, under the storage retry. The handler's result and error text go through
-  `storable` first (NUL and lone surrogates become U+FFFD; see `jobs.runtime.context`).
+  `storable` first (NUL and lone surrogates become U+FFFD; see `jobs.handler_contract`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""D-8 job event callbacks, durable: a transactional outbox and its sender.
-
-`record` writes a `jobs_callback` row in the transaction of the write that caused the
-event: the jobs projector records every settlement (a worker's, the driver's, any cancel,
-a lease expiry that used up the attempts), the driver records `dispatched` with the
-execute promise it opens. With no URL configured nothing is written: no statement.
+"""D-8 job event callbacks, durable: the sender of the transactional outbox that
+`jobs.callbacks.record` writes in the transaction of the write that caused the event.
 
 No attempt waits on a receiver: the worker and the driver only record. Each runworker
 posts through its `Sender`, a bounded set of claimed rows posted by daemon threads that
@@ -31,26 +27,22 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.db import connection
 from django.db.models import Q
 
 from jobs.core import callbacks as core
-from jobs.core.state import JobState
 from jobs.models import Callback
 from jobs.runtime import counters
+from jobs.runtime.loops import Report
 from observability.logs import log_event
 
-if TYPE_CHECKING:
-    from jobs.recovery import Report
-
 logger = logging.getLogger("receipt.callbacks")
-EVENTS = core.EVENTS
 TIMEOUT_S = 5.0
 DELIVER_INTERVAL_MS = 2_000  # the loop's cadence without a URL (rows of an earlier one)
 PUMP_INTERVAL_MS = 500  # with a URL: how soon a recorded callback is picked up
@@ -68,8 +60,6 @@ PASS_LIMIT = 512
 KEEP_MS = 7 * 24 * 3_600_000  # delivered and given-up rows are pruned after a week
 FAILURES = "receipt_callback_failures_total"
 
-Execute = Callable[[str, Sequence[Any]], Any]
-
 
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     def redirect_request(self, *args: Any, **kwargs: Any) -> None:
@@ -77,40 +67,6 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 
 _OPENER = urllib.request.build_opener(_NoRedirect)
-
-
-# ---- recording (inside the writer's transaction) ---------------------------------------
-
-
-def record(events: Sequence[tuple[str, JobState, int]], *, execute: Execute | None = None) -> None:
-    """Record (event, job, at_ms) callbacks in the current transaction. `execute` runs
-    the statement (the append's own cursor, for the projector); else a Django cursor."""
-    config = settings.RECEIPT
-    url = config.callback_url
-    if not url or not events:
-        return
-    cast = "::jsonb" if connection.vendor == "postgresql" else ""
-    row = f"(%s, %s, %s, %s{cast}, 'pending', 0, %s, %s, %s)"
-    params: list[Any] = []
-    for event, job, at_ms in events:
-        params += [
-            job.job_id,
-            event,
-            url,
-            json.dumps(core.body(event, job, at_ms=at_ms)),
-            at_ms,
-            at_ms,
-            at_ms + config.callback_retry_for_ms,
-        ]
-    sql = (
-        "INSERT INTO jobs_callback (job_id, event, url, body, state, attempts, created_at, "
-        f"next_at, give_up_at) VALUES {', '.join([row] * len(events))}"
-    )
-    if execute is not None:
-        execute(sql, params)
-        return
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
 
 
 # ---- delivery ----------------------------------------------------------------------------
@@ -205,8 +161,6 @@ def pump(
     than one sender-load a pass. Never waits on a receiver longer than that: a hung one
     costs the sender's threads, not this pass, and a row the sender has no room for
     stays due."""
-    from jobs.recovery import Report  # the recovery module imports the queue, which imports us
-
     sender = _SENDER if sender is None else sender
     report = Report("callbacks")
     started = time.monotonic()
@@ -223,8 +177,6 @@ def pump(
 def deliver_due(*, now_ms: int, limit: int = PASS_LIMIT) -> Report:
     """Post every due callback and wait for the answers, rounds of ROUND rows, until none
     is due, `limit` were claimed or the call ran PASS_BUDGET_S (tests, one-off use)."""
-    from jobs.recovery import Report  # the recovery module imports the queue, which imports us
-
     report = Report("callbacks")
     started = time.monotonic()
     while report.examined < limit and time.monotonic() - started < PASS_BUDGET_S:
@@ -238,8 +190,6 @@ def deliver_due(*, now_ms: int, limit: int = PASS_LIMIT) -> Report:
 
 def prune(*, now_ms: int, limit: int = 1000) -> Report:
     """Delete delivered and given-up rows older than KEEP_MS, so the table stays bounded."""
-    from jobs.recovery import Report
-
     ids = list(
         Callback.objects.filter(
             state__in=("delivered", "gave_up"), finished_at__lt=now_ms - KEEP_MS

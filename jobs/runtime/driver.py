@@ -12,11 +12,11 @@ from typing import Any
 from django.conf import settings
 from django.db import connection, transaction
 
-from jobs import queue
+from jobs import callbacks, queue
 from jobs.core.contracts import routed_group
 from jobs.core.state import Fence, JobState
 from jobs.projector import state_from_rows
-from jobs.runtime import callbacks, counters, faults, promisebroker, promises, transport
+from jobs.runtime import counters, faults, promisebroker, promises, transport
 from jobs.runtime.roles import cluster_for_group
 from jobs.timing_config import current_timing
 from receipts.clock import now_ms as wall_clock_ms

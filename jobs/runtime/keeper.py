@@ -30,19 +30,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import close_old_connections, connection
 
 from jobs import queue, selectors
 from jobs.core.state import Fence
 from jobs.runtime import attempt as attempts
+from jobs.runtime import loops, recovery
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.db import notify
-
-if TYPE_CHECKING:
-    from jobs.runtime import loops
 
 logger = logging.getLogger("receipt.keeper")
 DIR_ENV = "RECEIPT_KEEPER_DIR"
@@ -264,8 +262,6 @@ class Keeper:
 
     def _release_dead(self, held: Held) -> None:
         """The worker process died mid-attempt: give the job back now (fenced)."""
-        from jobs import recovery
-
         released = recovery.release_holder(
             held.job_id,
             held.fence,

@@ -10,6 +10,8 @@ a runworker is its concurrency + 3):
   (T-8) whatever retention is doing. Their passes are short and bounded by construction.
 Each loop is single-flight: ticks that fall due while a pass runs coalesce into the next
 one instead of piling up; a schedule runs whichever of its loops is due first.
+
+A loop's pass is `(now_ms) -> Report`; `each_pass` makes one of a `run(*, now_ms)`.
 """
 
 from __future__ import annotations
@@ -18,18 +20,27 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import close_old_connections
 
 from jobs.models import LoopRun
-from jobs.recovery import Report
 from jobs.runtime import counters
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 
 logger = logging.getLogger("receipt.loops")
+
+
+@dataclass
+class Report:
+    """What one pass of a loop did: candidates examined, acted on, and per-item errors."""
+
+    name: str
+    examined: int = 0
+    acted: int = 0
+    errors: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -40,6 +51,11 @@ class Loop:
     run: Callable[[int], Report]  # now_ms -> report
     once: bool = False  # L-5: startup passes run one time
     time_critical: bool = False  # on the keeper's thread: short passes, never queued
+
+
+def each_pass(run: Callable[..., Report]) -> Callable[[int], Report]:
+    """A loop's pass: `run(now_ms=now)`."""
+    return lambda now: run(now_ms=now)
 
 
 # Apps add role-specific loops here: provider(config, cluster) -> loops (e.g. Factory's

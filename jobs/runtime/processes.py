@@ -1,6 +1,6 @@
 """Worker registry (D-11): each runworker process records itself and beats; a process
 unseen for three beats is gone, and the leases of its attempts are released
-(`jobs.recovery.release_gone_holders`).
+(`jobs.runtime.recovery.release_gone_holders`).
 
 Worker ids (D-10) name the runworker's main pid, `<group>:<host>:<runworker pid>`, for
 every worker process of that runworker: the registry row is then exactly the holder of

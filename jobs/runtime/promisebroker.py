@@ -36,6 +36,7 @@ from django_q.brokers import Broker
 from django_q.conf import Conf
 from django_q.signing import SignedPackage
 
+from jobs.runtime.loops import Report
 from receipts.db import notify
 
 CHANNEL = "receipt_q"  # the prefix of each cluster's channel: receipt_q.<cluster>
@@ -274,8 +275,6 @@ def run_schedules(now_ms: int) -> Any:
     cluster's sentinel, so no process beyond the connection budget touches the database)."""
     from django_q.brokers import get_broker
     from django_q.scheduler import scheduler
-
-    from jobs.recovery import Report
 
     scheduler(broker=get_broker())
     return Report("schedules")

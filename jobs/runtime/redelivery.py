@@ -25,10 +25,9 @@ from django.conf import settings
 from django.db import transaction
 
 from jobs.models import DeliveryPromise
-from jobs.recovery import Report
 from jobs.runtime import counters, transport
 from jobs.runtime.dispatch import DRIVE_TASK
-from jobs.runtime.loops import Loop
+from jobs.runtime.loops import Loop, Report
 from jobs.runtime.promisebroker import EXECUTE as EXECUTE_TASK
 from jobs.runtime.roles import group_of
 from observability.logs import log_event

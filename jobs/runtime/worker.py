@@ -33,10 +33,10 @@ from jobs import handlers, queue
 from jobs.core.state import Command, Fence, JobState
 from jobs.core.timing import TimingSettings, execution_timeout_ms, heartbeat_interval_ms
 from jobs.core.wire import job_from_wire
+from jobs.handler_contract import HandlerContext, JobResult
 from jobs.queue import Outcome
 from jobs.runtime import attempt as attempts
 from jobs.runtime import counters, faults, keeper, processes, promises, spawned
-from jobs.runtime.context import HandlerContext, JobResult
 from jobs.runtime.storage_retry import is_transient
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms

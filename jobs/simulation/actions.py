@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from random import Random
 from typing import Any
 
-from jobs import queue, recovery
+from jobs import queue
 from jobs.core.contracts import routed_group
 from jobs.errors import JobsError
-from jobs.runtime import dispatch, driver
+from jobs.runtime import dispatch, driver, loops, recovery
 from jobs.runtime.roles import group_of
 from jobs.simulation import worker
 from jobs.simulation.world import Attempt, Task, World
@@ -314,7 +314,7 @@ def advance_clock(world: World) -> Result:
     return "advanced", f"+{ms} ms"
 
 
-def report_pass(report: recovery.Report) -> Result:
+def report_pass(report: loops.Report) -> Result:
     errors = f" errors={len(report.errors)}" if report.errors else ""
     outcome = "acted" if report.acted else "idle"
     if report.errors:

@@ -43,10 +43,10 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from jobs import queue, recovery, selectors
+from jobs import queue, selectors
 from jobs.core.timing import driver_timeout_ms
 from jobs.errors import JobsError
-from jobs.runtime import counters, transport
+from jobs.runtime import counters, loops, recovery, transport
 from jobs.simulation import actions, worker
 from jobs.simulation.clock import EPOCH_MS, VirtualClock
 from jobs.simulation.invariants import Checker, Violation
@@ -299,7 +299,7 @@ def _returns_ok(attempt: Attempt) -> Callable[[World], actions.Result]:
     return lambda w: (worker.finish(w, attempt, "ok").status, f"{attempt.label()} returns ok")
 
 
-def _recovery_pass(run: Callable[..., recovery.Report]) -> Callable[[World], actions.Result]:
+def _recovery_pass(run: Callable[..., loops.Report]) -> Callable[[World], actions.Result]:
     return lambda w: actions.report_pass(run(now_ms=w.clock.now_ms))
 
 

@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from jobs.core.state import JobState
+from jobs.handler_contract import HandlerContext, JobResult
 from jobs.handlers import register_handler
-from jobs.runtime.context import HandlerContext, JobResult
 from objectives.core import vocabulary as v
 
 Handler = Callable[[JobState, HandlerContext], JobResult]

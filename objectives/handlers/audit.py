@@ -17,7 +17,7 @@ from typing import Any
 from django.conf import settings
 
 from jobs.core.state import JobState
-from jobs.runtime.context import HandlerContext, JobResult
+from jobs.handler_contract import HandlerContext, JobResult
 from objectives import selectors, services
 from objectives.core import vocabulary as v
 from objectives.core.state import ObjectiveState

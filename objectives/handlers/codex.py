@@ -22,8 +22,8 @@ import re
 from typing import Any
 
 from jobs.core.state import JobState
+from jobs.handler_contract import HandlerContext, JobResult
 from jobs.runtime import sandbox
-from jobs.runtime.context import HandlerContext, JobResult
 from objectives import processes, selectors, services, workspace_files
 from objectives.core import reports
 from objectives.core.reports import CommandRun

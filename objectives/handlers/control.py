@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from jobs.core.state import JobState
+from jobs.handler_contract import HandlerContext, JobResult
 from jobs.runtime import faults
-from jobs.runtime.context import HandlerContext, JobResult
 from objectives import control_pass, selectors
 from objectives.core.watchdog import RECONCILE
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from jobs.core.state import JobState
 from jobs.errors import JobsError
-from jobs.runtime.context import HandlerContext, JobResult
+from jobs.handler_contract import HandlerContext, JobResult
 from objectives import selectors, services
 from objectives.core.intake import CREATE_KEYS
 from objectives.errors import InvalidAction, ObjectivesError

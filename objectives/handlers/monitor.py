@@ -16,7 +16,7 @@ from django.conf import settings
 
 from jobs import queue
 from jobs.core.state import JobState
-from jobs.runtime.context import HandlerContext, JobResult
+from jobs.handler_contract import HandlerContext, JobResult
 from objectives import services
 
 MISSING_GRACE_S = 60.0

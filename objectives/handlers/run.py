@@ -17,7 +17,7 @@ from django.utils.module_loading import import_string
 from jobs.core.state import JobState
 from jobs.core.vocabulary import validate_job_id
 from jobs.errors import JobsError
-from jobs.runtime.context import HandlerContext, JobResult
+from jobs.handler_contract import HandlerContext, JobResult
 from objectives import services
 from objectives.core.vocabulary import run_stream
 from objectives.errors import ObjectivesError

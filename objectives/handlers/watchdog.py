@@ -18,7 +18,7 @@ from typing import Any
 from django.conf import settings
 
 from jobs.core.state import JobState
-from jobs.runtime.context import HandlerContext, JobResult
+from jobs.handler_contract import HandlerContext, JobResult
 from objectives import selectors, services
 from objectives.core.facts import COMPUTER_STALE_MS, LIVE_STALE_MS, Staleness
 from objectives.core.state import objective_from_wire

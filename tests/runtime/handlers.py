@@ -10,8 +10,8 @@ import json
 import os
 import time
 
+from jobs.handler_contract import JobResult
 from jobs.handlers import register_handler, register_kind
-from jobs.runtime.context import JobResult
 
 
 def _mark(job, ctx, event: str) -> None:

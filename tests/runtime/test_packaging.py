@@ -28,7 +28,7 @@ pytestmark = [
 
 USER_MODULE = """
 from jobs.handlers import register_handler, register_kind
-from jobs.runtime.context import JobResult
+from jobs.handler_contract import JobResult
 
 register_kind("acme.report", worker_group="chat")
 

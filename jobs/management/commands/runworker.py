@@ -26,16 +26,16 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import handlers, recovery, retention
+from jobs import handlers, retention
 from jobs.core.timing import TimingSettings, concurrency_for
-from jobs.runtime import callbacks, keeper, loops, processes, sandbox
+from jobs.runtime import callbacks, keeper, loops, processes, recovery, sandbox
+from jobs.runtime.loops import each_pass
 from jobs.runtime.roles import UnknownRole, group_of, normalize_role
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
@@ -70,37 +70,40 @@ def maintenance_loops(config: Any, role: str = ALL) -> list[loops.Loop]:
     name such as `worker-control`, or `all`)."""
     redrive_every, delay = config.queued_redrive_interval_ms, config.queued_redrive_startup_delay_ms
     return [
-        loops.Loop("queued_redrive", redrive_every, delay, _pass(recovery.redrive_queued)),
+        loops.Loop("queued_redrive", redrive_every, delay, each_pass(recovery.redrive_queued)),
         loops.Loop(
-            "lease_expiry", redrive_every, delay, _pass(recovery.expire_leases), time_critical=True
+            "lease_expiry",
+            redrive_every,
+            delay,
+            each_pass(recovery.expire_leases),
+            time_critical=True,
         ),
-        loops.Loop("promise_sweep", 60_000, delay, _pass(recovery.sweep_promises)),
+        loops.Loop("promise_sweep", 60_000, delay, each_pass(recovery.sweep_promises)),
         loops.Loop(
             "holder_release",
             HOLDER_RELEASE_INTERVAL_MS,
             delay,
-            _pass(recovery.release_gone_holders),
+            each_pass(recovery.release_gone_holders),
             time_critical=True,
         ),
         loops.Loop(
-            "startup_resume", 0, config.startup_settle_ms, _pass(recovery.redrive_queued), once=True
+            "startup_resume",
+            0,
+            config.startup_settle_ms,
+            each_pass(recovery.redrive_queued),
+            once=True,
         ),
         loops.Loop(
             "callbacks",
             callbacks.PUMP_INTERVAL_MS if config.callback_url else callbacks.DELIVER_INTERVAL_MS,
             delay,
-            _pass(callbacks.pump),
+            each_pass(callbacks.pump),
             time_critical=True,  # a pass never waits on a receiver, and its answers are due
         ),
-        loops.Loop("callback_prune", 60_000, delay, _pass(callbacks.prune)),
-        loops.Loop("retention", retention.INTERVAL_MS, delay, _pass(retention.prune_pass)),
+        loops.Loop("callback_prune", 60_000, delay, each_pass(callbacks.prune)),
+        loops.Loop("retention", retention.INTERVAL_MS, delay, each_pass(retention.prune_pass)),
         *[loop for provide in loops.providers for loop in provide(config, role)],
     ]
-
-
-def _pass(run: Callable[..., Any]) -> Callable[[int], Any]:
-    """A loop's pass: `run(now_ms=now)`."""
-    return lambda now: run(now_ms=now)
 
 
 def _kill_tree(pid: int) -> None:

@@ -10,11 +10,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from jobs import counts, dashboard, queue, recovery
+from jobs import counts, dashboard, queue
 from jobs.core.state import Fence
 from jobs.models import WorkerProcess
-from jobs.recovery import Report
-from jobs.runtime import loops, processes
+from jobs.runtime import loops, processes, recovery
+from jobs.runtime.loops import Report
 from tests.integration.admin.conftest import NOW, enqueue, job_url, text
 
 pytestmark = pytest.mark.django_db

@@ -6,8 +6,8 @@ import pytest
 
 from access.models import ApiToken
 from jobs import queue
-from jobs.recovery import Report
 from jobs.runtime import counters, loops, processes
+from jobs.runtime.loops import Report
 from receipts.clock import now_ms
 from tests.integration.jobs.helpers import payload
 

@@ -12,8 +12,8 @@ from django.test.utils import CaptureQueriesContext
 
 from jobs import counts, queue
 from jobs.models import WorkerProcess
-from jobs.recovery import Report
 from jobs.runtime import loops, processes
+from jobs.runtime.loops import Report
 from receipt_site import health
 from receipts.clock import now_ms
 from tests.integration.api.conftest import payload

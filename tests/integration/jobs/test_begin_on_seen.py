@@ -10,10 +10,10 @@ import json
 import pytest
 
 from jobs import handlers, queue
+from jobs.handler_contract import JobResult
 from jobs.models import DeliveryPromise
 from jobs.runtime import attempt as attempts
 from jobs.runtime import driver, promises
-from jobs.runtime.context import JobResult
 from receipts import store
 from receipts.clock import now_ms as wall_clock_ms
 from tests.integration.jobs.helpers import assert_read_model_matches_receipts, payload

@@ -11,10 +11,10 @@ from django.core.management import call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from jobs import dashboard, metrics, queue, recovery
+from jobs import dashboard, metrics, queue
 from jobs.core.state import Fence
 from jobs.models import Callback
-from jobs.runtime import callbacks, dispatch, driver, worker
+from jobs.runtime import callbacks, dispatch, driver, recovery, worker
 from receipts import store
 from tests.conftest import wait_for
 from tests.integration.api.conftest import api, issue  # noqa: F401

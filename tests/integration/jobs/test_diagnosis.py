@@ -46,7 +46,7 @@ def test_running_job_reports_its_lease():
 
 
 def test_exhausted_delivery_generations_are_named_and_skipped_by_redrive():
-    from jobs import recovery
+    from jobs.runtime import recovery
     from jobs.runtime.dispatch import MAX_GENERATIONS
 
     job = queue.enqueue("factory", payload(), now_ms=NOW - 600_000).job

@@ -10,8 +10,8 @@ import subprocess
 import pytest
 
 from jobs import handlers, queue
+from jobs.handler_contract import JobResult
 from jobs.runtime import driver, worker
-from jobs.runtime.context import JobResult
 from jobs.runtime.dispatch import start_driver
 from receipts import store
 from tests.integration.jobs.helpers import assert_read_model_matches_receipts, payload

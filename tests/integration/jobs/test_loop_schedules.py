@@ -10,8 +10,8 @@ from django.conf import settings
 
 from jobs.management.commands.runworker import maintenance_loops
 from jobs.models import LoopRun
-from jobs.recovery import Report
 from jobs.runtime import keeper, loops
+from jobs.runtime.loops import Report
 
 pytestmark = pytest.mark.django_db(transaction=True)  # a loop pass closes old connections
 

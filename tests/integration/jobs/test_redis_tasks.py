@@ -16,9 +16,9 @@ from django_q.signing import SignedPackage
 
 from jobs import handlers, queue
 from jobs.core.wire import job_from_wire
+from jobs.handler_contract import JobResult
 from jobs.models import DeliveryPromise
 from jobs.runtime import driver, tasks, transport
-from jobs.runtime.context import JobResult
 from jobs.runtime.dispatch import start_driver
 from tests.integration.jobs.helpers import payload
 

@@ -10,8 +10,8 @@ import pytest
 from django.db import OperationalError
 
 from jobs import handlers
+from jobs.handler_contract import HandlerContext, JobResult
 from jobs.runtime import worker
-from jobs.runtime.context import HandlerContext, JobResult
 
 pytestmark = pytest.mark.django_db
 

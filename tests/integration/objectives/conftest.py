@@ -17,8 +17,8 @@ from django.conf import settings
 
 from jobs import handlers, queue
 from jobs.core.state import Fence
+from jobs.handler_contract import HandlerContext, JobResult
 from jobs.models import Job
-from jobs.runtime.context import HandlerContext, JobResult
 from objectives import selectors
 from objectives.core import vocabulary as v
 from tests.integration.api.conftest import anonymous, api, api_for, issue  # noqa: F401

@@ -171,7 +171,7 @@ def test_factory_run_with_an_objective_notes_and_reacts(factory):
 
 
 def replacement_run(job, ctx):
-    from jobs.runtime.context import JobResult
+    from jobs.handler_contract import JobResult
 
     return JobResult.success({"replaced": job.job_id})
 

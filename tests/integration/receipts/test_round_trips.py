@@ -21,9 +21,9 @@ import pytest
 from django.db import connection, transaction
 
 from jobs import handlers, queue
+from jobs.handler_contract import JobResult
 from jobs.runtime import attempt as attempts
 from jobs.runtime import driver
-from jobs.runtime.context import JobResult
 from receipts import new_streams, store
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.db import pipelined_transaction

@@ -8,8 +8,8 @@ from random import Random
 import pytest
 from django.db import transaction
 
-from jobs import queue, recovery
-from jobs.runtime import driver
+from jobs import queue
+from jobs.runtime import driver, recovery
 from jobs.runtime.dispatch import start_driver
 from jobs.simulation import worker
 from jobs.simulation.clock import VirtualClock

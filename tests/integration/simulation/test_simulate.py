@@ -12,10 +12,10 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from jobs import projector, queue, recovery
+from jobs import projector, queue
 from jobs.core.state import Fence, FenceOutcome
 from jobs.models import DeliveryPromise, Job
-from jobs.runtime import promises
+from jobs.runtime import loops, promises, recovery
 from jobs.simulation import actions, world
 from jobs.simulation.run import SimulationRefused, simulate
 from receipts import store
@@ -166,9 +166,7 @@ def test_a_read_model_that_drifts_from_its_receipts_is_caught(monkeypatch):
 
 
 def test_a_job_nothing_redrives_fails_liveness(monkeypatch):
-    monkeypatch.setattr(
-        recovery, "redrive_queued", lambda **kwargs: recovery.Report("queued_redrive")
-    )
+    monkeypatch.setattr(recovery, "redrive_queued", lambda **kwargs: loops.Report("queued_redrive"))
     report = simulate(1, 300)
     assert report.violation is not None and report.violation.invariant == "liveness"
     assert "never settled" in report.violation.message

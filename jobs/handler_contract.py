@@ -1,8 +1,10 @@
 """The handler contract (D-7): `handler(job, ctx) -> JobResult`.
 
-What a handler writes (progress here; results and error text in `attempt.settle`) passes
-through `receipts.core.storable.storable` on its way to a receipt: a NUL or a lone
-surrogate, which no database stores, becomes U+FFFD instead of failing the write.
+What a handler writes (progress here; results and error text in
+`jobs.runtime.attempt.settle`) passes through `receipts.core.storable.storable` on its
+way to a receipt: a NUL or a lone surrogate, which no database stores, becomes U+FFFD
+instead of failing the write. Beside `jobs.handlers` (the registry): handlers import
+this and nothing of the runtime that calls them.
 """
 
 from __future__ import annotations

@@ -8,7 +8,6 @@ cost O(candidates): each is one indexed query with a LIMIT.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 
 from django.conf import settings
 from django.db.models import CharField, Exists, OuterRef, Value
@@ -19,20 +18,13 @@ from jobs.core.state import Fence
 from jobs.core.vocabulary import LEASED_STATUSES
 from jobs.core.wire import job_from_wire
 from jobs.models import DeliveryPromise, Job
-from jobs.runtime import counters
+from jobs.runtime import counters, processes
 from jobs.runtime.dispatch import MAX_GENERATIONS, redrive_key, start_driver
+from jobs.runtime.loops import Report
 from observability.logs import log_event
 
 logger = logging.getLogger("receipt.recovery")
 BATCH = 200
-
-
-@dataclass
-class Report:
-    name: str
-    examined: int = 0
-    acted: int = 0
-    errors: list[str] = field(default_factory=list)
 
 
 def redrive_queued(
@@ -149,8 +141,6 @@ def release_gone_holders(*, now_ms: int, limit: int = 50) -> Report:
     """D-11/L-2: a runworker the registry declares gone (unseen for three beats) no longer
     holds anything: every lease of its attempts is released (fenced), so its jobs run
     again within seconds instead of when their leases run out (15 minutes for codex)."""
-    from jobs.runtime import processes
-
     report = Report("holder_release")
     for row in processes.gone_unreleased(now_ms=now_ms, limit=limit):
         prefix = processes.worker_prefix(row)
