@@ -34,7 +34,7 @@ from jobs.core.vocabulary import (
 )
 from jobs.models import Callback, DeliveryPromise, Job
 from jobs.recovery import Report
-from jobs.runtime import counters, faults
+from jobs.runtime import counters, faults, promises
 from observability.logs import log_event
 from receipts import retention as receipt_retention
 from receipts import store
@@ -295,7 +295,7 @@ def _remove(
     ReceiptRow.objects.filter(stream__in=gone_streams).delete()
     StreamRow.objects.filter(name__in=gone_streams).delete()
     Job.objects.filter(id__in=gone_jobs).delete()
-    DeliveryPromise.objects.filter(job_id__in=gone_jobs).delete()
+    promises.delete_for_jobs(gone_jobs)
     Callback.objects.filter(job_id__in=gone_jobs).delete()
     receipt_retention.record(
         RETENTION_STREAM, tombstones, windows_days=report.windows_days, now_ms=now_ms, by=by
