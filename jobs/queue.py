@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import re
 import secrets
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -20,19 +19,13 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
-from jobs import handlers
-from jobs.core import contracts
 from jobs.core.state import Command, Fence, FenceOutcome, JobState
 from jobs.core.timing import TimingSettings, lease_ms_for
 from jobs.core.vocabulary import (
     ACTIVE_STATUSES,
     COMMAND_TYPES,
-    DEFAULT_LANE,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_SINGLETON_MODE,
     JOB_CANCELED,
     JOB_COMPLETED,
     JOB_ENQUEUED,
@@ -42,27 +35,23 @@ from jobs.core.vocabulary import (
     JOB_LEASED,
     JOB_PROGRESS,
     JOB_STREAM_PREFIX,
-    LANES,
     LEASED_STATUSES,
-    MAX_MAX_ATTEMPTS,
-    MIN_MAX_ATTEMPTS,
     QUEUE_COMMAND,
     QUEUE_COMMAND_CONSUMED,
-    SINGLETON_MODES,
     job_stream,
-    validate_job_id,
 )
 from jobs.core.wire import command_to_wire
 from jobs.errors import InvalidRequest, JobIdTaken, JobNotFound, JobTerminal, SessionKeyConflict
 from jobs.models import Job
 from jobs.projector import CACHE_KEY, load_state, state_from_rows, state_read
 from jobs.timing_config import current_timing
+from jobs.validation import MAX_AGENT_ID as MAX_AGENT_ID
+from jobs.validation import MAX_BY, EnqueueRequest, check_payload_size, check_text, warnings_for
+from jobs.validation import MAX_SESSION_KEY as MAX_SESSION_KEY
+from jobs.validation import build_request as build_request
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
-from receipts.core import wire_json
-from receipts.core.canonical import CanonicalJSONError, check_json
 from receipts.core.chain import base36
-from receipts.core.storable import first_unstorable
 from receipts.errors import ExpectedPrevMismatch
 from receipts.store import (
     Joined,
@@ -77,9 +66,6 @@ from receipts.writer import pipelined_transaction
 
 SINGLETON_CANCEL_REASON = "singleton cancel"
 ABORT_REQUESTED_REASON = "abort requested"
-MAX_AGENT_ID = 128
-MAX_SESSION_KEY = 255
-MAX_BY = 200
 
 # Listeners run after an enqueue commits (D-2: the dispatch pass wakes here), with the
 # jobs it created and whether their deliveries were already opened by the enqueue's own
@@ -129,131 +115,12 @@ class WriteResult:
 
 
 @dataclass(frozen=True)
-class EnqueueRequest:
-    agent_id: str
-    payload: dict[str, Any]
-    job_id: str | None = None
-    lane: str = DEFAULT_LANE
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    session_key: str | None = None
-    singleton_mode: str = DEFAULT_SINGLETON_MODE
-    by: str | None = None
-
-
-@dataclass(frozen=True)
 class EnqueueResult:
     job: JobState
     created: bool
     steered: bool = False
     warnings: list[str] = field(default_factory=list)
     dispatched: bool = False  # its delivery opened in the enqueue's own statement
-
-
-# ---- validation (nothing is written on a refusal) --------------------------------------
-
-
-def _check_text(code: str, name: str, value: Any, limit: int, *, required: bool) -> str | None:
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or not value.strip() or len(value) > limit:
-        raise InvalidRequest(
-            code, f"{name} must be a non-empty string of at most {limit} characters"
-        )
-    return value
-
-
-def check_payload_size(payload: Any) -> None:
-    """Q-3: bounded size and depth, plain JSON only."""
-    config = settings.RECEIPT
-    try:
-        check_json(payload, path="$.payload", max_depth=config.max_json_depth)
-    except CanonicalJSONError as error:
-        raise InvalidRequest("invalid_payload", str(error)) from None
-    try:
-        size = wire_json.size(payload)
-    except UnicodeEncodeError:  # the API refuses these at parse; an in-process caller here
-        where, reason = first_unstorable(payload, "$.payload") or ("$.payload", "lone surrogate")
-        raise InvalidRequest("invalid_payload", f"{reason} at {where}") from None
-    if size > config.max_payload_bytes:
-        raise InvalidRequest(
-            "payload_too_large", f"payload is {size} bytes; the limit is {config.max_payload_bytes}"
-        )
-
-
-_NOT_IN_AGENT_ID = re.compile(r"[\s/]")  # \s as str.isspace(): whitespace of any script
-
-
-def build_request(
-    agent_id: Any,
-    payload: Any,
-    *,
-    job_id: Any = None,
-    lane: Any = None,
-    max_attempts: Any = None,
-    session_key: Any = None,
-    singleton_mode: Any = None,
-    by: Any = None,
-) -> EnqueueRequest:
-    """Validate an enqueue (J-6, K-1, K-2, Q-3); raise InvalidRequest naming the problem."""
-    _check_text("invalid_agent_id", "agentId", agent_id, MAX_AGENT_ID, required=True)
-    if _NOT_IN_AGENT_ID.search(agent_id):
-        raise InvalidRequest("invalid_agent_id", "agentId must not contain whitespace or '/'")
-    if job_id is not None:
-        try:
-            validate_job_id(job_id)
-        except ValueError as error:
-            raise InvalidRequest("invalid_job_id", str(error)) from None
-    if lane is None:
-        lane = DEFAULT_LANE
-    if lane not in LANES:
-        raise InvalidRequest(
-            "invalid_lane", f"lane must be one of {', '.join(LANES)}; got {lane!r}"
-        )
-    if max_attempts is None:
-        max_attempts = DEFAULT_MAX_ATTEMPTS
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
-        raise InvalidRequest(
-            "invalid_max_attempts", f"maxAttempts must be an integer; got {max_attempts!r}"
-        )
-    max_attempts = max(MIN_MAX_ATTEMPTS, min(MAX_MAX_ATTEMPTS, max_attempts))  # J-6 clamp
-    if singleton_mode is None:
-        singleton_mode = DEFAULT_SINGLETON_MODE
-    if singleton_mode not in SINGLETON_MODES:
-        raise InvalidRequest(
-            "invalid_singleton_mode",
-            f"singletonMode must be one of {', '.join(SINGLETON_MODES)}; got {singleton_mode!r}",
-        )
-    _check_text("invalid_session_key", "sessionKey", session_key, MAX_SESSION_KEY, required=False)
-    if singleton_mode != "allow" and session_key is None:
-        raise InvalidRequest(
-            "session_key_required", f"singletonMode {singleton_mode!r} needs a sessionKey"
-        )
-    _check_text("invalid_by", "by", by, MAX_BY, required=False)
-    handlers.load()  # a deployment's own kinds are registered by its handler modules
-    try:
-        contracts.validate_payload(payload)
-    except contracts.ContractError as error:
-        raise InvalidRequest(error.code, str(error)) from None
-    check_payload_size(payload)
-    return EnqueueRequest(
-        agent_id=agent_id,
-        payload=payload,
-        job_id=job_id,
-        lane=lane,
-        max_attempts=max_attempts,
-        session_key=session_key,
-        singleton_mode=singleton_mode,
-        by=by,
-    )
-
-
-def warnings_for(agent_id: str) -> list[str]:
-    if handlers.has_handler(agent_id):
-        return []
-    return [
-        f"no handler is registered for agent '{agent_id}': a worker will fail this job "
-        f"with No handler for agent '{agent_id}'"
-    ]
 
 
 # ---- locking --------------------------------------------------------------------------
@@ -708,8 +575,8 @@ def command(
             "invalid_command",
             f"command must be one of {', '.join(COMMAND_TYPES)}; got {command_type!r}",
         )
-    _check_text("invalid_by", "by", by, MAX_BY, required=False)
-    _check_text("invalid_reason", "reason", reason, 2000, required=False)
+    check_text("invalid_by", "by", by, MAX_BY, required=False)
+    check_text("invalid_reason", "reason", reason, 2000, required=False)
     if payload is not None:
         check_payload_size(payload)
     now = wall_clock_ms() if now_ms is None else now_ms
