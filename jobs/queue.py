@@ -21,23 +21,15 @@ from typing import Any
 
 from django.db import IntegrityError, connection, transaction
 
+from jobs.core import bodies
 from jobs.core.state import Command, Fence, FenceOutcome, JobState
 from jobs.core.timing import TimingSettings, lease_ms_for
 from jobs.core.vocabulary import (
     ACTIVE_STATUSES,
     COMMAND_TYPES,
-    JOB_CANCELED,
-    JOB_COMPLETED,
     JOB_ENQUEUED,
-    JOB_FAILED,
-    JOB_HEARTBEAT,
-    JOB_LEASE_EXPIRED,
-    JOB_LEASED,
-    JOB_PROGRESS,
     JOB_STREAM_PREFIX,
     LEASED_STATUSES,
-    QUEUE_COMMAND,
-    QUEUE_COMMAND_CONSUMED,
     job_stream,
 )
 from jobs.core.wire import command_to_wire
@@ -409,17 +401,16 @@ def _fresh(job_id: str, request: EnqueueRequest, timing: TimingSettings) -> NewS
 
 def _enqueued(job_id: str, request: EnqueueRequest, timing: TimingSettings) -> dict[str, Any]:
     """The body of a new job's `job.enqueued` receipt (J-1)."""
-    return {
-        "type": JOB_ENQUEUED,
-        "jobId": job_id,
-        "agentId": request.agent_id,
-        "lane": request.lane,
-        "payload": request.payload,
-        "maxAttempts": request.max_attempts,
-        "sessionKey": request.session_key,
-        "singletonMode": request.singleton_mode,
-        "leaseMs": lease_ms_for(request.agent_id, request.payload, timing),
-    }
+    return bodies.enqueued(
+        job_id,
+        agent_id=request.agent_id,
+        lane=request.lane,
+        payload=request.payload,
+        max_attempts=request.max_attempts,
+        session_key=request.session_key,
+        singleton_mode=request.singleton_mode,
+        lease_ms=lease_ms_for(request.agent_id, request.payload, timing),
+    )
 
 
 def _joined(new: list[NewStream], used: list[bool]) -> Joined:
@@ -500,12 +491,7 @@ def _apply_singleton(request: EnqueueRequest, now: int) -> JobState | None:
                 continue
             if job.status == "queued":
                 handle.append(
-                    {
-                        "type": JOB_CANCELED,
-                        "jobId": job_id,
-                        "reason": SINGLETON_CANCEL_REASON,
-                        "by": request.by,
-                    },
+                    bodies.canceled(job_id, reason=SINGLETON_CANCEL_REASON, by=request.by),
                     now_ms=now,
                     context=_context(job, request.by),
                 )
@@ -535,16 +521,9 @@ def _append_command(
     lane: str | None,
     now: int,
 ) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "type": QUEUE_COMMAND,
-        "jobId": job.job_id,
-        "commandId": new_command_id(),
-        "command": command,
-        "payload": payload,
-        "by": by,
-    }
-    if lane is not None:
-        body["lane"] = lane
+    body = bodies.command(
+        job.job_id, command_id=new_command_id(), command=command, payload=payload, by=by, lane=lane
+    )
     handle.append(body, now_ms=now, context=_context(job, by))
     if command == "abort" and connection.vendor == "postgresql":
         # wakes the lease keepers at commit: the handler hears of it within a second
@@ -595,7 +574,7 @@ def command(
             why = reason or ABORT_REQUESTED_REASON
             if job.status == "queued":
                 handle.append(
-                    {"type": JOB_CANCELED, "jobId": job_id, "reason": why, "by": by},
+                    bodies.canceled(job_id, reason=why, by=by),
                     now_ms=now,
                     context=_context(job, by),
                 )
@@ -670,25 +649,7 @@ def lease(
         if expect_attempt is not None and attempt != expect_attempt:
             return WriteResult(Outcome.NOT_QUEUED, job)
         until = now + (lease_ms or job.lease_ms or current_timing().job_lease_ms)
-        events = [
-            {
-                "type": JOB_LEASED,
-                "jobId": job_id,
-                "workerId": worker_id,
-                "attempt": attempt,
-                "leaseUntil": until,
-            }
-        ]
-        if start:
-            events.append(
-                {
-                    "type": JOB_HEARTBEAT,
-                    "jobId": job_id,
-                    "workerId": worker_id,
-                    "attempt": attempt,
-                    "leaseUntil": until,
-                }
-            )
+        events = bodies.leased(job_id, Fence(worker_id, attempt), lease_until=until, start=start)
         handle.append(events, now_ms=now, context=_context(job))
         return WriteResult(Outcome.APPLIED, _state(handle))
 
@@ -748,16 +709,7 @@ def start_attempt(
             if job.attempt != attempt - 1:
                 return Start.STALE, job
             until = now + (job.lease_ms or current_timing().job_lease_ms)
-            events = [
-                {
-                    "type": t,
-                    "jobId": job_id,
-                    "workerId": worker_id,
-                    "attempt": attempt,
-                    "leaseUntil": until,
-                }
-                for t in (JOB_LEASED, JOB_HEARTBEAT)
-            ]
+            events = bodies.leased(job_id, Fence(worker_id, attempt), lease_until=until, start=True)
             handle.append(events, now_ms=now, context=_context(job))
             return Start.LEASED, _state(handle)
         if Fence(worker_id, attempt).check(job) is FenceOutcome.OK:
@@ -777,14 +729,7 @@ def release_lease(
             return WriteResult(outcome, job)
         assert job is not None
         handle.append(
-            {
-                "type": JOB_LEASE_EXPIRED,
-                "jobId": job_id,
-                "workerId": job.worker_id,
-                "attempt": job.attempt,
-                "willRetry": job.attempt < job.max_attempts,
-                "reason": reason,
-            },
+            bodies.lease_expired(job, reason=reason),
             now_ms=now,
             context=_context(job),
         )
@@ -817,7 +762,7 @@ def heartbeat(job_id: str, *, fence: Fence, now_ms: int | None = None) -> WriteR
 
     def body(job: JobState, now: int) -> dict[str, Any]:
         until = now + (job.lease_ms or current_timing().job_lease_ms)
-        return {"type": JOB_HEARTBEAT, "jobId": job_id, **fence.body(), "leaseUntil": until}
+        return bodies.heartbeat(job_id, fence, lease_until=until)
 
     return _fenced(job_id, fence, now_ms, body)
 
@@ -828,7 +773,7 @@ def progress(job_id: str, data: Any, *, fence: Fence, now_ms: int | None = None)
         job_id,
         fence,
         now_ms,
-        lambda job, now: {"type": JOB_PROGRESS, "jobId": job_id, **fence.body(), "progress": data},
+        lambda job, now: bodies.progress(job_id, fence, data),
     )
 
 
@@ -847,7 +792,7 @@ def complete(
         job_id,
         fence,
         now_ms,
-        lambda job, now: {"type": JOB_COMPLETED, "jobId": job_id, **fence.body(), "result": result},
+        lambda job, now: bodies.completed(job_id, fence, result),
         known,
     )
 
@@ -867,21 +812,13 @@ def fail(
     if result is not None:
         check_payload_size(result)
 
-    def body(job: JobState, now: int) -> dict[str, Any]:
-        will_retry = not no_retry and job.attempt < job.max_attempts
-        out = {
-            "type": JOB_FAILED,
-            "jobId": job_id,
-            **fence.body(),
-            "error": str(error)[:8000],
-            "noRetry": no_retry,
-            "willRetry": will_retry,
-        }
-        if result is not None:
-            out["result"] = result
-        return out
-
-    return _fenced(job_id, fence, now_ms, body, known)
+    return _fenced(
+        job_id,
+        fence,
+        now_ms,
+        lambda job, now: bodies.failed(job, fence, error, no_retry=no_retry, result=result),
+        known,
+    )
 
 
 def cancel(
@@ -904,13 +841,7 @@ def cancel(
             job_id,
             fence,
             now_ms,
-            lambda job, now: {
-                "type": JOB_CANCELED,
-                "jobId": job_id,
-                "reason": reason,
-                "by": by,
-                **fence.body(),
-            },
+            lambda job, now: bodies.canceled(job_id, reason=reason, by=by, fence=fence),
             known,
         )
     now = wall_clock_ms() if now_ms is None else now_ms
@@ -922,7 +853,7 @@ def cancel(
         if job.status != "queued":
             return WriteResult(Outcome.NOT_QUEUED, job)
         handle.append(
-            {"type": JOB_CANCELED, "jobId": job_id, "reason": reason, "by": by},
+            bodies.canceled(job_id, reason=reason, by=by),
             now_ms=now,
             context=_context(job, by),
         )
@@ -939,12 +870,7 @@ def consume_commands(
         taken.extend(c for c in job.pending_commands if types is None or c.command in types)
         if not taken:
             return None
-        return {
-            "type": QUEUE_COMMAND_CONSUMED,
-            "jobId": job_id,
-            "commandIds": [c.id for c in taken],
-            **fence.body(),
-        }
+        return bodies.commands_consumed(job_id, fence, [c.id for c in taken])
 
     result = _fenced(job_id, fence, now_ms, body)
     return WriteResult(result.outcome, result.job, tuple(taken) if result.applied else ())
@@ -959,13 +885,7 @@ def _expire_if_due(job_id: str, now: int) -> WriteResult:
         if job.status not in LEASED_STATUSES or job.lease_until is None or job.lease_until > now:
             return WriteResult(Outcome.NOT_DUE, job)
         handle.append(
-            {
-                "type": JOB_LEASE_EXPIRED,
-                "jobId": job_id,
-                "workerId": job.worker_id,
-                "attempt": job.attempt,
-                "willRetry": job.attempt < job.max_attempts,
-            },
+            bodies.lease_expired(job),
             now_ms=now,
             context=_context(job),
         )
