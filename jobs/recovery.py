@@ -52,7 +52,7 @@ def redrive_queued(
         OuterRef("id"),
         now_ms=now_ms,
         cooldown_ms=cooldown,
-        last_generation_suffix=f":recovery:{MAX_GENERATIONS}",
+        last_generation=MAX_GENERATIONS,
     )
     # Oldest first on job_status_newest: a job's last receipt is never older than its
     # first, so `created_at` bounds the range that `updated_at` filters.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 ATTEMPT_PART = ":attempt:"  # <jobId>:attempt:<n>
 DISPATCH_PART = ":dispatch:"  # ...:dispatch:<driver promise id>, under a non-default key
+RECOVERY_PART = ":recovery:"  # <jobId>:recovery:<g>, a delivery generation (D-3)
 WORKER_CLUSTER_PREFIX = "worker-"  # worker-<group>
 
 
@@ -26,6 +27,11 @@ def execute_promise_id_sql(job: str, attempt: str, driver: str) -> str:
         f"{job} || '{ATTEMPT_PART}' || {attempt} || "
         f"CASE WHEN {driver} = {job} THEN '' ELSE '{DISPATCH_PART}' || {driver} END"
     )
+
+
+def recovery_generation_id(job_id: str, generation: int) -> str:
+    """The driver promise of a job's delivery generation `generation` (D-3)."""
+    return f"{job_id}{RECOVERY_PART}{generation}"
 
 
 def worker_cluster(group: str) -> str:

@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from jobs.core import names
 from jobs.core.contracts import routed_group
 from jobs.core.state import JobState
 from jobs.core.timing import driver_timeout_ms
@@ -72,7 +73,9 @@ def start_driver(
     timing = current_timing()
     lease_ms = job.lease_ms or timing.job_lease_ms
     with transaction.atomic(savepoint=savepoint):
-        candidates = [key] + [f"{job.job_id}:recovery:{g}" for g in range(1, MAX_GENERATIONS + 1)]
+        candidates = [key] + [
+            names.recovery_generation_id(job.job_id, g) for g in range(1, MAX_GENERATIONS + 1)
+        ]
         for promise_id in candidates:
             # Insert first: the common case (a fresh key) costs one statement.
             if promises.create(

@@ -17,6 +17,7 @@ from django.db import connection
 from django.db.models import CharField, Exists, Value
 from django.db.models.functions import Concat
 
+from jobs.core.names import RECOVERY_PART
 from jobs.models import DeliveryPromise
 from jobs.runtime import promise_sql as sql
 from receipts.writer import prepared, sent
@@ -345,17 +346,17 @@ def jobs_with_pending(job_ids: list[str], *, now_ms: int) -> set[str]:
 
 
 def no_delivery_under_way(
-    job_id: Any, *, now_ms: int, cooldown_ms: int, last_generation_suffix: str
+    job_id: Any, *, now_ms: int, cooldown_ms: int, last_generation: int
 ) -> list[Any]:
     """ORM conditions on a job (`job_id` an `OuterRef`) for the queued redrive (L-1): no
     pending delivery, no driver started within the cooldown, and its delivery generations
-    not used up (`last_generation_suffix`: the id suffix of the last one)."""
+    not used up (no promise of generation `last_generation`)."""
     pending = DeliveryPromise.objects.filter(job_id=job_id, state="pending", timeout_at__gt=now_ms)
     recent = DeliveryPromise.objects.filter(
         job_id=job_id, function="driver", created_at__gt=now_ms - cooldown_ms
     )
     exhausted = DeliveryPromise.objects.filter(
-        id=Concat(job_id, Value(last_generation_suffix), output_field=CharField())
+        id=Concat(job_id, Value(f"{RECOVERY_PART}{last_generation}"), output_field=CharField())
     )
     return [~Exists(pending), ~Exists(recent), ~Exists(exhausted)]
 

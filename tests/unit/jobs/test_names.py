@@ -47,3 +47,13 @@ def test_a_worker_cluster_is_named_alike_in_python_and_sql(group: str) -> None:
 @pytest.mark.parametrize("cluster", ["driver", "api", ""])
 def test_a_cluster_that_is_not_a_worker_cluster_has_no_group(cluster: str) -> None:
     assert names.group_of_cluster(cluster) is None
+
+
+@pytest.mark.parametrize(
+    ("job_id", "generation", "expected"),
+    [("job-1", 1, "job-1:recovery:1"), ("job-1", 32, "job-1:recovery:32")],
+)
+def test_a_delivery_generation_names_its_driver_promise(
+    job_id: str, generation: int, expected: str
+) -> None:
+    assert names.recovery_generation_id(job_id, generation) == expected
