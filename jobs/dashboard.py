@@ -35,6 +35,7 @@ from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Q
 from jobs import callbacks, counts, selectors
 from jobs.core.contracts import WORKER_GROUPS
 from jobs.core.diagnosis import slot_state
+from jobs.core.names import worker_cluster
 from jobs.core.vocabulary import ACTIVE_STATUSES, LANES, STATUSES
 from jobs.runtime import loops, processes, sandbox
 from receipts.clock import now_ms as wall_clock_ms
@@ -196,7 +197,7 @@ def running_by_cluster(depth: dict[str, Any]) -> list[dict[str, Any]]:
         total = row["leased"] + row["running"]
         out.append(
             {
-                "cluster": f"worker-{group}",
+                "cluster": worker_cluster(group),
                 "group": group,
                 "leased": row["leased"].value,
                 "running": row["running"].value,

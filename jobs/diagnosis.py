@@ -14,6 +14,7 @@ from django.conf import settings
 from jobs import handlers, queue, selectors
 from jobs.core.contracts import routed_group
 from jobs.core.diagnosis import BUSY_SHOWN, COUNT_CAP, Capacity, Facts, PendingDelivery, diagnose
+from jobs.core.names import recovery_generation_id
 from jobs.core.state import JobState
 from jobs.errors import JobNotFound
 from jobs.models import DeliveryPromise, WorkerProcess
@@ -45,7 +46,9 @@ def facts_for(job_id: str, *, now_ms: int | None = None) -> Facts:
     peers: tuple[str, ...] = ()
     if job.session_key:
         peers = selectors.active_session_peers(job.session_key, exclude=job_id)
-    exhausted = DeliveryPromise.objects.filter(pk=f"{job_id}:recovery:{MAX_GENERATIONS}").exists()
+    exhausted = DeliveryPromise.objects.filter(
+        pk=recovery_generation_id(job_id, MAX_GENERATIONS)
+    ).exists()
     return Facts(
         job=job,
         now_ms=now,

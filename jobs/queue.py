@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import re
 import secrets
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
@@ -20,49 +19,31 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from django.conf import settings
 from django.db import IntegrityError, connection, transaction
 
-from jobs import handlers
-from jobs.core import contracts
+from jobs.core import bodies
 from jobs.core.state import Command, Fence, FenceOutcome, JobState
 from jobs.core.timing import TimingSettings, lease_ms_for
 from jobs.core.vocabulary import (
     ACTIVE_STATUSES,
     COMMAND_TYPES,
-    DEFAULT_LANE,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_SINGLETON_MODE,
-    JOB_CANCELED,
-    JOB_COMPLETED,
     JOB_ENQUEUED,
-    JOB_FAILED,
-    JOB_HEARTBEAT,
-    JOB_LEASE_EXPIRED,
-    JOB_LEASED,
-    JOB_PROGRESS,
     JOB_STREAM_PREFIX,
-    LANES,
     LEASED_STATUSES,
-    MAX_MAX_ATTEMPTS,
-    MIN_MAX_ATTEMPTS,
-    QUEUE_COMMAND,
-    QUEUE_COMMAND_CONSUMED,
-    SINGLETON_MODES,
     job_stream,
-    validate_job_id,
 )
 from jobs.core.wire import command_to_wire
 from jobs.errors import InvalidRequest, JobIdTaken, JobNotFound, JobTerminal, SessionKeyConflict
 from jobs.models import Job
 from jobs.projector import CACHE_KEY, load_state, state_from_rows, state_read
 from jobs.timing_config import current_timing
+from jobs.validation import MAX_AGENT_ID as MAX_AGENT_ID
+from jobs.validation import MAX_BY, EnqueueRequest, check_payload_size, check_text, warnings_for
+from jobs.validation import MAX_SESSION_KEY as MAX_SESSION_KEY
+from jobs.validation import build_request as build_request
 from observability.logs import log_event
-from receipts import wire_json
 from receipts.clock import now_ms as wall_clock_ms
-from receipts.core.canonical import CanonicalJSONError, check_json
 from receipts.core.chain import base36
-from receipts.core.storable import first_unstorable
 from receipts.db import pipelined_transaction
 from receipts.errors import ExpectedPrevMismatch
 from receipts.store import (
@@ -77,9 +58,6 @@ from receipts.store import (
 
 SINGLETON_CANCEL_REASON = "singleton cancel"
 ABORT_REQUESTED_REASON = "abort requested"
-MAX_AGENT_ID = 128
-MAX_SESSION_KEY = 255
-MAX_BY = 200
 
 # Listeners run after an enqueue commits (D-2: the dispatch pass wakes here), with the
 # jobs it created and whether their deliveries were already opened by the enqueue's own
@@ -129,131 +107,12 @@ class WriteResult:
 
 
 @dataclass(frozen=True)
-class EnqueueRequest:
-    agent_id: str
-    payload: dict[str, Any]
-    job_id: str | None = None
-    lane: str = DEFAULT_LANE
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
-    session_key: str | None = None
-    singleton_mode: str = DEFAULT_SINGLETON_MODE
-    by: str | None = None
-
-
-@dataclass(frozen=True)
 class EnqueueResult:
     job: JobState
     created: bool
     steered: bool = False
     warnings: list[str] = field(default_factory=list)
     dispatched: bool = False  # its delivery opened in the enqueue's own statement
-
-
-# ---- validation (nothing is written on a refusal) --------------------------------------
-
-
-def _check_text(code: str, name: str, value: Any, limit: int, *, required: bool) -> str | None:
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or not value.strip() or len(value) > limit:
-        raise InvalidRequest(
-            code, f"{name} must be a non-empty string of at most {limit} characters"
-        )
-    return value
-
-
-def check_payload_size(payload: Any) -> None:
-    """Q-3: bounded size and depth, plain JSON only."""
-    config = settings.RECEIPT
-    try:
-        check_json(payload, path="$.payload", max_depth=config.max_json_depth)
-    except CanonicalJSONError as error:
-        raise InvalidRequest("invalid_payload", str(error)) from None
-    try:
-        size = wire_json.size(payload)
-    except UnicodeEncodeError:  # the API refuses these at parse; an in-process caller here
-        where, reason = first_unstorable(payload, "$.payload") or ("$.payload", "lone surrogate")
-        raise InvalidRequest("invalid_payload", f"{reason} at {where}") from None
-    if size > config.max_payload_bytes:
-        raise InvalidRequest(
-            "payload_too_large", f"payload is {size} bytes; the limit is {config.max_payload_bytes}"
-        )
-
-
-_NOT_IN_AGENT_ID = re.compile(r"[\s/]")  # \s as str.isspace(): whitespace of any script
-
-
-def build_request(
-    agent_id: Any,
-    payload: Any,
-    *,
-    job_id: Any = None,
-    lane: Any = None,
-    max_attempts: Any = None,
-    session_key: Any = None,
-    singleton_mode: Any = None,
-    by: Any = None,
-) -> EnqueueRequest:
-    """Validate an enqueue (J-6, K-1, K-2, Q-3); raise InvalidRequest naming the problem."""
-    _check_text("invalid_agent_id", "agentId", agent_id, MAX_AGENT_ID, required=True)
-    if _NOT_IN_AGENT_ID.search(agent_id):
-        raise InvalidRequest("invalid_agent_id", "agentId must not contain whitespace or '/'")
-    if job_id is not None:
-        try:
-            validate_job_id(job_id)
-        except ValueError as error:
-            raise InvalidRequest("invalid_job_id", str(error)) from None
-    if lane is None:
-        lane = DEFAULT_LANE
-    if lane not in LANES:
-        raise InvalidRequest(
-            "invalid_lane", f"lane must be one of {', '.join(LANES)}; got {lane!r}"
-        )
-    if max_attempts is None:
-        max_attempts = DEFAULT_MAX_ATTEMPTS
-    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
-        raise InvalidRequest(
-            "invalid_max_attempts", f"maxAttempts must be an integer; got {max_attempts!r}"
-        )
-    max_attempts = max(MIN_MAX_ATTEMPTS, min(MAX_MAX_ATTEMPTS, max_attempts))  # J-6 clamp
-    if singleton_mode is None:
-        singleton_mode = DEFAULT_SINGLETON_MODE
-    if singleton_mode not in SINGLETON_MODES:
-        raise InvalidRequest(
-            "invalid_singleton_mode",
-            f"singletonMode must be one of {', '.join(SINGLETON_MODES)}; got {singleton_mode!r}",
-        )
-    _check_text("invalid_session_key", "sessionKey", session_key, MAX_SESSION_KEY, required=False)
-    if singleton_mode != "allow" and session_key is None:
-        raise InvalidRequest(
-            "session_key_required", f"singletonMode {singleton_mode!r} needs a sessionKey"
-        )
-    _check_text("invalid_by", "by", by, MAX_BY, required=False)
-    handlers.load()  # a deployment's own kinds are registered by its handler modules
-    try:
-        contracts.validate_payload(payload)
-    except contracts.ContractError as error:
-        raise InvalidRequest(error.code, str(error)) from None
-    check_payload_size(payload)
-    return EnqueueRequest(
-        agent_id=agent_id,
-        payload=payload,
-        job_id=job_id,
-        lane=lane,
-        max_attempts=max_attempts,
-        session_key=session_key,
-        singleton_mode=singleton_mode,
-        by=by,
-    )
-
-
-def warnings_for(agent_id: str) -> list[str]:
-    if handlers.has_handler(agent_id):
-        return []
-    return [
-        f"no handler is registered for agent '{agent_id}': a worker will fail this job "
-        f"with No handler for agent '{agent_id}'"
-    ]
 
 
 # ---- locking --------------------------------------------------------------------------
@@ -542,17 +401,16 @@ def _fresh(job_id: str, request: EnqueueRequest, timing: TimingSettings) -> NewS
 
 def _enqueued(job_id: str, request: EnqueueRequest, timing: TimingSettings) -> dict[str, Any]:
     """The body of a new job's `job.enqueued` receipt (J-1)."""
-    return {
-        "type": JOB_ENQUEUED,
-        "jobId": job_id,
-        "agentId": request.agent_id,
-        "lane": request.lane,
-        "payload": request.payload,
-        "maxAttempts": request.max_attempts,
-        "sessionKey": request.session_key,
-        "singletonMode": request.singleton_mode,
-        "leaseMs": lease_ms_for(request.agent_id, request.payload, timing),
-    }
+    return bodies.enqueued(
+        job_id,
+        agent_id=request.agent_id,
+        lane=request.lane,
+        payload=request.payload,
+        max_attempts=request.max_attempts,
+        session_key=request.session_key,
+        singleton_mode=request.singleton_mode,
+        lease_ms=lease_ms_for(request.agent_id, request.payload, timing),
+    )
 
 
 def _joined(new: list[NewStream], used: list[bool]) -> Joined:
@@ -633,12 +491,7 @@ def _apply_singleton(request: EnqueueRequest, now: int) -> JobState | None:
                 continue
             if job.status == "queued":
                 handle.append(
-                    {
-                        "type": JOB_CANCELED,
-                        "jobId": job_id,
-                        "reason": SINGLETON_CANCEL_REASON,
-                        "by": request.by,
-                    },
+                    bodies.canceled(job_id, reason=SINGLETON_CANCEL_REASON, by=request.by),
                     now_ms=now,
                     context=_context(job, request.by),
                 )
@@ -668,16 +521,9 @@ def _append_command(
     lane: str | None,
     now: int,
 ) -> dict[str, Any]:
-    body: dict[str, Any] = {
-        "type": QUEUE_COMMAND,
-        "jobId": job.job_id,
-        "commandId": new_command_id(),
-        "command": command,
-        "payload": payload,
-        "by": by,
-    }
-    if lane is not None:
-        body["lane"] = lane
+    body = bodies.command(
+        job.job_id, command_id=new_command_id(), command=command, payload=payload, by=by, lane=lane
+    )
     handle.append(body, now_ms=now, context=_context(job, by))
     if command == "abort" and connection.vendor == "postgresql":
         # wakes the lease keepers at commit: the handler hears of it within a second
@@ -708,8 +554,8 @@ def command(
             "invalid_command",
             f"command must be one of {', '.join(COMMAND_TYPES)}; got {command_type!r}",
         )
-    _check_text("invalid_by", "by", by, MAX_BY, required=False)
-    _check_text("invalid_reason", "reason", reason, 2000, required=False)
+    check_text("invalid_by", "by", by, MAX_BY, required=False)
+    check_text("invalid_reason", "reason", reason, 2000, required=False)
     if payload is not None:
         check_payload_size(payload)
     now = wall_clock_ms() if now_ms is None else now_ms
@@ -728,7 +574,7 @@ def command(
             why = reason or ABORT_REQUESTED_REASON
             if job.status == "queued":
                 handle.append(
-                    {"type": JOB_CANCELED, "jobId": job_id, "reason": why, "by": by},
+                    bodies.canceled(job_id, reason=why, by=by),
                     now_ms=now,
                     context=_context(job, by),
                 )
@@ -803,25 +649,7 @@ def lease(
         if expect_attempt is not None and attempt != expect_attempt:
             return WriteResult(Outcome.NOT_QUEUED, job)
         until = now + (lease_ms or job.lease_ms or current_timing().job_lease_ms)
-        events = [
-            {
-                "type": JOB_LEASED,
-                "jobId": job_id,
-                "workerId": worker_id,
-                "attempt": attempt,
-                "leaseUntil": until,
-            }
-        ]
-        if start:
-            events.append(
-                {
-                    "type": JOB_HEARTBEAT,
-                    "jobId": job_id,
-                    "workerId": worker_id,
-                    "attempt": attempt,
-                    "leaseUntil": until,
-                }
-            )
+        events = bodies.leased(job_id, Fence(worker_id, attempt), lease_until=until, start=start)
         handle.append(events, now_ms=now, context=_context(job))
         return WriteResult(Outcome.APPLIED, _state(handle))
 
@@ -881,16 +709,7 @@ def start_attempt(
             if job.attempt != attempt - 1:
                 return Start.STALE, job
             until = now + (job.lease_ms or current_timing().job_lease_ms)
-            events = [
-                {
-                    "type": t,
-                    "jobId": job_id,
-                    "workerId": worker_id,
-                    "attempt": attempt,
-                    "leaseUntil": until,
-                }
-                for t in (JOB_LEASED, JOB_HEARTBEAT)
-            ]
+            events = bodies.leased(job_id, Fence(worker_id, attempt), lease_until=until, start=True)
             handle.append(events, now_ms=now, context=_context(job))
             return Start.LEASED, _state(handle)
         if Fence(worker_id, attempt).check(job) is FenceOutcome.OK:
@@ -910,14 +729,7 @@ def release_lease(
             return WriteResult(outcome, job)
         assert job is not None
         handle.append(
-            {
-                "type": JOB_LEASE_EXPIRED,
-                "jobId": job_id,
-                "workerId": job.worker_id,
-                "attempt": job.attempt,
-                "willRetry": job.attempt < job.max_attempts,
-                "reason": reason,
-            },
+            bodies.lease_expired(job, reason=reason),
             now_ms=now,
             context=_context(job),
         )
@@ -950,7 +762,7 @@ def heartbeat(job_id: str, *, fence: Fence, now_ms: int | None = None) -> WriteR
 
     def body(job: JobState, now: int) -> dict[str, Any]:
         until = now + (job.lease_ms or current_timing().job_lease_ms)
-        return {"type": JOB_HEARTBEAT, "jobId": job_id, **fence.body(), "leaseUntil": until}
+        return bodies.heartbeat(job_id, fence, lease_until=until)
 
     return _fenced(job_id, fence, now_ms, body)
 
@@ -961,7 +773,7 @@ def progress(job_id: str, data: Any, *, fence: Fence, now_ms: int | None = None)
         job_id,
         fence,
         now_ms,
-        lambda job, now: {"type": JOB_PROGRESS, "jobId": job_id, **fence.body(), "progress": data},
+        lambda job, now: bodies.progress(job_id, fence, data),
     )
 
 
@@ -980,7 +792,7 @@ def complete(
         job_id,
         fence,
         now_ms,
-        lambda job, now: {"type": JOB_COMPLETED, "jobId": job_id, **fence.body(), "result": result},
+        lambda job, now: bodies.completed(job_id, fence, result),
         known,
     )
 
@@ -1000,21 +812,13 @@ def fail(
     if result is not None:
         check_payload_size(result)
 
-    def body(job: JobState, now: int) -> dict[str, Any]:
-        will_retry = not no_retry and job.attempt < job.max_attempts
-        out = {
-            "type": JOB_FAILED,
-            "jobId": job_id,
-            **fence.body(),
-            "error": str(error)[:8000],
-            "noRetry": no_retry,
-            "willRetry": will_retry,
-        }
-        if result is not None:
-            out["result"] = result
-        return out
-
-    return _fenced(job_id, fence, now_ms, body, known)
+    return _fenced(
+        job_id,
+        fence,
+        now_ms,
+        lambda job, now: bodies.failed(job, fence, error, no_retry=no_retry, result=result),
+        known,
+    )
 
 
 def cancel(
@@ -1037,13 +841,7 @@ def cancel(
             job_id,
             fence,
             now_ms,
-            lambda job, now: {
-                "type": JOB_CANCELED,
-                "jobId": job_id,
-                "reason": reason,
-                "by": by,
-                **fence.body(),
-            },
+            lambda job, now: bodies.canceled(job_id, reason=reason, by=by, fence=fence),
             known,
         )
     now = wall_clock_ms() if now_ms is None else now_ms
@@ -1055,7 +853,7 @@ def cancel(
         if job.status != "queued":
             return WriteResult(Outcome.NOT_QUEUED, job)
         handle.append(
-            {"type": JOB_CANCELED, "jobId": job_id, "reason": reason, "by": by},
+            bodies.canceled(job_id, reason=reason, by=by),
             now_ms=now,
             context=_context(job, by),
         )
@@ -1072,12 +870,7 @@ def consume_commands(
         taken.extend(c for c in job.pending_commands if types is None or c.command in types)
         if not taken:
             return None
-        return {
-            "type": QUEUE_COMMAND_CONSUMED,
-            "jobId": job_id,
-            "commandIds": [c.id for c in taken],
-            **fence.body(),
-        }
+        return bodies.commands_consumed(job_id, fence, [c.id for c in taken])
 
     result = _fenced(job_id, fence, now_ms, body)
     return WriteResult(result.outcome, result.job, tuple(taken) if result.applied else ())
@@ -1092,13 +885,7 @@ def _expire_if_due(job_id: str, now: int) -> WriteResult:
         if job.status not in LEASED_STATUSES or job.lease_until is None or job.lease_until > now:
             return WriteResult(Outcome.NOT_DUE, job)
         handle.append(
-            {
-                "type": JOB_LEASE_EXPIRED,
-                "jobId": job_id,
-                "workerId": job.worker_id,
-                "attempt": job.attempt,
-                "willRetry": job.attempt < job.max_attempts,
-            },
+            bodies.lease_expired(job),
             now_ms=now,
             context=_context(job),
         )

@@ -33,7 +33,7 @@ from jobs.core.vocabulary import (
     validate_job_id,
 )
 from jobs.models import Callback, DeliveryPromise, Job
-from jobs.runtime import counters, faults
+from jobs.runtime import counters, faults, promises
 from jobs.runtime.loops import Report
 from observability.logs import log_event
 from receipts import retention as receipt_retention
@@ -291,7 +291,7 @@ def _remove(
         return taken
     gone_jobs = [t.stream[len(JOB_STREAM_PREFIX) :] for t in tombstones]
     Job.objects.filter(id__in=gone_jobs).delete()
-    DeliveryPromise.objects.filter(job_id__in=gone_jobs).delete()
+    promises.delete_for_jobs(gone_jobs)
     Callback.objects.filter(job_id__in=gone_jobs).delete()
     store.remove_streams(
         tombstones,

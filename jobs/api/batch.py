@@ -20,7 +20,7 @@ from rest_framework.response import Response
 
 from access.permissions import principal_of
 from access.principals import Principal
-from jobs import queue
+from jobs import queue, validation
 from jobs.api import schema
 from jobs.api.views import (
     ApiView,
@@ -76,7 +76,7 @@ def _items(body: dict[str, Any]) -> list[Any]:
 
 def _validated(
     principal: Principal, agent_id: str, item: Any
-) -> tuple[queue.EnqueueRequest, list[str]]:
+) -> tuple[validation.EnqueueRequest, list[str]]:
     if not isinstance(item, dict):
         raise InvalidRequest("body_not_object", "each item must be a JSON object")
     request, warnings = enqueue_request(agent_id, item, by=principal.name)
@@ -93,7 +93,7 @@ def _validated(
 
 def enqueue_batch(principal: Principal, agent_id: str, items: list[Any]) -> dict[str, Any]:
     results: list[dict[str, Any] | None] = [None] * len(items)
-    valid: list[tuple[int, queue.EnqueueRequest, list[str]]] = []
+    valid: list[tuple[int, validation.EnqueueRequest, list[str]]] = []
     for index, item in enumerate(items):
         try:
             request, warnings = _validated(principal, agent_id, item)

@@ -19,7 +19,7 @@ from jobs.core.callbacks import STATES as CALLBACK_STATES
 from jobs.core.contracts import KINDS, WORKER_GROUPS, all_kinds
 from jobs.core.vocabulary import LANES, SINGLETON_MODES, STATUSES
 from jobs.errors import InvalidRequest
-from jobs.queue import MAX_AGENT_ID, MAX_SESSION_KEY
+from jobs.validation import MAX_AGENT_ID, MAX_SESSION_KEY
 
 # ---- errors ---------------------------------------------------------------------------
 

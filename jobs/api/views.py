@@ -25,7 +25,7 @@ from rest_framework.views import APIView
 
 from access.permissions import principal_of, require_organization
 from access.principals import Principal
-from jobs import callbacks, queue, retention, selectors
+from jobs import callbacks, queue, retention, selectors, validation
 from jobs.api import parameters, schema
 from jobs.api.serializers import (
     AbortRequestSerializer,
@@ -166,7 +166,7 @@ def actor(principal: Principal, hint: Any) -> str:
         raise InvalidRequest(
             "invalid_by", f"by must be a display name of 1..{MAX_BY_HINT} printable characters"
         )
-    room = queue.MAX_BY - len(principal.name) - 3  # the receipt's `by` is bounded (J-11)
+    room = validation.MAX_BY - len(principal.name) - 3  # the receipt's `by` is bounded (J-11)
     if room < 1:
         return principal.name
     return f"{principal.name} ({hint.strip()[:room]})"
@@ -184,7 +184,7 @@ def _check_agent_id(agent_id: str) -> None:
 
 def enqueue_request(
     agent_id: str, body: dict[str, Any], *, by: str
-) -> tuple[queue.EnqueueRequest, list[str]]:
+) -> tuple[validation.EnqueueRequest, list[str]]:
     """Body (either style) -> a validated EnqueueRequest and warnings about ignored keys."""
     _check_agent_id(agent_id)
     singleton = body.get("singleton")
@@ -207,7 +207,7 @@ def enqueue_request(
             value = singleton.get(singleton_name)  # explicit top-level options win
         return value
 
-    request = queue.build_request(
+    request = validation.build_request(
         agent_id,
         payload,
         job_id=option("jobId"),
@@ -238,7 +238,7 @@ def require_commands_scope(principal: Principal, payload: Any) -> None:
         raise MissingCommandsScope(COMMANDS_SCOPE, paths)
 
 
-def enqueue_as(principal: Principal, request: queue.EnqueueRequest) -> queue.EnqueueResult:
+def enqueue_as(principal: Principal, request: validation.EnqueueRequest) -> queue.EnqueueResult:
     """Enqueue for `principal`; an organization-bound one never touches another's jobs (Q-2)."""
     require_organization(principal, _organization_of(request.payload))
     require_commands_scope(principal, request.payload)

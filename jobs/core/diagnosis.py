@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from jobs.core import names
 from jobs.core.contracts import routed_group
 from jobs.core.state import JobState
 
@@ -154,7 +155,7 @@ def diagnose(facts: Facts) -> list[Blocker]:
                 "stops it at its next heartbeat",
             )
         )
-    worker_cluster = f"worker-{group}"
+    worker_cluster = names.worker_cluster(group)
     if facts.live_processes.get(worker_cluster, 0) == 0:
         out.append(
             Blocker(

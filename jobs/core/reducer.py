@@ -64,6 +64,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Final, TypeVar
 
+from jobs.core.bodies import will_retry
 from jobs.core.state import Command, Fence, FenceOutcome, JobState, is_int
 from jobs.core.vocabulary import (
     DEFAULT_LANE,
@@ -248,7 +249,7 @@ def _failed(job: JobState, receipt: Receipt) -> JobState:
 def _lease_expired(job: JobState, receipt: Receipt) -> JobState:
     if not _matches_lease(job, receipt):
         return job
-    if job.attempt < job.max_attempts:  # J-4: attempts remain
+    if will_retry(job):  # J-4: attempts remain
         return replace(
             job, status="queued", worker_id=None, lease_until=None, last_error=LEASE_EXPIRED_ERROR
         )

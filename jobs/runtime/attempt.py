@@ -20,6 +20,7 @@ from typing import Any
 from django.db import OperationalError, connection
 
 from jobs import handlers, queue
+from jobs.core import bodies
 from jobs.core.state import Fence, JobState
 from jobs.queue import Outcome, Start
 from jobs.runtime import faults, promises
@@ -228,7 +229,7 @@ def settle(
 
 def _final_result(job: JobState, status: str, result: Any, no_retry: bool) -> Any:
     """D-6: a non-retryable failure carries its status in the job's result."""
-    if not no_retry and job.attempt < job.max_attempts:
+    if bodies.will_retry(job, no_retry=no_retry):
         return result
     final = {"status": status, **(result if isinstance(result, dict) else {})}
     if result is not None and not isinstance(result, dict):

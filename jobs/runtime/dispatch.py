@@ -12,17 +12,18 @@ from __future__ import annotations
 import atexit
 import logging
 from dataclasses import dataclass
-from functools import cache
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 
+from jobs.core import names
 from jobs.core.contracts import routed_group
 from jobs.core.state import JobState
 from jobs.core.timing import driver_timeout_ms
 from jobs.errors import JobsError
 from jobs.runtime import counters, outbox, promises, transport
+from jobs.runtime import promise_sql as sql
 from jobs.runtime.promisebroker import channel_for
 from jobs.timing_config import current_timing
 from observability.logs import log_event
@@ -72,7 +73,9 @@ def start_driver(
     timing = current_timing()
     lease_ms = job.lease_ms or timing.job_lease_ms
     with transaction.atomic(savepoint=savepoint):
-        candidates = [key] + [f"{job.job_id}:recovery:{g}" for g in range(1, MAX_GENERATIONS + 1)]
+        candidates = [key] + [
+            names.recovery_generation_id(job.job_id, g) for g in range(1, MAX_GENERATIONS + 1)
+        ]
         for promise_id in candidates:
             # Insert first: the common case (a fresh key) costs one statement.
             if promises.create(
@@ -181,15 +184,5 @@ def joined_promises(jobs: list[tuple[str, int]]) -> tuple[str, list[Any]]:
         (job_id, now + driver_timeout_ms(lease_ms or default_lease_ms)) for job_id, lease_ms in jobs
     ]
     source, params = text_rows(rows, 2)
-    return _joined_promises_sql(source, transport.wakes_by_notify()), [*params, str(now)]
-
-
-@cache
-def _joined_promises_sql(source: str, wake: bool) -> str:
-    return (
-        "INSERT INTO jobs_delivery_promise (id, function, job_id, attempt, target_group, "
-        "dispatch_key, state, timeout_at, created_at, available_at) "
-        "SELECT p.i, 'driver', p.i, NULL, 'driver', p.i, 'pending', p.t::bigint, n.n, n.n "
-        f"FROM {source} AS p(i, t), (SELECT %b::text::bigint AS n) AS n"
-        + (f", (SELECT pg_notify('{channel_for('driver')}', 'driver')) AS wake" if wake else "")
-    )
+    wake_channel = channel_for("driver") if transport.wakes_by_notify() else None
+    return sql.insert_joined_drivers(source, wake_channel), [*params, str(now)]

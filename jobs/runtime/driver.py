@@ -6,6 +6,7 @@ to the routed worker group. It never leases: leasing belongs to the worker.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -13,22 +14,22 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from jobs import callbacks, queue
+from jobs.core import names
 from jobs.core.contracts import routed_group
 from jobs.core.state import Fence, JobState
 from jobs.projector import state_from_rows
 from jobs.runtime import counters, faults, promisebroker, promises, transport
+from jobs.runtime import promise_sql as sql
 from jobs.runtime.roles import cluster_for_group
 from jobs.timing_config import current_timing
 from receipts.clock import now_ms as wall_clock_ms
-from receipts.db import pipelined_transaction
+from receipts.db import pipelined_transaction, prepared
 
 EXECUTE_TASK = "jobs.runtime.tasks.execute"
 STALE_LEASE_ERROR = "stale active job lost execution; retrying through driver"
 
 
-def execute_promise_id(job_id: str, attempt: int, driver_promise_id: str) -> str:
-    base = f"{job_id}:attempt:{attempt}"
-    return base if driver_promise_id == job_id else f"{base}:dispatch:{driver_promise_id}"
+execute_promise_id = names.execute_promise_id
 
 
 def drive(promise_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
@@ -67,14 +68,7 @@ def drive_many(promise_ids: list[str], *, now_ms: int | None = None) -> list[dic
         if promise_id in found:
             view, stored = found[promise_id]
             job = _job(stored)
-        if (
-            view is not None
-            and view.function == "driver"
-            and view.open
-            and job is not None
-            and job.status == "queued"
-            and not job.abort_requested
-        ):
+        if view is not None and job is not None and plainly_queued(view, job):
             simple.append((view, job))
         else:
             results.append(_drive_counted(promise_id, now))
@@ -84,10 +78,95 @@ def drive_many(promise_ids: list[str], *, now_ms: int | None = None) -> list[dic
     return results
 
 
+def plainly_queued(view: promises.PromiseView, job: JobState) -> bool:
+    """The common decision (D-4), in Python: an open driver promise whose job is queued
+    with no abort asked opens the execute promise of the job's next attempt. Its SQL twin
+    is `DRIVE_QUEUED`, just below; change both or neither."""
+    return (
+        view.function == "driver"
+        and view.open
+        and job.status == "queued"
+        and not job.abort_requested
+    )
+
+
+@dataclass(frozen=True)
+class Decided:
+    """A driver promise the common decision took (`drive_queued`): the execute promise
+    of its job's next attempt, and whether this statement opened it."""
+
+    driver_id: str
+    execute_id: str
+    job_id: str
+    attempt: int
+    target_group: str
+    dispatch_key: str
+    opened: bool
+    job_state: Any = None  # the job's read-model state, as the statement read it
+
+
+# The common decision (D-4) in SQL, `plainly_queued`'s twin, on the job's routed group
+# (its row's worker_group, set from the same routing at enqueue): opens the execute
+# promise and settles the driver promise as `promises.send_open_and_settle` does. Nothing
+# else is written; the promises it does not return take the read-and-decide path.
+# Key-only: by promise id, then the job by its id. The job's status is tested only after
+# the join (CTE `c`): beside it the planner, reading `status = 'queued'` as selective (a
+# table analyzed when few jobs were queued, or never), walked every queued job's entry of
+# the status index for each promise and parsed its state to filter it, a pass slower the
+# longer the backlog.
+_DRIVE_QUEUED = (
+    "WITH c AS MATERIALIZED (SELECT d.id AS driver, d.dispatch_key AS k, j.id AS job, "
+    "j.attempt, j.worker_group AS g, j.status, j.state AS st "
+    f"FROM {sql.TABLE} d JOIN jobs_job j ON j.id = d.job_id "
+    f"WHERE d.id = ANY(%s) AND d.function = 'driver' AND {sql.open_pg('d.')}), "
+    "v AS MATERIALIZED (SELECT driver, k, job, attempt + 1 AS a, g, "
+    f"{names.execute_promise_id_sql('job', '(attempt + 1)', 'driver')} AS x, "
+    "coalesce(nullif((st ->> 'leaseMs')::bigint, 0), %s) AS lease, st FROM c "
+    "WHERE status = 'queued' AND (st ->> 'abortRequested') IS DISTINCT FROM 'true'), "
+    "opened AS ("
+    + sql.insert("SELECT x, 'execute', job, a, g, k, 'pending', %s + lease, %s, %s FROM v")
+    + "), "
+    f"settled AS (UPDATE {sql.TABLE} p SET state = 'resolved', settled_at = %s, "
+    "result = jsonb_build_object('status', CASE WHEN v.x IN (SELECT id FROM opened) "
+    "THEN 'dispatched' ELSE 'already_dispatched' END, 'execute', v.x) "
+    f"FROM v WHERE p.id = v.driver AND {sql.open_pg('p.')}){{woke}} "
+    "SELECT v.driver, v.x, v.job, v.a, v.g, v.k, v.x IN (SELECT id FROM opened), v.st{count} "
+    # SET LOCAL of the statement's own transaction (or the caller's): read at its commit
+    "FROM v CROSS JOIN (SELECT set_config('synchronous_commit', 'off', true)) AS async_commit"
+)
+# With the database broker the wake-up of each worker cluster given work travels in the
+# statement, and so commits with it.
+_WOKE = (
+    ", woke AS (SELECT pg_notify(%s || c, c) FROM (SELECT DISTINCT "
+    f"{names.worker_cluster_sql('g')} AS c FROM v WHERE x IN (SELECT id FROM opened)) AS w)"
+)
+# {waking the database broker's clusters: statement}
+DRIVE_QUEUED = {
+    True: _DRIVE_QUEUED.format(woke=_WOKE, count=", (SELECT count(*) FROM woke)"),
+    False: _DRIVE_QUEUED.format(woke="", count=""),
+}
+
+
+def drive_queued(
+    driver_ids: list[str], *, now_ms: int, default_lease_ms: int, wake_channel: str | None
+) -> list[Decided]:
+    """PostgreSQL: the common decision for these driver promises as ONE statement
+    (`DRIVE_QUEUED`), run at once. Outside a transaction it is its own (autocommit):
+    no BEGIN, no COMMIT, no pipeline around it. Its commit does not wait for the disk
+    (`promises.recoverable_commit`'s reasoning: it writes promises and wake-ups only).
+    `wake_channel`: the database broker's channel prefix (`promisebroker.channel_for("")`);
+    each worker cluster given work is notified on its own channel."""
+    params: list[Any] = [driver_ids, default_lease_ms, now_ms, now_ms, now_ms, now_ms]
+    if wake_channel is not None:
+        params.append(wake_channel)
+    rows, _ = prepared(DRIVE_QUEUED[wake_channel is not None], params)
+    return [Decided(*row[:8]) for row in rows]
+
+
 def _drive_queued(promise_ids: list[str], now: int) -> dict[str, dict[str, Any]]:
     """The common case decided by the database in ONE statement, its own transaction:
     every driver promise whose job is queued with no abort asked gets its execute promise
-    and is settled (`promises.drive_queued`), and its worker's task is pushed once
+    and is settled (`drive_queued`), and its worker's task is pushed once
     committed. Returns {driver promise id: result} of those it decided (none where a pass
     cannot write in one statement); the others are read and decided as before, so a job
     that is anything but plainly queued costs one more round trip."""
@@ -95,7 +174,7 @@ def _drive_queued(promise_ids: list[str], now: int) -> dict[str, dict[str, Any]]
         return {}
     default_lease = current_timing().job_lease_ms
     channel = promisebroker.channel_for("") if transport.wakes_by_notify() else None
-    decided = promises.drive_queued(
+    decided = drive_queued(
         promise_ids, now_ms=now, default_lease_ms=default_lease, wake_channel=channel
     )
     faults.crash("driver_after_execute_sent")

@@ -36,6 +36,8 @@ from django_q.brokers import Broker
 from django_q.conf import Conf
 from django_q.signing import SignedPackage
 
+from jobs.core.names import group_of_cluster
+from jobs.runtime import promise_sql as sql
 from jobs.runtime.loops import Report
 from receipts.db import notify
 
@@ -46,23 +48,6 @@ IDLE_WAIT_S = 1.0  # the longest an idle pusher waits without looking (stop, mis
 DRIVE_MANY = "jobs.runtime.tasks.drive_many"
 EXECUTE = "jobs.runtime.tasks.execute"
 
-_DELIVERABLE = (
-    "target_group = %s AND settled_at IS NULL AND worker_id IS NULL AND available_at <= %s"
-)
-_TAKE_PG = (
-    "UPDATE jobs_delivery_promise SET available_at = %s WHERE id IN ("
-    f"SELECT id FROM jobs_delivery_promise WHERE {_DELIVERABLE} "
-    "ORDER BY created_at LIMIT %s FOR UPDATE SKIP LOCKED) "
-    "RETURNING id, job_id, attempt, dispatch_key, available_at"
-)
-# A worker cluster's take: each promise with its job's state, which its worker begins on.
-_TAKE_WITH_JOB_PG = (
-    _TAKE_PG + ", (SELECT j.state FROM jobs_job j WHERE j.id = jobs_delivery_promise.job_id)"
-)
-_PEEK_SQLITE = (
-    f"SELECT id FROM jobs_delivery_promise WHERE {_DELIVERABLE} ORDER BY created_at LIMIT %s"
-)
-
 
 def channel_for(cluster: str) -> str:
     """The notification channel a cluster's pusher LISTENs on (quoted there: it holds a dot
@@ -71,7 +56,7 @@ def channel_for(cluster: str) -> str:
 
 
 def group_for_cluster(cluster: str) -> str:
-    return cluster.removeprefix("worker-")
+    return group_of_cluster(cluster) or cluster
 
 
 class PromiseBroker(Broker):
@@ -132,7 +117,7 @@ class PromiseBroker(Broker):
         pass
 
     def queue_size(self) -> int:
-        return len(self._select(_PEEK_SQLITE, [self.group, _now_ms(), 10_000]))
+        return len(self._select(sql.PEEK, [self.group, _now_ms(), 10_000]))
 
     def lock_size(self) -> int:
         return 0
@@ -163,18 +148,12 @@ class PromiseBroker(Broker):
     def _take(self) -> list[tuple[Any, ...]]:
         now = _now_ms()
         if self._postgres():
-            sql = _TAKE_PG if self.group == "driver" else _TAKE_WITH_JOB_PG
-            return self._select(sql, [now + VISIBILITY_MS, self.group, now, self._limit()])
-        ids = [row[0] for row in self._select(_PEEK_SQLITE, [self.group, now, self._limit()])]
+            take = sql.TAKE_PG if self.group == "driver" else sql.TAKE_WITH_JOB_PG
+            return self._select(take, [now + VISIBILITY_MS, self.group, now, self._limit()])
+        ids = [row[0] for row in self._select(sql.PEEK, [self.group, now, self._limit()])]
         if not ids:
             return []
-        marks = ", ".join(["%s"] * len(ids))
-        return self._select(
-            f"UPDATE jobs_delivery_promise SET available_at = %s WHERE id IN ({marks}) "
-            "AND settled_at IS NULL AND worker_id IS NULL AND available_at <= %s "
-            "RETURNING id, job_id, attempt, dispatch_key, available_at",
-            [now + VISIBILITY_MS, *ids, now],
-        )
+        return self._select(sql.take_ids_sqlite(len(ids)), [now + VISIBILITY_MS, *ids, now])
 
     def _tasks(self, rows: list[tuple[Any, ...]]) -> list[tuple[str, str]]:
         if self.group == "driver":

@@ -10,15 +10,14 @@ from __future__ import annotations
 import logging
 
 from django.conf import settings
-from django.db.models import CharField, Exists, OuterRef, Value
-from django.db.models.functions import Concat
+from django.db.models import OuterRef
 
 from jobs import queue
 from jobs.core.state import Fence
 from jobs.core.vocabulary import LEASED_STATUSES
 from jobs.core.wire import job_from_wire
-from jobs.models import DeliveryPromise, Job
-from jobs.runtime import counters, processes
+from jobs.models import Job
+from jobs.runtime import counters, processes, promises
 from jobs.runtime.dispatch import MAX_GENERATIONS, redrive_key, start_driver
 from jobs.runtime.loops import Report
 from observability.logs import log_event
@@ -39,23 +38,20 @@ def redrive_queued(
     config = settings.RECEIPT
     min_age = config.queued_redrive_min_age_ms if min_age_ms is None else min_age_ms
     cooldown = config.queued_redrive_cooldown_ms if cooldown_ms is None else cooldown_ms
-    pending = DeliveryPromise.objects.filter(
-        job_id=OuterRef("id"), state="pending", timeout_at__gt=now_ms
-    )
-    recent = DeliveryPromise.objects.filter(
-        job_id=OuterRef("id"), function="driver", created_at__gt=now_ms - cooldown
-    )
     # A job whose delivery generations are used up (D-3) needs an operator redrive; it
     # must not take a place in every batch and starve the others (diagnosis names it).
-    exhausted = DeliveryPromise.objects.filter(
-        id=Concat(OuterRef("id"), Value(f":recovery:{MAX_GENERATIONS}"), output_field=CharField())
+    idle = promises.no_delivery_under_way(
+        OuterRef("id"),
+        now_ms=now_ms,
+        cooldown_ms=cooldown,
+        last_generation=MAX_GENERATIONS,
     )
     # Oldest first on job_status_newest: a job's last receipt is never older than its
     # first, so `created_at` bounds the range that `updated_at` filters.
     cutoff = now_ms - min_age
     rows = (
         Job.objects.filter(status="queued", created_at__lte=cutoff, updated_at__lte=cutoff)
-        .filter(~Exists(pending), ~Exists(recent), ~Exists(exhausted))
+        .filter(*idle)
         .order_by("created_at", "id")
         .values_list("state", flat=True)[:limit]
     )
@@ -164,10 +160,5 @@ def sweep_promises(*, now_ms: int, limit: int = 1000) -> Report:
     """Mark pending promises past their timeout as `timedout`, so the pending set stays
     small (they already read as timedout; this is bookkeeping). No settled_at: nobody
     settled them, and a late delivery may still claim one (promises.claim)."""
-    ids = list(
-        DeliveryPromise.objects.filter(state="pending", timeout_at__lte=now_ms).values_list(
-            "id", flat=True
-        )[:limit]
-    )
-    acted = DeliveryPromise.objects.filter(id__in=ids, state="pending").update(state="timedout")
-    return Report("promise_sweep", examined=len(ids), acted=acted)
+    examined, acted = promises.sweep_timed_out(now_ms=now_ms, limit=limit)
+    return Report("promise_sweep", examined=examined, acted=acted)

@@ -24,8 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
-from jobs.models import DeliveryPromise
-from jobs.runtime import counters, transport
+from jobs.runtime import counters, promises, transport
 from jobs.runtime.dispatch import DRIVE_TASK
 from jobs.runtime.loops import Loop, Report
 from jobs.runtime.promisebroker import EXECUTE as EXECUTE_TASK
@@ -59,20 +58,9 @@ def repush_lost(cluster: str, *, now_ms: int, limit: int = BATCH) -> Report:
         return report
     group = group_of(cluster) or "driver"
     with transaction.atomic():
-        rows = list(
-            DeliveryPromise.objects.select_for_update(skip_locked=True)
-            .filter(
-                target_group=group,
-                state="pending",
-                settled_at__isnull=True,
-                worker_id__isnull=True,
-                timeout_at__gt=now_ms,  # past it, the queued redrive starts a new delivery
-                available_at__lte=now_ms - REPUSH_AFTER_MS,
-            )
-            .order_by("created_at")
-            .values_list("id", "function", "job_id", "attempt", "dispatch_key")[:limit]
+        rows = promises.take_unclaimed(
+            group, now_ms=now_ms, pushed_before_ms=now_ms - REPUSH_AFTER_MS, limit=limit
         )
-        DeliveryPromise.objects.filter(id__in=[row[0] for row in rows]).update(available_at=now_ms)
     report.examined = len(rows)
     drives = [(row[0],) for row in rows if row[1] == "driver"]
     executes = [row for row in rows if row[1] == "execute"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from jobs.core.names import group_of_cluster, worker_cluster
 from jobs.core.timing import CODEX_LEASE_CEILING_MS, TimingSettings, concurrency_for
 
 GROUPS = ("chat", "control", "codex")
@@ -60,13 +61,13 @@ def preset_cluster_name(argv: list[str], environ: Any) -> None:
 
 def group_of(cluster: str) -> str | None:
     """The worker group a cluster serves (None for the driver)."""
-    return cluster.removeprefix("worker-") if cluster.startswith("worker-") else None
+    return group_of_cluster(cluster)
 
 
 def cluster_for_group(group: str) -> str:
     if group not in GROUPS:
         raise UnknownRole(f"unknown worker group {group!r}")
-    return f"worker-{group}"
+    return worker_cluster(group)
 
 
 def _longest_run_s(cluster: str, timing: TimingSettings) -> int:

@@ -38,6 +38,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from jobs import selectors
+from jobs.core.names import recovery_generation_id
 from jobs.core.reducer import reduce
 from jobs.core.state import FenceOutcome, JobState
 from jobs.core.timing import TimingSettings
@@ -290,7 +291,7 @@ class Checker:
 def _start_keys(job: JobState) -> list[str]:
     """The promise ids `start_driver` would try for the redrive of `job` (D-3, L-1)."""
     return [redrive_key(job)] + [
-        f"{job.job_id}:recovery:{g}" for g in range(1, MAX_GENERATIONS + 1)
+        recovery_generation_id(job.job_id, g) for g in range(1, MAX_GENERATIONS + 1)
     ]
 
 

@@ -17,7 +17,7 @@ from jobs import queue
 from jobs.core.contracts import routed_group
 from jobs.core.timing import TimingSettings
 from jobs.models import DeliveryPromise, Job
-from jobs.runtime import driver, promisebroker, promises
+from jobs.runtime import driver, promise_sql, promisebroker, promises
 from jobs.runtime.dispatch import start_driver
 from receipts.clock import now_ms as wall_clock_ms
 from tests.integration.jobs.helpers import payload
@@ -93,8 +93,8 @@ def test_a_recovery_generation_opens_its_own_execute_promise(monkeypatch):
     assert DeliveryPromise.objects.get(pk=execute_id).dispatch_key == job.job_id
 
 
-def _decided(driver_ids: list[str]) -> list[promises.Decided]:
-    return promises.drive_queued(
+def _decided(driver_ids: list[str]) -> list[driver.Decided]:
+    return driver.drive_queued(
         driver_ids, now_ms=wall_clock_ms(), default_lease_ms=60_000, wake_channel=None
     )
 
@@ -170,7 +170,7 @@ def test_a_take_is_a_heap_only_update():
         cursor.execute(counts)
         updated_before, hot_before = cursor.fetchone()
         cursor.execute(
-            promisebroker._TAKE_PG,
+            promise_sql.TAKE_PG,
             [wall_clock_ms() + promisebroker.VISIBILITY_MS, "driver", wall_clock_ms(), 10],
         )
         taken = {row[0] for row in cursor.fetchall()}

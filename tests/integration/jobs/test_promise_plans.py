@@ -14,21 +14,22 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from jobs.runtime import promises
+from jobs.runtime import driver
+from jobs.runtime import promise_sql as sql
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
 
 STATEMENTS: dict[str, tuple[str, list[Any]]] = {
-    "claim": (promises._CLAIM["postgresql"], ["worker-1", "job-1:attempt:1"]),
+    "claim": (sql.CLAIM["postgresql"], ["worker-1", "job-1:attempt:1"]),
     "settle": (
-        promises._SETTLE["postgresql"],
+        sql.SETTLE["postgresql"],
         ["resolved", 1, '{"status": "ok"}', None, "job-1:attempt:1"],
     ),
     "settle_many": (
-        promises._SETTLE_MANY_PG,
+        sql.SETTLE_MANY_PG,
         ["resolved", 1, '{"job-1": {"status": "dispatched"}}', ["job-1", "job-2"]],
     ),
-    "drive_queued": (promises._DRIVE_QUEUED[True], [["job-1"], 60_000, 1, 1, 1, 1, "q"]),
+    "drive_queued": (driver.DRIVE_QUEUED[True], [["job-1"], 60_000, 1, 1, 1, 1, "q"]),
 }
 
 

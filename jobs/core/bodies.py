@@ -1,0 +1,146 @@
+"""The bodies of the receipts the queue appends to a job's stream (J-1 to J-11), and the
+retry rule they carry (`will_retry`, J-4).
+
+Pure: each builder takes what was decided (ids, fence, times, the job as read) and
+returns the body; no Django, no clock, no I/O. Deciding whether to write, and writing,
+stay in `jobs.queue`. A body's keys keep their order: it is part of the stored text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobs.core.state import Fence, JobState
+from jobs.core.vocabulary import (
+    JOB_CANCELED,
+    JOB_COMPLETED,
+    JOB_ENQUEUED,
+    JOB_FAILED,
+    JOB_HEARTBEAT,
+    JOB_LEASE_EXPIRED,
+    JOB_LEASED,
+    JOB_PROGRESS,
+    QUEUE_COMMAND,
+    QUEUE_COMMAND_CONSUMED,
+)
+
+MAX_ERROR_CHARS = 8000
+
+
+def will_retry(job: JobState, *, no_retry: bool = False) -> bool:
+    """J-4: an attempt that ends without success sends the job back to the queue unless
+    the handler said not to or the job's attempts are used up."""
+    return not no_retry and job.attempt < job.max_attempts
+
+
+def enqueued(
+    job_id: str,
+    *,
+    agent_id: str,
+    lane: str,
+    payload: dict[str, Any],
+    max_attempts: int,
+    session_key: str | None,
+    singleton_mode: str,
+    lease_ms: int,
+) -> dict[str, Any]:
+    """A new job's first receipt (J-1)."""
+    return {
+        "type": JOB_ENQUEUED,
+        "jobId": job_id,
+        "agentId": agent_id,
+        "lane": lane,
+        "payload": payload,
+        "maxAttempts": max_attempts,
+        "sessionKey": session_key,
+        "singletonMode": singleton_mode,
+        "leaseMs": lease_ms,
+    }
+
+
+def leased(job_id: str, fence: Fence, *, lease_until: int, start: bool) -> list[dict[str, Any]]:
+    """A lease under `fence`; with `start`, its first heartbeat in the same append
+    (leased -> running)."""
+    kinds = (JOB_LEASED, JOB_HEARTBEAT) if start else (JOB_LEASED,)
+    return [
+        {"type": kind, "jobId": job_id, **fence.body(), "leaseUntil": lease_until} for kind in kinds
+    ]
+
+
+def heartbeat(job_id: str, fence: Fence, *, lease_until: int) -> dict[str, Any]:
+    return {"type": JOB_HEARTBEAT, "jobId": job_id, **fence.body(), "leaseUntil": lease_until}
+
+
+def progress(job_id: str, fence: Fence, data: Any) -> dict[str, Any]:
+    return {"type": JOB_PROGRESS, "jobId": job_id, **fence.body(), "progress": data}
+
+
+def completed(job_id: str, fence: Fence, result: Any) -> dict[str, Any]:
+    return {"type": JOB_COMPLETED, "jobId": job_id, **fence.body(), "result": result}
+
+
+def failed(
+    job: JobState, fence: Fence, error: str, *, no_retry: bool, result: Any = None
+) -> dict[str, Any]:
+    """A failed attempt, with whether it is retried; `result` only when there is one."""
+    body = {
+        "type": JOB_FAILED,
+        "jobId": job.job_id,
+        **fence.body(),
+        "error": str(error)[:MAX_ERROR_CHARS],
+        "noRetry": no_retry,
+        "willRetry": will_retry(job, no_retry=no_retry),
+    }
+    if result is not None:
+        body["result"] = result
+    return body
+
+
+def canceled(
+    job_id: str, *, reason: str, by: str | None, fence: Fence | None = None
+) -> dict[str, Any]:
+    """A cancel: by a worker honouring an abort (fenced) or of a queued job (unfenced)."""
+    body: dict[str, Any] = {"type": JOB_CANCELED, "jobId": job_id, "reason": reason, "by": by}
+    return body if fence is None else {**body, **fence.body()}
+
+
+def lease_expired(job: JobState, *, reason: str | None = None) -> dict[str, Any]:
+    """The end of the job's current lease (passed, or its holder known gone: `reason`)."""
+    body: dict[str, Any] = {
+        "type": JOB_LEASE_EXPIRED,
+        "jobId": job.job_id,
+        "workerId": job.worker_id,
+        "attempt": job.attempt,
+        "willRetry": will_retry(job),
+    }
+    return body if reason is None else {**body, "reason": reason}
+
+
+def command(
+    job_id: str,
+    *,
+    command_id: str,
+    command: str,
+    payload: Any,
+    by: str | None,
+    lane: str | None = None,
+) -> dict[str, Any]:
+    """A command to a job (J-10): steer, follow-up or abort."""
+    body: dict[str, Any] = {
+        "type": QUEUE_COMMAND,
+        "jobId": job_id,
+        "commandId": command_id,
+        "command": command,
+        "payload": payload,
+        "by": by,
+    }
+    return body if lane is None else {**body, "lane": lane}
+
+
+def commands_consumed(job_id: str, fence: Fence, command_ids: list[str]) -> dict[str, Any]:
+    return {
+        "type": QUEUE_COMMAND_CONSUMED,
+        "jobId": job_id,
+        "commandIds": command_ids,
+        **fence.body(),
+    }

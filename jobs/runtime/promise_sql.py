@@ -1,0 +1,171 @@
+"""Every statement on `jobs_delivery_promise`, each named once with its purpose.
+
+The table's owner is `jobs.runtime.promises`: it runs these, and so do the few callers
+that must send one on a connection or inside a statement of their own (the database
+broker's take on its listening connection, the driver's one-statement decision, the
+enqueue's joined insert). All of them take their text from here; every INSERT is built
+by `insert`. Strings and builders only: nothing here runs a statement.
+
+Open (unsettled): pending, or marked timed out by the sweep (which sets no settled_at).
+Statements that find a promise by id say "open" in a form no index can serve: a plan
+prepared while the table's statistics looked empty (after a TRUNCATE, on a new install, in
+a burst before autovacuum analyzes) otherwise reads every pending promise through the
+state or deliverable index and filters for the id, once per claim and per settlement.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+
+TABLE = "jobs_delivery_promise"
+# The order every INSERT's rows give their values in.
+COLUMNS = (
+    "id",
+    "function",
+    "job_id",
+    "attempt",
+    "target_group",
+    "dispatch_key",
+    "state",
+    "timeout_at",
+    "created_at",
+    "available_at",
+)
+
+
+def open_pg(alias: str = "") -> str:
+    """The open condition on PostgreSQL, of the promise row `alias` names ("d." in a join)."""
+    return (
+        f"num_nulls({alias}settled_at) = 1 "
+        f"AND {alias}state NOT IN ('resolved', 'rejected', 'canceled')"
+    )
+
+
+OPEN = {
+    "postgresql": open_pg(),
+    "sqlite": "settled_at IS NULL AND state IN ('pending', 'timedout')",
+}
+UNCLAIMED = {"postgresql": "num_nulls(worker_id) = 1", "sqlite": "worker_id IS NULL"}
+
+
+def insert(rows: str, *, skip_taken: bool = True) -> str:
+    """The one INSERT of promises: `rows` is a VALUES list or a SELECT giving `COLUMNS` in
+    order. `skip_taken`: an id that exists is skipped (no savepoint, and a lost race does
+    not poison the caller's transaction) and the new ids are returned; without it a taken
+    id fails the statement."""
+    tail = " ON CONFLICT (id) DO NOTHING RETURNING id" if skip_taken else ""
+    return f"INSERT INTO {TABLE} ({', '.join(COLUMNS)}) {rows}{tail}"
+
+
+# ---- reading ---------------------------------------------------------------------------
+
+# get_with_jobs: promises and their jobs' read-model state, completed by `= ANY(%s)` or
+# an `IN (...)` list (no ORM: a driver pass runs it for every job).
+WITH_JOBS = (
+    "SELECT p.id, p.function, p.job_id, p.attempt, p.target_group, p.dispatch_key, p.state, "
+    f"p.timeout_at, p.created_at, p.settled_at, p.worker_id, p.result, j.state "
+    f"FROM {TABLE} p LEFT JOIN jobs_job j ON j.id = p.job_id WHERE p.id "
+)
+
+# ---- opening ---------------------------------------------------------------------------
+
+# create_many (PostgreSQL): pending promises from one JSON parameter, any number of rows
+# under one prepared statement.
+INSERT_JSON_PG = insert(
+    "SELECT v.i, v.f, v.j, v.a, v.g, v.k, 'pending', v.t, %s, %s "
+    "FROM jsonb_to_recordset(%s::jsonb) AS v(i text, f text, j text, a int, g text, k text, "
+    "t bigint)"
+)
+
+
+@cache
+def insert_values(count: int) -> str:
+    """create_many (SQLite): `count` pending promises, nine parameters a row."""
+    return insert(
+        "VALUES " + ", ".join(["(%s, %s, %s, %s, %s, %s, 'pending', %s, %s, %s)"] * count)
+    )
+
+
+@cache
+def insert_joined_drivers(source: str, wake_channel: str | None) -> str:
+    """The enqueue's statement opens its new jobs' driver promises: each under its job id,
+    from `source` (rows of job id and timeout), then a parameter of now. A taken id fails
+    the statement (the enqueue then takes its careful path). `wake_channel`: notified in
+    the same statement (the database broker's driver channel)."""
+    wake = f", (SELECT pg_notify('{wake_channel}', 'driver')) AS wake" if wake_channel else ""
+    return insert(
+        "SELECT p.i, 'driver', p.i, NULL, 'driver', p.i, 'pending', p.t::bigint, n.n, n.n "
+        f"FROM {source} AS p(i, t), (SELECT %b::text::bigint AS n) AS n{wake}",
+        skip_taken=False,
+    )
+
+
+# A driver pass's whole write (PostgreSQL): the execute promises, and the driver promises
+# settled each with whether its execute promise was new (`SETTLE_MANY_PG`'s result shape).
+OPEN_AND_SETTLE_PG = (
+    f"WITH opened AS ({INSERT_JSON_PG}), "
+    f"settled AS (UPDATE {TABLE} SET state = 'resolved', settled_at = %s, "
+    "result = jsonb_build_object('status', CASE WHEN (%s::jsonb ->> id) IN "
+    "(SELECT id FROM opened) THEN 'dispatched' ELSE 'already_dispatched' END, "
+    "'execute', %s::jsonb ->> id) "
+    f"WHERE id = ANY(%s) AND {OPEN['postgresql']}) "
+    "SELECT id FROM opened"
+)
+
+# ---- settling and claiming ---------------------------------------------------------------
+
+# settle_many (PostgreSQL): many promises the same way, their results one JSON parameter.
+SETTLE_MANY_PG = (
+    f"UPDATE {TABLE} SET state = %s, settled_at = %s, result = (%s::jsonb) -> id "
+    f"WHERE id = ANY(%s) AND {OPEN['postgresql']}"
+)
+# settle_many (SQLite, executemany): one promise.
+SETTLE_ONE_SQLITE = (
+    f"UPDATE {TABLE} SET state = %s, settled_at = %s, result = %s "
+    f"WHERE id = %s AND {OPEN['sqlite']}"
+)
+# settle: one promise, once, naming the worker that settled it.
+SETTLE = {
+    vendor: f"UPDATE {TABLE} SET state = %s, settled_at = %s, "
+    f"result = %s{cast}, worker_id = COALESCE(%s, worker_id) WHERE id = %s AND {OPEN[vendor]}"
+    for vendor, cast in (("postgresql", "::jsonb"), ("sqlite", ""))
+}
+# claim: an open, unclaimed execute promise for one worker (a duplicate delivery loses).
+CLAIM = {
+    vendor: f"UPDATE {TABLE} SET worker_id = %s WHERE id = %s "
+    f"AND function = 'execute' AND {UNCLAIMED[vendor]} AND {OPEN[vendor]}"
+    for vendor in OPEN
+}
+# send_claim_held (PostgreSQL): the claim of a begin that does not wait for it; refused,
+# it divides by zero, and the transaction fails as it commits (`receipts.db.
+# AssumptionRefused`). An UPDATE cannot sit in `refused_unless_found`'s subquery: a CTE.
+CLAIM_HELD_PG = f"WITH c AS ({CLAIM['postgresql']} RETURNING 1) SELECT 1 / count(*) FROM c"
+
+# ---- the database broker -------------------------------------------------------------------
+
+_DELIVERABLE = (
+    "target_group = %s AND settled_at IS NULL AND worker_id IS NULL AND available_at <= %s"
+)
+# A cluster's take (PostgreSQL): its oldest deliverable promises, hidden for the
+# visibility window; replicas skip each other's rows.
+TAKE_PG = (
+    f"UPDATE {TABLE} SET available_at = %s WHERE id IN ("
+    f"SELECT id FROM {TABLE} WHERE {_DELIVERABLE} "
+    "ORDER BY created_at LIMIT %s FOR UPDATE SKIP LOCKED) "
+    "RETURNING id, job_id, attempt, dispatch_key, available_at"
+)
+# A worker cluster's take: each promise with its job's state, which its worker begins on.
+TAKE_WITH_JOB_PG = TAKE_PG + f", (SELECT j.state FROM jobs_job j WHERE j.id = {TABLE}.job_id)"
+# A cluster's deliverable promises (SQLite's look before it takes; the queue size).
+PEEK = f"SELECT id FROM {TABLE} WHERE {_DELIVERABLE} ORDER BY created_at LIMIT %s"
+
+
+@cache
+def take_ids_sqlite(count: int) -> str:
+    """A take of `count` promises PEEK found (SQLite), if still deliverable."""
+    marks = ", ".join(["%s"] * count)
+    return (
+        f"UPDATE {TABLE} SET available_at = %s WHERE id IN ({marks}) "
+        "AND settled_at IS NULL AND worker_id IS NULL AND available_at <= %s "
+        "RETURNING id, job_id, attempt, dispatch_key, available_at"
+    )
