@@ -75,7 +75,8 @@ WALL_CLOCK_READERS = (
     "jobs.runtime.dispatch",
     "jobs.runtime.driver",
     "jobs.runtime.worker",
-    "receipts.store",
+    "receipts.append",
+    "receipts.new_streams",
 )
 
 
