@@ -37,6 +37,9 @@ ROOT = HERE.parent
 RESULTS = HERE / "results"
 PEERS_DIR = (ROOT / ".." / "shared" / "bench" / "peers").resolve()
 PEERS_VENV = HERE / ".peers-venv"
+sys.path.insert(0, str(HERE))
+import default_postgres  # noqa: E402
+
 PEERS_RUNDIR = RESULTS / "peers-run"
 DEFAULT_URL = "postgres://root@127.0.0.1:5432/receipt_bench"
 DEFAULT_PEERS = "procrastinate,djq-orm-cma60,celery-redis"
@@ -737,7 +740,14 @@ def main() -> None:
         action="store_true",
         help="smoke run: 1 rep, drain 300, enqueue 500, latency 20 (unless given)",
     )
-    ap.add_argument("--database-url", default=DEFAULT_URL)
+    ap.add_argument(
+        "--server",
+        choices=("default", "url"),
+        default="default",
+        help="default: every system on a cluster of its own with initdb's settings "
+        "(bench/default_postgres.py, autovacuum on); url: the server of --database-url",
+    )
+    ap.add_argument("--database-url", default=DEFAULT_URL, help="with --server url")
     ap.add_argument(
         "--redis-broker",
         default="redis://127.0.0.1:6379/13",
@@ -788,6 +798,13 @@ def main() -> None:
     a.peers = [p for p in a.peers.split(",") if p]
     figures = [f for f in a.figures.split(",") if f]
 
+    server_note = "as configured"
+    if a.server == "default":
+        tuned = default_postgres.start()
+        a.database_url = default_postgres.url("receipt_bench")
+        server_note = f"initdb defaults ({tuned or 'nothing changed'})"
+        log(f"PostgreSQL with initdb's settings at {a.database_url}: {server_note}")
+
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Out(RESULTS / f"delivery-{stamp}.jsonl")
     a.logdir = RESULTS / f"delivery-{stamp}-logs"
@@ -829,7 +846,7 @@ def main() -> None:
     where = urlsplit(a.database_url)
     header = (
         f"# Delivery figures {stamp}\n\n{os.cpu_count()} cores; PostgreSQL {where.hostname}:"
-        f"{where.port or 5432}, database {where.path.lstrip('/')}"
+        f"{where.port or 5432} ({server_note}), database {where.path.lstrip('/')}"
         + ("" if a.skip_peers else f" (peers: {a.peers_db}, same server)")
         + f"; Receipt enqueue payload kind {a.enqueue_kind}; {time.monotonic() - t_all:.0f} s\n\n"
     )
