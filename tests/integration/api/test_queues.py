@@ -203,3 +203,25 @@ def test_diagnosis_names_a_group_without_a_live_worker_and_one_no_longer_declare
     assert status == 200
     blockers = {b["code"]: b["detail"] for b in body["blockers"]}
     assert "worker group 'emails', which this deployment no longer" in blockers["undeclared_group"]
+
+
+def test_the_cli_enqueues_on_a_queue_and_refuses_an_undeclared_one(emails):
+    import json
+    from io import StringIO
+
+    from django.core.management.base import CommandError
+
+    out = StringIO()
+    call_command(
+        "jobs",
+        "enqueue",
+        "mailer",
+        '{"kind": "acme.ping"}',
+        "--queue",
+        "emails",
+        "--json",
+        stdout=out,
+    )
+    assert json.loads(out.getvalue())["job"]["routedGroup"] == "emails"
+    with pytest.raises(CommandError, match="unknown_queue"):
+        call_command("jobs", "enqueue", "mailer", '{"kind": "acme.ping"}', "--queue", "nope")
