@@ -8,7 +8,7 @@ class JobsConfig(AppConfig):
 
     def ready(self) -> None:
         from access import failures
-        from jobs import metrics, projector, queue, retention
+        from jobs import metrics, projector, queue, retention, routing_checks  # noqa: F401
         from jobs.runtime import counters, dispatch, loops, redelivery
         from receipts import retention as receipt_retention
         from receipts import store

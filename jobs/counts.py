@@ -17,11 +17,12 @@ from dataclasses import dataclass
 
 from django.db import connection
 
-from jobs.core.contracts import WORKER_GROUPS
 from jobs.core.vocabulary import ACTIVE_STATUSES, LANES, STATUSES
+from jobs.timing_config import current_timing
 
 # Caps, chosen so that a saturated count costs about a millisecond (~0.15 us an entry on
-# the 2-core bench VM): 36 cells x 101 + 3 statuses x 1,001 entries at most.
+# the 2-core bench VM): 36 cells x 101 + 3 statuses x 1,001 entries at most (12 cells
+# more per declared worker group).
 CELL_CAP = 100  # active jobs counted per (status, lane, group) cell; more read "100+"
 STATUS_CAP = 1_000  # active jobs counted per status; more read "1,000+"
 SETTLED_CAP = 10_000  # jobs settled in a recent window counted per status
@@ -75,7 +76,8 @@ def active_cells(*, cap: int | None = None, organization_id: str | None = None) 
     the oldest job of each queued cell; empty cells are left out.
 
     One statement on both databases: a probe of `job_active_cells` per cell of the
-    vocabulary (3 statuses x 4 lanes x 3 groups), each reading at most cap + 1 entries.
+    vocabulary (3 statuses x 4 lanes x every worker group, the declared ones included),
+    each reading at most cap + 1 entries.
     With an organization the entries are filtered on the index's included column, so a
     small organization in a long queue reads its cells whole (still index-only).
     """
@@ -83,7 +85,8 @@ def active_cells(*, cap: int | None = None, organization_id: str | None = None) 
     where = _cell_where(organization_id)
     org = [organization_id] if organization_id is not None else []
     oldest = "SELECT {} FROM jobs_job j WHERE " + where + " ORDER BY j.created_at, j.id LIMIT 1"
-    cells = [(s, lane, g) for s in ACTIVE_ORDER for lane in LANES for g in WORKER_GROUPS]
+    groups = current_timing().group_names()
+    cells = [(s, lane, g) for s in ACTIVE_ORDER for lane in LANES for g in groups]
     statement = (
         "SELECT v.column1, v.column2, v.column3,"
         f" (SELECT COUNT(*) FROM (SELECT 1 FROM jobs_job j WHERE {where} LIMIT %s) AS c),"

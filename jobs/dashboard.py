@@ -15,7 +15,9 @@ Every query reads a bounded number of index entries at any table size or queue l
 - The last hour's chart is one more GROUP BY on the same range, by minute of
   `updated_at` and terminal status.
 - Capacity per worker group adds no job query: busy and queued come from the depth
-  cells, slots from the live rows of the worker registry.
+  cells, slots from the live rows of the worker registry. Every group is listed, the
+  built-in three and those the deployment declares, with the settings its runworkers use
+  and the connections they hold.
 
 The snapshot is plain JSON (camelCase, ms since epoch) so the admin's live refresh and
 any `/healthz`-like consumer can share it. A bounded count carries its value (`count`,
@@ -33,11 +35,14 @@ from django.conf import settings
 from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Q
 
 from jobs import callbacks, counts, selectors
-from jobs.core.contracts import WORKER_GROUPS
 from jobs.core.diagnosis import slot_state
+from jobs.core.groups import BUILTIN_GROUPS
 from jobs.core.names import worker_cluster
+from jobs.core.timing import concurrency_for, execution_timeout_ms
 from jobs.core.vocabulary import ACTIVE_STATUSES, LANES, STATUSES
 from jobs.runtime import loops, processes, sandbox
+from jobs.runtime.roles import connection_budget, connections_per_runworker
+from jobs.timing_config import current_timing
 from receipts.clock import now_ms as wall_clock_ms
 
 RECENT_MS = 60 * 60_000  # terminal counts and throughput: the last 60 minutes
@@ -66,11 +71,12 @@ def queue_depth(*, now_ms: int) -> dict[str, Any]:
         if cell.oldest_created_at is not None and cell.oldest_id is not None:
             first = (cell.oldest_created_at, cell.oldest_id)
             oldest[cell.lane] = min(oldest.get(cell.lane, first), first)
+    groups = current_timing().group_names()
     cells.sort(
         key=lambda c: (
             _rank(ACTIVE_ORDER, c["status"]),
             _rank(LANES, c["lane"]),
-            _rank(WORKER_GROUPS, c["group"]),
+            _rank(groups, c["group"]),
         )
     )
     total = sum(totals.values(), counts.Count(0))
@@ -125,11 +131,12 @@ def recent_terminal(*, now_ms: int) -> dict[str, Any]:
         )
         last_hour[row["status"]] += row["count"]
         last_5[row["status"]] += row["recent"]
+    groups = current_timing().group_names()
     cells.sort(
         key=lambda c: (
             _rank(TERMINAL_ORDER, c["status"]),
             _rank(LANES, c["lane"]),
-            _rank(WORKER_GROUPS, c["group"]),
+            _rank(groups, c["group"]),
         )
     )
     return {
@@ -187,7 +194,8 @@ def running_by_cluster(depth: dict[str, Any]) -> list[dict[str, Any]]:
     """Leased and running jobs per worker cluster (`worker-<routed group>`), from the depth
     (bounded counts: `...Shown` reads "100+" when a cell reached the cap)."""
     zero = counts.Count(0)
-    by_group = {group: {"leased": zero, "running": zero} for group in WORKER_GROUPS}
+    groups = current_timing().group_names()
+    by_group = {group: {"leased": zero, "running": zero} for group in groups}
     for cell in depth["cells"]:
         if cell["status"] in ("leased", "running"):
             row = by_group.setdefault(cell["group"], {"leased": zero, "running": zero})
@@ -217,14 +225,15 @@ def capacity(depth: dict[str, Any], *, now_ms: int) -> list[dict[str, Any]]:
     group's live processes (D-11); queued = the group's queued jobs, all from the depth
     (bounded counts: at least the value when capped).
     """
-    slots = dict.fromkeys(WORKER_GROUPS, 0)
-    live = dict.fromkeys(WORKER_GROUPS, 0)
+    groups = current_timing().group_names()
+    slots = dict.fromkeys(groups, 0)
+    live = dict.fromkeys(groups, 0)
     for process in processes.live(now_ms=now_ms):
         if process.group in slots:
             slots[process.group] += process.concurrency or 0
             live[process.group] += 1
-    busy = {group: counts.Count(0) for group in WORKER_GROUPS}
-    queued = {group: counts.Count(0) for group in WORKER_GROUPS}
+    busy = {group: counts.Count(0) for group in groups}
+    queued = {group: counts.Count(0) for group in groups}
     for cell in depth["cells"]:
         into = queued if cell["status"] == "queued" else busy  # depth: active statuses only
         if cell["group"] in into:
@@ -240,8 +249,34 @@ def capacity(depth: dict[str, Any], *, now_ms: int) -> list[dict[str, Any]]:
             "processes": live[group],
             "state": slot_state(busy=busy[group].value, slots=slots[group]),
         }
-        for group in WORKER_GROUPS
+        for group in groups
     ]
+
+
+def worker_groups_block() -> dict[str, Any]:
+    """Every worker group with the settings its runworkers use, built-in and declared,
+    and the PostgreSQL connections its runworkers hold (no query)."""
+    timing = current_timing()
+    rows = []
+    for group in timing.group_names():
+        declared = timing.declared(group)
+        lease = declared.lease_ms if declared and declared.lease_ms else timing.job_lease_ms
+        rows.append(
+            {
+                "group": group,
+                "builtIn": group in BUILTIN_GROUPS,
+                "concurrency": concurrency_for(group, timing),
+                # the lease and timeout of a plain job; Factory's agents have their own
+                "leaseMs": lease,
+                "executionTimeoutMs": execution_timeout_ms(lease, None, timing, group=group),
+                "connectionsPerRunworker": connections_per_runworker(group, timing),
+            }
+        )
+    return {
+        "groups": rows,
+        "driverConnectionsPerRunworker": connections_per_runworker("driver", timing),
+        "connectionsOneRunworkerPerRole": connection_budget(timing),
+    }
 
 
 def processes_block(*, now_ms: int) -> dict[str, Any]:
@@ -310,6 +345,7 @@ def snapshot(*, now_ms: int | None = None, include_config: bool = True) -> dict[
         "settledPerMinute": settled_per_minute(now_ms=now),
         "runningByCluster": running_by_cluster(depth),
         "capacity": capacity(depth, now_ms=now),
+        "workerGroups": worker_groups_block(),
         "processes": workers,
         # L-6: a gone process's loop rows describe loops nobody runs any more
         "loops": loops.summary(process_ids=[r["id"] for r in workers["rows"] if r["live"]]),

@@ -70,6 +70,23 @@ DASHBOARD_TABLES = (
         "group's live processes. " + CAP_HELP,
     ),
     Table(
+        "groups",
+        "Worker groups: settings and connections",
+        "workerGroups.groups",
+        (
+            Column("group", "group"),
+            Column("concurrency", "concurrency", "num"),
+            Column("leaseMs", "lease", "ms"),
+            Column("executionTimeoutMs", "timeout", "ms"),
+            Column("connectionsPerRunworker", "connections per runworker", "num"),
+        ),
+        "—",
+        "The built-in groups, then those declared in RECEIPT_WORKER_GROUPS. Lease and "
+        "timeout of a plain job (Factory's agents have their own). Each runworker holds "
+        "concurrency + 3 PostgreSQL connections; size max_connections with their sum over "
+        "every runworker (driver: 4), plus the API's pools.",
+    ),
+    Table(
         "by-status",
         "Active jobs by status",
         "depth.byStatus",

@@ -20,6 +20,7 @@ from jobs.errors import JobNotFound
 from jobs.models import DeliveryPromise, WorkerProcess
 from jobs.runtime import processes
 from jobs.runtime.dispatch import MAX_GENERATIONS
+from jobs.timing_config import current_timing
 from receipts.clock import now_ms as wall_clock_ms
 
 
@@ -62,6 +63,7 @@ def facts_for(job_id: str, *, now_ms: int | None = None) -> Facts:
         session_peers=peers,
         capacity=capacity_of(job, slots=_slots(live_rows, job)),
         holder_gone=_holder_gone(job, live_rows, now),
+        groups=current_timing().group_names(),
     )
 
 
@@ -83,7 +85,7 @@ def _holder_gone(job: JobState, live_rows: list[WorkerProcess], now: int) -> tup
 
 
 def _slots(live_rows: list[WorkerProcess], job: JobState) -> int:
-    group = routed_group(job.agent_id, job.kind)
+    group = routed_group(job.agent_id, job.kind, job.queue)
     return sum(p.concurrency or 0 for p in live_rows if p.group == group)
 
 
@@ -92,7 +94,7 @@ def capacity_of(job: JobState, *, slots: int, cap: int = COUNT_CAP) -> Capacity 
     of the group were enqueued before it; both counts stop at cap + 1. None once terminal."""
     if job.is_terminal:
         return None
-    group = routed_group(job.agent_id, job.kind)
+    group = routed_group(job.agent_id, job.kind, job.queue)
     # partial indexes job_group_busy / job_active_cells: active rows of the group only
     busy_jobs, busy = selectors.busy_in_group(group, shown=BUSY_SHOWN, cap=cap)
     ahead = selectors.queued_ahead(group, job, cap=cap) if job.status == "queued" else 0

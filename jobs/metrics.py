@@ -25,6 +25,7 @@ from jobs.api.errors import error_response
 from jobs.core.vocabulary import ACTIVE_STATUSES, STATUSES, TERMINAL_STATUSES
 from jobs.models import Counter, LoopRun
 from jobs.runtime import counters, processes
+from jobs.timing_config import current_timing
 from receipts.clock import now_ms as wall_clock_ms
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -113,6 +114,17 @@ def render(now_ms: int, *, organization_id: str | None = None) -> str:
         "receipt_worker_processes",
         "Live runworker processes by role.",
         (({"role": r}, n) for r, n in sorted(roles.items())),
+    )
+    groups = current_timing().group_names()
+    slots = dict.fromkeys(groups, 0)
+    for row in live:
+        if row.group in slots:
+            slots[row.group] += row.concurrency or 0
+    out += _gauge(
+        "receipt_worker_group_slots",
+        "Worker slots (concurrency of live runworkers) per worker group, every built-in "
+        "and declared group: 0 means no live runworker serves it.",
+        (({"group": group}, n) for group, n in slots.items()),
     )
     loops = LoopRun.objects.values("loop", "process_id", "duration_ms", "last_finished_at")
     out += _gauge(

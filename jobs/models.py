@@ -17,7 +17,7 @@ class Job(models.Model):
     session_key = models.CharField(max_length=255, null=True)
     organization_id = models.CharField(max_length=128, null=True)
     objective_id = models.CharField(max_length=128, null=True)
-    worker_group = models.CharField(max_length=16)  # the routed group (K-5)
+    worker_group = models.CharField(max_length=32)  # the routed group (K-5)
     attempt = models.IntegerField(default=0)
     lease_until = models.BigIntegerField(null=True)
     created_at = models.BigIntegerField()  # ms since epoch: ts of job.enqueued
@@ -103,7 +103,7 @@ class DeliveryPromise(models.Model):
     function = models.CharField(max_length=8, choices=FUNCTIONS)
     job_id = models.CharField(max_length=128)
     attempt = models.IntegerField(null=True)
-    target_group = models.CharField(max_length=16)
+    target_group = models.CharField(max_length=32)  # a worker group, or "driver"
     dispatch_key = models.CharField(max_length=300)
     state = models.CharField(max_length=10, choices=STATES, default="pending")
     timeout_at = models.BigIntegerField()
@@ -144,8 +144,8 @@ class WorkerProcess(models.Model):
     """D-11: a `runworker` process and its heartbeat."""
 
     id = models.CharField(max_length=200, primary_key=True)  # <role>:<host>:<pid>
-    role = models.CharField(max_length=32)
-    group = models.CharField(max_length=16, null=True)
+    role = models.CharField(max_length=48)  # driver, or worker-<group>
+    group = models.CharField(max_length=32, null=True)
     host = models.CharField(max_length=128)
     pid = models.IntegerField()
     concurrency = models.IntegerField(default=0)

@@ -16,7 +16,7 @@ from jobs.core.wire import job_to_wire
 def job_json(job: JobState) -> dict[str, Any]:
     wire = job_to_wire(job)
     contract = contract_group(job.kind)
-    routed = routed_group(job.agent_id, job.kind)
+    routed = routed_group(job.agent_id, job.kind, job.queue)
     wire["contractGroup"] = contract
     wire["routedGroup"] = routed
     wire["groupMismatch"] = contract is not None and contract != routed

@@ -42,7 +42,7 @@ def row_for(state: JobState) -> dict[str, Any]:
         "session_key": state.session_key,
         "organization_id": state.organization_id,
         "objective_id": state.objective_id,
-        "worker_group": routed_group(state.agent_id, state.kind),
+        "worker_group": routed_group(state.agent_id, state.kind, state.queue),
         "attempt": state.attempt,
         "lease_until": state.lease_until,
         "created_at": state.created_at,

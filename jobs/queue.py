@@ -22,6 +22,7 @@ from typing import Any
 from django.db import IntegrityError, connection, transaction
 
 from jobs.core import bodies
+from jobs.core.contracts import routed_group
 from jobs.core.state import Command, Fence, FenceOutcome, JobState
 from jobs.core.timing import TimingSettings, lease_ms_for
 from jobs.core.vocabulary import (
@@ -400,7 +401,10 @@ def _fresh(job_id: str, request: EnqueueRequest, timing: TimingSettings) -> NewS
 
 
 def _enqueued(job_id: str, request: EnqueueRequest, timing: TimingSettings) -> dict[str, Any]:
-    """The body of a new job's `job.enqueued` receipt (J-1)."""
+    """The body of a new job's `job.enqueued` receipt (J-1): its `queue` is recorded only
+    when it moves the job off its default route."""
+    default = routed_group(request.agent_id, request.payload.get("kind"))
+    queue = request.queue if request.queue != default else None
     return bodies.enqueued(
         job_id,
         agent_id=request.agent_id,
@@ -409,7 +413,8 @@ def _enqueued(job_id: str, request: EnqueueRequest, timing: TimingSettings) -> d
         max_attempts=request.max_attempts,
         session_key=request.session_key,
         singleton_mode=request.singleton_mode,
-        lease_ms=lease_ms_for(request.agent_id, request.payload, timing),
+        lease_ms=lease_ms_for(request.agent_id, request.payload, timing, group=queue or default),
+        queue=queue,
     )
 
 

@@ -25,6 +25,7 @@ from jobs.core.vocabulary import (
     validate_job_id,
 )
 from jobs.errors import InvalidRequest
+from jobs.timing_config import current_timing
 from receipts import wire_json
 from receipts.core.canonical import CanonicalJSONError, check_json
 from receipts.core.storable import first_unstorable
@@ -44,6 +45,7 @@ class EnqueueRequest:
     session_key: str | None = None
     singleton_mode: str = DEFAULT_SINGLETON_MODE
     by: str | None = None
+    queue: str | None = None  # a worker group chosen over the default route
 
 
 def check_text(code: str, name: str, value: Any, limit: int, *, required: bool) -> str | None:
@@ -88,8 +90,12 @@ def build_request(
     session_key: Any = None,
     singleton_mode: Any = None,
     by: Any = None,
+    queue: Any = None,
 ) -> EnqueueRequest:
-    """Validate an enqueue (J-6, K-1, K-2, Q-3); raise InvalidRequest naming the problem."""
+    """Validate an enqueue (J-6, K-1, K-2, Q-3); raise InvalidRequest naming the problem.
+
+    `queue`: the worker group to run on instead of the default route (the kind's
+    contract); a built-in or declared group."""
     check_text("invalid_agent_id", "agentId", agent_id, MAX_AGENT_ID, required=True)
     if _NOT_IN_AGENT_ID.search(agent_id):
         raise InvalidRequest("invalid_agent_id", "agentId must not contain whitespace or '/'")
@@ -130,6 +136,7 @@ def build_request(
     except contracts.ContractError as error:
         raise InvalidRequest(error.code, str(error)) from None
     check_payload_size(payload)
+    check_route(agent_id, payload["kind"], queue)
     return EnqueueRequest(
         agent_id=agent_id,
         payload=payload,
@@ -139,7 +146,38 @@ def build_request(
         session_key=session_key,
         singleton_mode=singleton_mode,
         by=by,
+        queue=queue,
     )
+
+
+def check_route(agent_id: str, kind: str, queue: Any) -> str:
+    """The worker group a job will run on, if this deployment has it; else InvalidRequest
+    `unknown_queue` naming the groups it has (a `queue` never declared, or a kind
+    registered to a group never declared), or `queue_not_allowed` for Factory's own work,
+    whose group follows its agent id and kind."""
+    known = current_timing().group_names()
+    if queue is not None:
+        if not isinstance(queue, str) or queue not in known:
+            raise InvalidRequest(
+                "unknown_queue",
+                f"queue {queue!r} is not a worker group of this deployment; "
+                f"expected one of: {', '.join(known)}",
+            )
+        default = contracts.routed_group(agent_id, kind)
+        if queue != default and contracts.fixed_route(agent_id, kind):
+            raise InvalidRequest(
+                "queue_not_allowed",
+                f"queue cannot move Factory's own work: agent {agent_id!r} with kind "
+                f"{kind!r} runs on {default}",
+            )
+    group = contracts.routed_group(agent_id, kind, queue)
+    if group not in known:
+        raise InvalidRequest(
+            "unknown_queue",
+            f"kind {kind!r} is registered to worker group {group!r}, which this deployment "
+            f"does not declare (RECEIPT_WORKER_GROUPS); expected one of: {', '.join(known)}",
+        )
+    return group
 
 
 def warnings_for(agent_id: str) -> list[str]:

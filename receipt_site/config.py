@@ -11,6 +11,9 @@ from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+from jobs.core import groups as worker_groups
+from jobs.core.groups import GroupSettings
+
 SECRET_NAMES = ("SECRET_KEY", "RECEIPT_CALLBACK_TOKEN")
 
 
@@ -37,6 +40,9 @@ class Config:
     chat_job_concurrency: int
     orchestration_job_concurrency: int
     codex_job_concurrency: int
+    # the deployment's own worker groups: RECEIPT_WORKER_GROUPS, or a settings mapping
+    # {"emails": {"concurrency": 4, "lease_ms": 60000, "execution_timeout_ms": 30000}}
+    worker_groups: tuple[GroupSettings, ...]
     heartbeat_interval_ms: int | None
     active_stale_ms: int
     queued_redrive_interval_ms: int
@@ -80,6 +86,30 @@ class Config:
     debug: bool
     log_level: str
 
+    def __post_init__(self) -> None:
+        """`worker_groups` may also be given as a mapping (a settings block) or the text of
+        RECEIPT_WORKER_GROUPS: it is checked and kept as declared groups, so every way of
+        building a Config yields the same value."""
+        declared: Any = self.worker_groups
+        try:
+            if isinstance(declared, str):
+                checked = worker_groups.parse(declared)
+            elif isinstance(declared, Mapping):
+                checked = worker_groups.from_mapping(declared)
+            elif isinstance(declared, tuple | list) and all(
+                isinstance(group, GroupSettings) for group in declared
+            ):
+                checked = worker_groups.from_mapping({group.name: group for group in declared})
+                if len(checked) != len(declared):
+                    raise worker_groups.GroupsError("declares a group twice")
+            else:
+                raise worker_groups.GroupsError(
+                    f"must map group names to their settings, got {type(declared).__name__}"
+                )
+        except worker_groups.GroupsError as error:
+            raise ConfigError("worker_groups", str(error)) from None
+        object.__setattr__(self, "worker_groups", checked)
+
     @property
     def callback_url(self) -> str | None:
         return self.resonate_callback_url or self.event_callback_url
@@ -97,6 +127,8 @@ class Config:
                 text = redact_url(str(value))
             elif spec.env in ("RECEIPT_RESONATE_CALLBACK_URL", "RECEIPT_EVENT_CALLBACK_URL"):
                 text = origin_only(str(value))  # webhook URLs often carry tokens
+            elif spec.kind == "groups":
+                text = worker_groups.shown(value) or "—"
             elif isinstance(value, tuple):
                 text = ",".join(value)
             else:
@@ -130,7 +162,7 @@ def origin_only(url: str) -> str:
 class _Spec:
     env: str
     attr: str
-    kind: str  # int | optint | bool | str | optstr | list
+    kind: str  # int | optint | bool | str | optstr | list | groups
     default: Any = None
     low: int | None = None
     high: int | None = None
@@ -165,6 +197,7 @@ _SPECS = (
     _Spec("CHAT_JOB_CONCURRENCY", "chat_job_concurrency", "int", 4, 1, 256),
     _Spec("ORCHESTRATION_JOB_CONCURRENCY", "orchestration_job_concurrency", "int", 1, 1, 256),
     _Spec("CODEX_JOB_CONCURRENCY", "codex_job_concurrency", "int", 1, 1, 256),
+    _Spec("RECEIPT_WORKER_GROUPS", "worker_groups", "groups", ""),
     _Spec(
         "RECEIPT_RESONATE_HEARTBEAT_INTERVAL_MS", "heartbeat_interval_ms", "optint", None, 100, _MS
     ),
@@ -286,6 +319,11 @@ _FALSE = ("0", "false", "no", "off", "")
 
 
 def _parse(spec: _Spec, raw: str | None) -> Any:
+    if spec.kind == "groups":
+        try:
+            return worker_groups.parse(raw or "")
+        except worker_groups.GroupsError as error:
+            raise ConfigError(spec.env, str(error)) from None
     if raw is None or (raw.strip() == "" and spec.kind != "bool"):
         return spec.default if spec.kind != "list" else _hosts(spec.default)
     raw = raw.strip()

@@ -12,7 +12,8 @@ Anyone gets status and counts. Where things run (the database file under the dat
 directory, host names, PIDs, job ids) needs an operator's credential (Q-1, Q-2): a token
 bound to no organization, or a staff session, with the `jobs:read` scope. Then `loops`
 are the recovery loops' last runs in live processes, `clusters` the runworker processes
-seen recently, `heldByGone` the jobs still held by processes that are gone. A token bound
+seen recently, `heldByGone` the jobs still held by processes that are gone. Anyone gets
+`workerGroups`: every worker group, built-in and declared, with its live processes. A token bound
 to an organization gets the open answer with the queue counted over its own jobs only.
 
 A child that runstack's supervisor sees failing at startup the same way every time is a
@@ -37,6 +38,7 @@ from access.principals import BadCredentials, Principal, principal_for_request
 from jobs import counts
 from jobs.core.vocabulary import ACTIVE_STATUSES, STATUSES, TERMINAL_STATUSES
 from jobs.runtime import loops, processes, sandbox
+from jobs.timing_config import current_timing
 from receipt_site import supervision
 from receipt_site.config import redact_url
 from receipts.clock import now_ms
@@ -225,6 +227,15 @@ def _counts(runtime: dict[str, Any]) -> dict[str, int]:
     }
 
 
+def _worker_groups(runtime: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every worker group, built-in and declared, with its live runworker processes."""
+    live = dict.fromkeys(current_timing().group_names(), 0)
+    for cluster in runtime["clusters"]:
+        if cluster["live"] and cluster.get("group") in live:
+            live[cluster["group"]] += 1
+    return [{"group": group, "liveProcesses": n} for group, n in live.items()]
+
+
 def _ping() -> None:
     pool = getattr(connection, "pool", None)  # the ASGI process's psycopg pool, if any
     if pool is not None:
@@ -280,6 +291,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
         "processRole": settings.RECEIPT.process_role or "api",
         "queue": queue_counts(organization_id=tenant, unavailable=down),
         "runtime": _counts(runtime),
+        "workerGroups": _worker_groups(runtime),
         "database": database if detail else _without_target(database),
         "commands": {"sandbox": commands["sandbox"], "enabled": commands["enabled"]},
         "detail": detail,

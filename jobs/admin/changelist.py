@@ -23,10 +23,11 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from jobs import dashboard, handlers, selectors
-from jobs.core.contracts import WORKER_GROUPS, all_kinds, contract_group, routing_by_design
+from jobs.core.contracts import all_kinds, contract_group, routed_group, routing_by_design
 from jobs.core.vocabulary import LANES, STATUSES
 from jobs.dashboard_tables import DASHBOARD_TABLES, render_chart, render_table, status_badge
 from jobs.models import Job
+from jobs.timing_config import current_timing
 from receipts.admin import CheapCountPaginator
 from receipts.admin_kit import NONE_HTML, OperatorAdmin, require, titled, utc
 from receipts.clock import now_ms as wall_clock_ms
@@ -128,8 +129,12 @@ class KindFilter(FixedChoicesFilter):
 
 
 class RoutedGroupFilter(FixedChoicesFilter):
+    """The built-in worker groups and those the deployment declares."""
+
     title, parameter_name, column = "routed group", "group", "worker_group"
-    known = tuple(WORKER_GROUPS)
+
+    def values(self) -> tuple[str, ...]:
+        return current_timing().group_names()
 
 
 class OrganizationFilter(admin.SimpleListFilter):
@@ -297,7 +302,9 @@ class JobList(OperatorAdmin):
         return group_cell(
             obj.worker_group,
             contract_group(obj.kind),
-            by_design=routing_by_design(obj.agent_id, obj.kind),
+            # a group other than its agent's and kind's is the enqueue's `queue`: asked for
+            by_design=routing_by_design(obj.agent_id, obj.kind)
+            or obj.worker_group != routed_group(obj.agent_id, obj.kind),
         )
 
     @admin.display(description="tries")

@@ -186,6 +186,18 @@ _HEALTH_BODY = {
             "`capped`, the statuses whose count stopped at its cap (at least that many)",
         },
         "runtime": {"type": "object", "description": "counts of processes, loops and held jobs"},
+        "workerGroups": {
+            "type": "array",
+            "description": "every worker group, built-in and declared, with its live "
+            "runworker processes",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "group": {"type": "string"},
+                    "liveProcesses": {"type": "integer"},
+                },
+            },
+        },
         "database": {"type": "object", "description": "{ok, vendor, target?}"},
         "detail": {
             "type": "boolean",

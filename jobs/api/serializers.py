@@ -19,6 +19,7 @@ from jobs.core.callbacks import STATES as CALLBACK_STATES
 from jobs.core.contracts import KINDS, WORKER_GROUPS, all_kinds
 from jobs.core.vocabulary import LANES, SINGLETON_MODES, STATUSES
 from jobs.errors import InvalidRequest
+from jobs.timing_config import current_timing
 from jobs.validation import MAX_AGENT_ID, MAX_SESSION_KEY
 
 # ---- errors ---------------------------------------------------------------------------
@@ -31,6 +32,8 @@ class ErrorSerializer(serializers.Serializer):
     error = serializers.CharField(help_text="stable machine-readable code, e.g. job_not_found")
     detail = serializers.CharField(help_text="what happened, with the ids in it")
 
+
+GROUPS_TEXT = ", ".join(WORKER_GROUPS) + " or a group the deployment declares"
 
 # ---- job JSON (A-2) ------------------------------------------------------------------------
 
@@ -78,13 +81,16 @@ class JobSerializer(serializers.Serializer):
     organizationId = serializers.CharField(allow_null=True)
     objectiveId = serializers.CharField(allow_null=True)
     taskId = serializers.CharField(allow_null=True)
-    contractGroup = serializers.ChoiceField(
-        choices=WORKER_GROUPS,
+    queue = serializers.CharField(
         allow_null=True,
-        help_text="the worker group the kind's contract names",
+        help_text="the worker group the enqueue chose, when it differs from the default route",
     )
-    routedGroup = serializers.ChoiceField(
-        choices=WORKER_GROUPS, help_text="where the job actually runs"
+    contractGroup = serializers.CharField(
+        allow_null=True,
+        help_text="the worker group the kind's contract names (" + GROUPS_TEXT + ")",
+    )
+    routedGroup = serializers.CharField(
+        help_text="where the job actually runs (" + GROUPS_TEXT + ")"
     )
     groupMismatch = serializers.BooleanField()
 
@@ -144,6 +150,12 @@ class EnqueueRequestSerializer(serializers.Serializer):
     )
     singleton = SingletonSerializer(
         required=False, help_text="alternative spelling; top-level options win"
+    )
+    queue = serializers.CharField(
+        required=False,
+        help_text="the worker group to run on instead of the kind's: "
+        + GROUPS_TEXT
+        + " (GET /kinds names each kind's); an undeclared one is refused",
     )
     payload = PayloadSerializer(required=False)
 
@@ -311,7 +323,9 @@ class JobFilter(django_filters.FilterSet):
     sessionKey = django_filters.CharFilter(max_length=MAX_SESSION_KEY)
     objectiveId = django_filters.CharFilter(max_length=128)
     organizationId = django_filters.CharFilter(max_length=128)
-    routedGroup = django_filters.ChoiceFilter(choices=_choices(WORKER_GROUPS))
+    routedGroup = django_filters.ChoiceFilter(
+        choices=lambda: _choices(current_timing().group_names())
+    )
 
     def selector_filters(self, *, labels: dict[str, str] | None = None) -> dict[str, str]:
         """The cleaned filters for `selectors.page`; InvalidRequest names a bad one and,

@@ -58,7 +58,15 @@ from jobs.presenters import job_json
 from receipts import store
 
 # option keys of an enqueue body; without `payload` the rest of the body is the payload.
-OPTION_KEYS = ("jobId", "lane", "maxAttempts", "sessionKey", "singletonMode", "singleton")
+OPTION_KEYS = (
+    "jobId",
+    "lane",
+    "maxAttempts",
+    "sessionKey",
+    "singletonMode",
+    "singleton",
+    "queue",
+)
 EVENTS_RECEIPT = "/receipt/stream"
 MAX_BY_HINT = 80
 DEFAULT_RECEIPT_LIMIT = 100
@@ -216,6 +224,7 @@ def enqueue_request(
         session_key=option("sessionKey", "key"),
         singleton_mode=option("singletonMode", "mode"),
         by=by,
+        queue=option("queue"),
     )
     asked = option("maxAttempts")
     if asked is not None and asked != request.max_attempts:  # J-6 clamps; say so

@@ -43,9 +43,11 @@ def enqueued(
     session_key: str | None,
     singleton_mode: str,
     lease_ms: int,
+    queue: str | None = None,
 ) -> dict[str, Any]:
-    """A new job's first receipt (J-1)."""
-    return {
+    """A new job's first receipt (J-1); `queue` only when the enqueue routed the job away
+    from its default group (so every other body, and its hash, is as before)."""
+    body = {
         "type": JOB_ENQUEUED,
         "jobId": job_id,
         "agentId": agent_id,
@@ -56,6 +58,9 @@ def enqueued(
         "singletonMode": singleton_mode,
         "leaseMs": lease_ms,
     }
+    if queue is not None:
+        body["queue"] = queue
+    return body
 
 
 def leased(job_id: str, fence: Fence, *, lease_until: int, start: bool) -> list[dict[str, Any]]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final, Literal, get_args
 
+from jobs.core.groups import BUILTIN_GROUPS, GroupsError, check_name
 from receipts.core.errors import AppError
 
 # K-1: the nine kinds, in the spec's order.
@@ -49,8 +50,11 @@ AUTH_CONTEXT_OPTIONAL_FIELDS: Final[tuple[str, ...]] = (
     "source",
 )
 
+# The built-in worker groups; a deployment declares more (`jobs.core.groups`), and a kind
+# of its own or an enqueue's `queue` may name those.
 WorkerGroup = Literal["chat", "control", "codex"]
 WORKER_GROUPS: Final[tuple[WorkerGroup, ...]] = ("chat", "control", "codex")
+assert WORKER_GROUPS == BUILTIN_GROUPS
 
 # K-4: agent ids that ship with a handler.
 BUILTIN_AGENT_IDS: Final[tuple[str, ...]] = (
@@ -80,7 +84,7 @@ class KindContract:
     """One row of the K-3 table."""
 
     kind: str
-    worker_group: WorkerGroup
+    worker_group: str  # a built-in group for the table's kinds; any group for the deployment's
     durable_workflow: str | None  # "-" in the spec table
     durable_activity: bool
     objective_scoped: bool
@@ -161,13 +165,18 @@ MAX_KIND_LENGTH: Final = 100
 def register_kind(
     kind: str,
     *,
-    worker_group: WorkerGroup = "chat",
+    worker_group: str = "chat",
     auth_context_required: bool = True,
     live_execution: bool = False,
 ) -> KindContract:
     """Add a payload kind of the deployment's own (its handler is registered separately by
     agent id). Factory's flags stay off: they describe Factory's own kinds. Registering
-    the same contract twice is a no-op; a different one under a taken name is an error."""
+    the same contract twice is a no-op; a different one under a taken name is an error.
+
+    `worker_group` is a built-in group or one the deployment declares. Registration may
+    run before the settings are read (a module imported by an app), so only the name's
+    form is checked here; an enqueue of the kind is refused while its group is not
+    declared, and a system check names such a kind (`jobs.routing_checks`)."""
     if (
         not isinstance(kind, str)
         or len(kind) > MAX_KIND_LENGTH
@@ -180,7 +189,10 @@ def register_kind(
     if kind in CONTRACTS or kind.startswith("factory."):
         raise ValueError(f"kind {kind!r} is reserved for the built-in factory kinds")
     if worker_group not in WORKER_GROUPS:
-        raise ValueError(f"worker_group {worker_group!r} must be one of {', '.join(WORKER_GROUPS)}")
+        try:
+            check_name(worker_group)
+        except GroupsError as error:
+            raise ValueError(f"worker_group of kind {kind!r}: {error}") from None
     contract = KindContract(
         kind=kind,
         worker_group=worker_group,
@@ -221,15 +233,18 @@ def contracts_table() -> list[dict[str, Any]]:
     return [contract.to_wire() for kind in all_kinds() if (contract := contract_for(kind))]
 
 
-def contract_group(kind: str | None) -> WorkerGroup | None:
+def contract_group(kind: str | None) -> str | None:
     """The worker group a kind's contract names, None for an unknown kind."""
     contract = contract_for(kind)
     return contract.worker_group if contract is not None else None
 
 
-def routed_group(agent_id: str, kind: str | None) -> WorkerGroup:
-    """Where a job actually runs (K-5): agent id first, kind second. A kind the deployment
-    registered runs on the group its contract names (unless its agent says otherwise)."""
+def routed_group(agent_id: str, kind: str | None, queue: str | None = None) -> str:
+    """Where a job actually runs (K-5): the `queue` its enqueue chose, if any; else agent
+    id first, kind second. A kind the deployment registered runs on the group its
+    contract names (unless its agent says otherwise)."""
+    if queue is not None:
+        return queue
     if agent_id == CODEX_AGENT_ID:
         return "codex"
     if kind is not None and kind.startswith(INTEGRATION_KIND_PREFIX):
@@ -246,6 +261,12 @@ def routing_by_design(agent_id: str, kind: str | None) -> bool:
     `factory.dispatch` on agent `factory` runs on chat although its contract names control.
     Anywhere else a difference is worth an operator's look."""
     return agent_id in BUILTIN_AGENT_IDS and kind is not None and kind in CONTRACTS
+
+
+def fixed_route(agent_id: str, kind: str | None) -> bool:
+    """Factory's own work, whose group an enqueue's `queue` may not change: a built-in
+    agent id, or a built-in kind (its leases, timeouts and sandbox follow the group)."""
+    return agent_id in BUILTIN_AGENT_IDS or (kind is not None and kind in CONTRACTS)
 
 
 def validate_payload(payload: object) -> dict[str, Any]:

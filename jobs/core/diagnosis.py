@@ -98,6 +98,8 @@ class Facts:
     capacity: Capacity | None = None  # the routed group's slots, when the shell gathered them
     # The lease holder's runworker when the registry no longer sees it: (id, ms unseen).
     holder_gone: tuple[str, int] | None = None
+    # Every worker group the deployment has (built-in and declared); None: not gathered.
+    groups: tuple[str, ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -132,7 +134,7 @@ def human_ms(ms: int | float | None) -> str:
 
 def diagnose(facts: Facts) -> list[Blocker]:
     job, now = facts.job, facts.now_ms
-    group = routed_group(job.agent_id, job.kind)
+    group = routed_group(job.agent_id, job.kind, job.queue)
     out: list[Blocker] = []
     if job.is_terminal:
         reason = job.last_error or job.cancel_reason or "completed"
@@ -153,6 +155,15 @@ def diagnose(facts: Facts) -> list[Blocker]:
                 "abort_requested",
                 f"abort requested ({job.abort_reason or 'no reason'}); the worker "
                 "stops it at its next heartbeat",
+            )
+        )
+    if facts.groups is not None and group not in facts.groups:
+        out.append(
+            Blocker(
+                "undeclared_group",
+                f"the job runs on worker group '{group}', which this deployment no longer "
+                f"declares (it has {', '.join(facts.groups)}): declare it again in "
+                "RECEIPT_WORKER_GROUPS, or cancel the job and enqueue it elsewhere",
             )
         )
     worker_cluster = names.worker_cluster(group)

@@ -48,6 +48,9 @@ Rules the spec leaves open, decided here:
 - A second ``job.enqueued`` and unknown receipt types change only bookkeeping. On a
   missing job every type except ``job.failed`` and ``job.lease_expired`` raises, unknown
   types included (J-3).
+- ``job.enqueued`` may carry ``queue``, the worker group its enqueue chose; it is written
+  only when it differs from the default route, so a job's group is ``queue`` if present,
+  else its agent id's and kind's (`contracts.routed_group`).
 - ``job.leased`` on a queued job must carry an attempt greater than the job's (the queue
   uses attempt + 1): reusing an attempt number would let a superseded attempt's late
   writes match the new fence, so such a lease raises `InvariantError`.
@@ -178,6 +181,7 @@ def _create(receipt: Receipt) -> JobState:
         head=receipt.hash,
         settled_by=None,
         cancel_reason=None,
+        queue=_optional_str(receipt, job_id, "queue"),
     )
 
 

@@ -68,6 +68,8 @@ class JobState:
     head: str
     settled_by: str | None
     cancel_reason: str | None
+    # the worker group its enqueue chose (`queue`), when it differs from the default route
+    queue: str | None = None
 
     @property
     def stream(self) -> str:

@@ -17,6 +17,11 @@ Decided where the spec is silent:
   the agent id ("for objective control only", K-7).
 - ``RECEIPT_RESONATE_EXECUTE_CONCURRENCY`` overrides every group's concurrency, the
   driver's included (K-8: "overrides every default").
+- A declared worker group (`jobs.core.groups`) takes each setting it does not give from
+  the global one: lease ``JOB_LEASE_MS``; concurrency ``RECEIPT_RESONATE_EXECUTE_CONCURRENCY``
+  when set, else ``CHAT_JOB_CONCURRENCY`` (a group of plain tasks is sized like chat); its
+  own concurrency wins over the global override, being the more specific. Its execution
+  timeout lowers the lease-derived one, like the objective-control override.
 - K-6 for agent ``codex``: ``timeoutMs`` counts when it is a finite JSON number (not a
   boolean); a fractional result is rounded up, never down, so the lease is never short.
 """
@@ -25,7 +30,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Final, Literal
+from typing import Final
+
+from jobs.core.groups import BUILTIN_GROUPS, GroupSettings
 
 DEFAULT_JOB_LEASE_MS: Final = 300_000
 DEFAULT_CODEX_JOB_LEASE_MS: Final = 900_000
@@ -46,7 +53,7 @@ OBJECTIVE_CONTROL_KIND: Final = "factory.objective.control"
 TASK_MONITOR_KIND: Final = "factory.task.monitor"
 COMPUTER_EXECUTION_PATH: Final = "computer"
 
-ConcurrencyGroup = Literal["chat", "control", "codex", "driver"]
+ConcurrencyGroup = str  # a worker group (built-in or declared) or "driver"
 
 # SPEC 13: the environment variable behind each field, for messages and the dashboard.
 TIMING_ENV: Final[dict[str, str]] = {
@@ -60,6 +67,7 @@ TIMING_ENV: Final[dict[str, str]] = {
     "chat_job_concurrency": "CHAT_JOB_CONCURRENCY",
     "orchestration_job_concurrency": "ORCHESTRATION_JOB_CONCURRENCY",
     "codex_job_concurrency": "CODEX_JOB_CONCURRENCY",
+    "worker_groups": "RECEIPT_WORKER_GROUPS",
 }
 
 
@@ -81,10 +89,15 @@ class TimingSettings:
     chat_job_concurrency: int = 4
     orchestration_job_concurrency: int = 1
     codex_job_concurrency: int = 1
+    worker_groups: tuple[GroupSettings, ...] = ()  # the deployment's own, as declared
 
     def __post_init__(self) -> None:
         for field in fields(self):
             value = getattr(self, field.name)
+            if field.name == "worker_groups":
+                if not all(isinstance(group, GroupSettings) for group in value):
+                    raise ValueError("RECEIPT_WORKER_GROUPS must be declared groups")
+                continue
             if value is None and field.default is None:
                 continue
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -94,15 +107,39 @@ class TimingSettings:
 
     @classmethod
     def from_config(cls, config: object) -> TimingSettings:
-        """Copy the same-named attributes of a settings object (``receipt_site.config``)."""
-        return cls(**{field.name: getattr(config, field.name) for field in fields(cls)})
+        """Copy the same-named attributes of a settings object (``receipt_site.config``);
+        one without ``worker_groups`` declares none."""
+        return cls(
+            **{
+                field.name: getattr(config, field.name)
+                for field in fields(cls)
+                if field.name != "worker_groups" or hasattr(config, field.name)
+            }
+        )
+
+    def group_names(self) -> tuple[str, ...]:
+        """Every worker group a job may run on: the built-in three, then the declared."""
+        return (*BUILTIN_GROUPS, *(group.name for group in self.worker_groups))
+
+    def declared(self, group: str | None) -> GroupSettings | None:
+        """A declared group's settings; None for a built-in or unknown group."""
+        for declared in self.worker_groups:
+            if declared.name == group:
+                return declared
+        return None
 
 
-def lease_ms_for(agent_id: str, payload: object, settings: TimingSettings) -> int:
-    """The lease of a new job (K-6), from its agent id and payload."""
+def lease_ms_for(
+    agent_id: str, payload: object, settings: TimingSettings, *, group: str | None = None
+) -> int:
+    """The lease of a new job (K-6), from its agent id and payload, and the lease of the
+    declared worker group it runs on, if that group sets one."""
     fields_ = payload if isinstance(payload, dict) else {}
     kind = fields_.get("kind")
+    declared = settings.declared(group)
     default = settings.job_lease_ms
+    if declared is not None and declared.lease_ms is not None:
+        default = declared.lease_ms
     if agent_id == "factory-control" and kind == OBJECTIVE_CONTROL_KIND:
         return max(default, settings.factory_control_job_lease_ms)
     if (
@@ -120,9 +157,15 @@ def lease_ms_for(agent_id: str, payload: object, settings: TimingSettings) -> in
     return default
 
 
-def execution_timeout_ms(lease_ms: int, kind: str | None, settings: TimingSettings) -> int:
-    """How long a handler may run in one attempt (K-7)."""
+def execution_timeout_ms(
+    lease_ms: int, kind: str | None, settings: TimingSettings, *, group: str | None = None
+) -> int:
+    """How long a handler may run in one attempt (K-7), lowered by its declared worker
+    group's timeout, if that group sets one."""
     timeout = max(EXECUTION_TIMEOUT_FLOOR_MS, lease_ms - EXECUTION_TIMEOUT_MARGIN_MS)
+    declared = settings.declared(group)
+    if declared is not None and declared.execution_timeout_ms is not None:
+        timeout = min(timeout, declared.execution_timeout_ms)
     override = settings.factory_control_job_execution_timeout_ms
     if kind == OBJECTIVE_CONTROL_KIND and override is not None:
         return min(timeout, override)
@@ -144,15 +187,21 @@ def driver_timeout_ms(lease_ms: int) -> int:
 
 
 def concurrency_for(group: ConcurrencyGroup, settings: TimingSettings) -> int:
-    """Worker concurrency of a role's cluster (K-8)."""
+    """Worker concurrency of a role's cluster (K-8), a declared group's included."""
+    declared = settings.declared(group)
+    if declared is not None and declared.concurrency is not None:
+        return declared.concurrency
     defaults: dict[str, int] = {
         "chat": settings.chat_job_concurrency,
         "control": settings.orchestration_job_concurrency,
         "codex": settings.codex_job_concurrency,
         "driver": DRIVER_CONCURRENCY,
     }
+    if declared is not None:
+        defaults[group] = settings.chat_job_concurrency
     if group not in defaults:
-        raise ValueError(f"unknown worker group {group!r}; expected chat, control, codex or driver")
+        known = ", ".join([*settings.group_names(), "driver"])
+        raise ValueError(f"unknown worker group {group!r}; expected one of {known}")
     if settings.execute_concurrency is not None:
         return settings.execute_concurrency
     return defaults[group]

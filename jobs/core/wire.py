@@ -46,7 +46,7 @@ def job_to_wire(state: JobState, *, share: bool = False) -> dict[str, Any]:
     form as JSON text, like the projector: nothing to copy for).
 
     Beyond A-2's list it carries ``abortReason``, ``settledBy``, ``cancelReason``,
-    ``organizationId``, ``objectiveId`` and ``taskId`` so `job_from_wire` can rebuild the
+    ``organizationId``, ``objectiveId``, ``taskId`` and ``queue`` so `job_from_wire` can rebuild the
     state exactly. ``contractGroup``/``routedGroup`` are derived by the API, not stored.
     """
     keep = _same if share else _copy
@@ -79,6 +79,7 @@ def job_to_wire(state: JobState, *, share: bool = False) -> dict[str, Any]:
         "organizationId": state.organization_id,
         "objectiveId": state.objective_id,
         "taskId": state.task_id,
+        "queue": state.queue,
     }
 
 
@@ -98,8 +99,8 @@ def command_from_wire(wire: Mapping[str, Any]) -> Command:
 def job_from_wire(wire: Mapping[str, Any]) -> JobState:
     """Rebuild a `JobState` from `job_to_wire` output; raise ValueError on a bad form.
 
-    Every key `job_to_wire` writes is required except the derived ``stream``; keys it does
-    not write (``contractGroup``, ``routedGroup`` ...) are ignored.
+    Every key `job_to_wire` writes is required except the derived ``stream`` and
+    ``queue`` (absent from rows written before queues existed); keys it does not write (``contractGroup``, ``routedGroup`` ...) are ignored.
     """
     reader = _WireReader(wire, "job")
     status = reader.text("status")
@@ -136,6 +137,7 @@ def job_from_wire(wire: Mapping[str, Any]) -> JobState:
         head=reader.text("head"),
         settled_by=reader.opt_text("settledBy"),
         cancel_reason=reader.opt_text("cancelReason"),
+        queue=reader.opt_text("queue") if "queue" in wire else None,  # older rows lack it
     )
 
 

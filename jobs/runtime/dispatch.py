@@ -146,7 +146,7 @@ def dispatch_batch(jobs: list[JobState]) -> None:
                     f"dispatch of {job.job_id} failed: {error}",
                     level=logging.WARNING,
                     jobId=job.job_id,
-                    group=routed_group(job.agent_id, job.kind),
+                    group=routed_group(job.agent_id, job.kind, job.queue),
                 )
     counters.flush()
 

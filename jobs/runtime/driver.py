@@ -204,7 +204,7 @@ def _open_many(
     new: dict[str, promises.NewPromise] = {}
     routes: dict[str, tuple[str, str]] = {}
     for view, job in batch:
-        group = routed_group(job.agent_id, job.kind)
+        group = routed_group(job.agent_id, job.kind, job.queue)
         execute_id = execute_promise_id(job.job_id, job.attempt + 1, view.id)
         routes[view.id] = (execute_id, group)
         new[execute_id] = promises.NewPromise(

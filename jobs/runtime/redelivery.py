@@ -28,7 +28,7 @@ from jobs.runtime import counters, promises, transport
 from jobs.runtime.dispatch import DRIVE_TASK
 from jobs.runtime.loops import Loop, Report
 from jobs.runtime.promisebroker import EXECUTE as EXECUTE_TASK
-from jobs.runtime.roles import group_of
+from jobs.runtime.roles import group_of, is_cluster
 from observability.logs import log_event
 
 logger = logging.getLogger("receipt.delivery")
@@ -40,7 +40,7 @@ BATCH = 500
 def loops(config: Any, role: str) -> list[Loop]:
     """A `jobs.runtime.loops.providers` entry: the pass for a role's own cluster, with
     the Redis broker only."""
-    if settings.Q_CLUSTER.get("orm") or role not in transport.CLUSTERS:
+    if settings.Q_CLUSTER.get("orm") or not is_cluster(role):
         return []
     return [
         Loop(

@@ -4,39 +4,61 @@ Pure: builds the Q_CLUSTER setting from the typed config, so settings.py and tes
 it. Each role has its own queue (cluster name) so a task sent to one role is never taken
 by another; `retry` always exceeds the longest run a task can take inside the cluster
 (otherwise django-q2's ORM broker hands a still-running task out a second time).
+
+The roles are the driver, the three built-in worker groups and every group the
+deployment declares (`jobs.core.groups`): `worker-<group>` each.
 """
 
 from __future__ import annotations
 
 import math
+from functools import cache
 from typing import Any
 
+from jobs.core.groups import BUILTIN_GROUPS, GroupsError, is_group_name
+from jobs.core.groups import parse as parse_groups
 from jobs.core.names import group_of_cluster, worker_cluster
 from jobs.core.timing import CODEX_LEASE_CEILING_MS, TimingSettings, concurrency_for
 
-GROUPS = ("chat", "control", "codex")
+GROUPS = BUILTIN_GROUPS  # the built-in worker groups; `group_names` adds the declared
 ROLE_CLUSTERS = {
     "driver": "driver",
     "chat": "worker-chat",
     "control": "worker-control",
     "codex": "worker-codex",
 }
-ROLE_NAMES = ("api", "driver", "worker-chat", "worker-control", "worker-codex")
 
 
 class UnknownRole(ValueError):
     pass
 
 
-def normalize_role(value: str) -> str:
-    """`driver`, `chat`, `control`, `codex` or their `worker-` forms -> the cluster name."""
+def normalize_role(value: str, groups: tuple[str, ...] | None = None) -> str:
+    """`driver`, a worker group or its `worker-` form -> the cluster name. `groups`: the
+    groups that exist (built-in and declared); None accepts any well-formed group name
+    (before Django starts, when the declared groups are not known yet)."""
     name = value.strip()
     if name in ROLE_CLUSTERS:
         return ROLE_CLUSTERS[name]
     if name in ROLE_CLUSTERS.values():
         return name
-    known = ", ".join([*ROLE_CLUSTERS, *ROLE_CLUSTERS.values()])
-    raise UnknownRole(f"unknown role {value!r}; expected one of {known}")
+    group = group_of_cluster(name) or name
+    if (groups is None and is_group_name(group)) or (groups is not None and group in groups):
+        return worker_cluster(group)
+    known = ", ".join(["driver", *(groups or GROUPS)])
+    raise UnknownRole(f"unknown role {value!r}; expected one of {known} (or worker-<group>)")
+
+
+def role_names(timing: TimingSettings) -> tuple[str, ...]:
+    """`driver` and every worker group, as `runworker --role` and runstack name them."""
+    return ("driver", *timing.group_names())
+
+
+@cache  # on every send: a handful of names per process
+def is_cluster(cluster: str) -> bool:
+    """The driver's cluster or a worker group's, declared or not: a job routed to a group
+    no longer declared still gets its task, which waits for a runworker of the group."""
+    return cluster == "driver" or is_group_name(group_of_cluster(cluster))
 
 
 def preset_cluster_name(argv: list[str], environ: Any) -> None:
@@ -53,9 +75,11 @@ def preset_cluster_name(argv: list[str], environ: Any) -> None:
             role = argv[index + 1]
         elif arg.startswith("--role="):
             role = arg.removeprefix("--role=")
-    try:
-        environ["Q_CLUSTER_NAME"] = normalize_role(role or "")
-    except UnknownRole:
+    try:  # the groups declared in the environment; a settings block's, the command knows
+        declared = parse_groups(environ.get("RECEIPT_WORKER_GROUPS") or "")
+        known = (*BUILTIN_GROUPS, *(group.name for group in declared))
+        environ["Q_CLUSTER_NAME"] = normalize_role(role or "", known)
+    except (UnknownRole, GroupsError):
         return
 
 
@@ -65,7 +89,7 @@ def group_of(cluster: str) -> str | None:
 
 
 def cluster_for_group(group: str) -> str:
-    if group not in GROUPS:
+    if not is_group_name(group):
         raise UnknownRole(f"unknown worker group {group!r}")
     return worker_cluster(group)
 
@@ -75,13 +99,30 @@ def _longest_run_s(cluster: str, timing: TimingSettings) -> int:
     if cluster == "driver":
         return 120
     group = group_of(cluster)
+    declared = timing.declared(group)
     longest_lease = max(
         timing.job_lease_ms,
         timing.codex_job_lease_ms,
         timing.factory_control_job_lease_ms,
         CODEX_LEASE_CEILING_MS if group == "codex" else 0,
+        (declared.lease_ms or 0) if declared is not None else 0,
     )
     return math.ceil(longest_lease / 1000) + 60
+
+
+def connections_per_runworker(role: str, timing: TimingSettings) -> int:
+    """PostgreSQL connections one `runworker --role <role>` holds: one per worker
+    process, plus its pusher, maintenance loops and lease keeper (see runworker)."""
+    group = "driver" if role == "driver" else group_of_cluster(normalize_role(role)) or role
+    return concurrency_for(group, timing) + 3
+
+
+def connection_budget(timing: TimingSettings, *, runworkers_per_role: int = 1) -> int:
+    """Connections the runworkers hold with `runworkers_per_role` of each role (the
+    driver and every worker group, declared ones included): add the API's pools."""
+    return runworkers_per_role * sum(
+        connections_per_runworker(role, timing) for role in role_names(timing)
+    )
 
 
 def cluster_config(
@@ -89,9 +130,10 @@ def cluster_config(
 ) -> dict[str, Any]:
     """The Q_CLUSTER setting for every process (API, roles, tests)."""
     alt: dict[str, dict[str, Any]] = {}
-    for role, cluster in ROLE_CLUSTERS.items():
+    for role in role_names(timing):
+        cluster = normalize_role(role)
         group = "driver" if role == "driver" else role
-        workers = concurrency_for(group, timing)  # type: ignore[arg-type]
+        workers = concurrency_for(group, timing)
         timeout = _longest_run_s(cluster, timing)
         queue_limit = 1
         retry = timeout * (1 + math.ceil((queue_limit + 1) / workers)) + 30

@@ -28,12 +28,11 @@ from django.db import connection, transaction
 
 from jobs.runtime import counters
 from jobs.runtime.promisebroker import channel_for, signed_task
-from jobs.runtime.roles import ROLE_CLUSTERS
+from jobs.runtime.roles import is_cluster
 from observability.logs import log_event
 
 logger = logging.getLogger("receipt.delivery")
 
-CLUSTERS = frozenset(ROLE_CLUSTERS.values())
 PUSH_CHUNK = 500  # tasks per RPUSH (a batch enqueue's tasks: a few hundred KiB a command)
 _woken = threading.local()  # clusters already woken by the current transaction
 
@@ -47,7 +46,7 @@ def _broker(cluster: str) -> Any:  # one Redis client per cluster per process
 
 def send(cluster: str, func: str, *args: Any, **kwargs: Any) -> None:
     """`kwargs` travel with a Redis task only (the database broker's take reads its own)."""
-    if cluster not in CLUSTERS:
+    if not is_cluster(cluster):
         raise ValueError(f"unknown cluster {cluster!r}")
     if settings.Q_CLUSTER.get("orm"):
         _wake(cluster)
@@ -58,7 +57,7 @@ def send(cluster: str, func: str, *args: Any, **kwargs: Any) -> None:
 def send_woken(cluster: str, func: str, *args: Any, **kwargs: Any) -> None:
     """`send` for a promise whose own statement carried the database broker's wake-up:
     with that broker nothing is left to do; Redis gets the task after the commit."""
-    if cluster not in CLUSTERS:
+    if not is_cluster(cluster):
         raise ValueError(f"unknown cluster {cluster!r}")
     if not settings.Q_CLUSTER.get("orm"):
         _push_after_commit(cluster, func, args, kwargs)
@@ -79,7 +78,7 @@ def push_committed_many(cluster: str, func: str, calls: Sequence[Sequence[Any]])
     """The tasks of promises that have committed, one per call (its arguments): nothing
     to push with the database broker (the promise row is the task); to Redis at once.
     Returns how many reached Redis."""
-    if cluster not in CLUSTERS:
+    if not is_cluster(cluster):
         raise ValueError(f"unknown cluster {cluster!r}")
     if settings.Q_CLUSTER.get("orm"):
         return 0
@@ -89,7 +88,7 @@ def push_committed_many(cluster: str, func: str, calls: Sequence[Sequence[Any]])
 def push_committed(cluster: str, func: str, *args: Any, **kwargs: Any) -> int:
     """One task with its `kwargs` (an execute task's known fields), as `send` pushes it,
     for a promise that has committed; 1 if it reached Redis."""
-    if cluster not in CLUSTERS:
+    if not is_cluster(cluster):
         raise ValueError(f"unknown cluster {cluster!r}")
     if settings.Q_CLUSTER.get("orm"):
         return 0

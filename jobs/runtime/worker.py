@@ -30,6 +30,7 @@ from django.conf import settings
 from django.db import DatabaseError, OperationalError, close_old_connections, connection
 
 from jobs import handlers, queue
+from jobs.core.contracts import routed_group
 from jobs.core.state import Command, Fence, JobState
 from jobs.core.timing import TimingSettings, execution_timeout_ms, heartbeat_interval_ms
 from jobs.core.wire import job_from_wire
@@ -166,7 +167,10 @@ def _run(running: attempts.Running) -> dict[str, Any]:
     cadence_ms = heartbeat_interval_ms(lease_ms, timing)
     run = _Attempt(
         running,
-        execution_timeout_ms(lease_ms, job.kind, timing) / 1000,
+        execution_timeout_ms(
+            lease_ms, job.kind, timing, group=routed_group(job.agent_id, job.kind, job.queue)
+        )
+        / 1000,
         min(cadence_ms / 1000, STOP_GRACE_S),
     )
 

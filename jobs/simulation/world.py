@@ -22,10 +22,10 @@ from typing import Any
 
 from jobs.core.state import Fence, JobState
 from jobs.runtime import attempt as attempts
-from jobs.runtime import promises, transport
+from jobs.runtime import promises
 from jobs.runtime.dispatch import DRIVE_TASK
 from jobs.runtime.driver import EXECUTE_TASK
-from jobs.runtime.roles import GROUPS, cluster_for_group
+from jobs.runtime.roles import GROUPS, cluster_for_group, is_cluster
 from jobs.simulation.clock import VirtualClock
 
 DRIVER_CLUSTER = "driver"
@@ -64,7 +64,7 @@ class Broker:
     def send(self, cluster: str, func: str, *args: Any, **known: Any) -> None:
         """Drop-in for `transport.send`: same validation, delivery into a simulated queue
         (the worker reads the promise itself, so what the sender `known` is not kept)."""
-        if cluster not in transport.CLUSTERS:
+        if not is_cluster(cluster):
             raise ValueError(f"unknown cluster {cluster!r}")
         if func not in (DRIVE_TASK, EXECUTE_TASK) or len(args) != 1:
             raise ValueError(f"the simulation does not deliver {func}{args!r}")

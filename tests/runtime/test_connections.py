@@ -7,13 +7,12 @@ runworkers per role; no connection error anywhere in their logs.
 from __future__ import annotations
 
 import threading
-from typing import cast
 from urllib.parse import urlsplit
 
 import psutil
 import pytest
 
-from jobs.core.timing import ConcurrencyGroup, TimingSettings, concurrency_for
+from jobs.core.timing import TimingSettings, concurrency_for
 from jobs.runtime.roles import group_of, normalize_role
 from receipt_site.config import load
 from tests import conftest
@@ -53,13 +52,9 @@ def test_every_runworker_stays_within_concurrency_plus_three(factory, tmp_path):
         start(factory, role)
         factory.start(role, name=f"{role}-2")
         names += [role, f"{role}-2"]
-    # the group of a role's worker cluster, or the driver's: a ConcurrencyGroup
+    # the group of a role's worker cluster, or the driver's
     budget = {
-        name: concurrency_for(
-            cast(ConcurrencyGroup, group_of(normalize_role(name.split("-")[0])) or "driver"),
-            timing,
-        )
-        + 3
+        name: concurrency_for(group_of(normalize_role(name.split("-")[0])) or "driver", timing) + 3
         for name in names
     }
     peak = dict.fromkeys(names, 0)

@@ -1,5 +1,7 @@
 """SPEC 13: configuration is typed; a bad value stops startup naming the variable."""
 
+from typing import Any, cast
+
 import pytest
 
 from receipt_site.config import ConfigError, load, redact_url
@@ -100,3 +102,51 @@ def test_asgi_processes_use_a_connection_pool_on_postgres(tmp_path):
     pooled = database_from_url("postgres://u@h/db", data_dir=tmp_path, pool=True)
     assert pooled["OPTIONS"]["pool"]["max_size"] >= 1 and pooled["CONN_MAX_AGE"] == 0
     assert "pool" not in database_from_url("postgres://u@h/db", data_dir=tmp_path)["OPTIONS"]
+
+
+# ---- a deployment's own worker groups (issue 33 item 5) ----------------------------------
+
+
+def test_worker_groups_are_declared_by_the_environment():
+    from jobs.core.groups import GroupSettings
+
+    assert load({}).worker_groups == ()
+    assert load({"RECEIPT_WORKER_GROUPS": "emails:4,reports"}).worker_groups == (
+        GroupSettings(name="emails", concurrency=4),
+        GroupSettings(name="reports"),
+    )
+    config = load({"RECEIPT_WORKER_GROUPS": '{"emails": {"lease_ms": 60000}}'})
+    assert config.worker_groups == (GroupSettings(name="emails", lease_ms=60_000),)
+    assert dict(config.shown())["RECEIPT_WORKER_GROUPS"] == "emails(lease_ms=60000)"
+    assert dict(load({}).shown())["RECEIPT_WORKER_GROUPS"] == "—"
+
+
+@pytest.mark.parametrize(
+    ("raw", "fragment"),
+    [
+        ("chat:8", "RECEIPT_WORKER_GROUPS group name 'chat' is built in"),
+        ("emails:x", "RECEIPT_WORKER_GROUPS group 'emails': concurrency must be an integer"),
+        ('{"emails": [1]}', "RECEIPT_WORKER_GROUPS group 'emails': settings must be an object"),
+    ],
+)
+def test_a_bad_worker_group_declaration_names_the_variable(raw, fragment):
+    with pytest.raises(ConfigError) as caught:
+        load({"RECEIPT_WORKER_GROUPS": raw})
+    assert fragment in str(caught.value) and caught.value.name == "RECEIPT_WORKER_GROUPS"
+
+
+def test_worker_groups_from_a_settings_mapping_are_checked_like_the_environments():
+    """A settings block passes `worker_groups` as a mapping; it becomes declared groups."""
+    import dataclasses
+
+    from jobs.core.groups import GroupSettings
+
+    declared: Any = {"emails": {"concurrency": 2, "execution_timeout_ms": 9_000}}
+    config = dataclasses.replace(load({}), worker_groups=declared)
+    assert config.worker_groups == (
+        GroupSettings(name="emails", concurrency=2, execution_timeout_ms=9_000),
+    )
+    with pytest.raises(ConfigError, match="worker_groups group name 'driver' is reserved"):
+        dataclasses.replace(load({}), worker_groups=cast(Any, {"driver": {}}))
+    with pytest.raises(ConfigError, match="worker_groups must map group names"):
+        dataclasses.replace(load({}), worker_groups=cast(Any, 42))

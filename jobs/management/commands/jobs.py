@@ -55,6 +55,7 @@ class Command(BaseCommand):
         enqueue.add_argument("--max-attempts", type=int)
         enqueue.add_argument("--session-key")
         enqueue.add_argument("--singleton-mode", choices=["allow", "cancel", "steer"])
+        enqueue.add_argument("--queue", help="a worker group to run on instead of the kind's")
         listing = sub.add_parser("list", help="newest jobs first")
         for option, api_name in LIST_FILTERS.items():
             hint: str | None
@@ -106,6 +107,7 @@ class Command(BaseCommand):
             session_key=o["session_key"],
             singleton_mode=o["singleton_mode"],
             by=by,
+            queue=o["queue"],
         )
         return {
             "ok": True,

@@ -1,5 +1,5 @@
-"""`manage.py runworker --role driver|chat|control|codex` (D-9): one role's django-q2
-cluster plus its maintenance loops and registry beat.
+"""`manage.py runworker --role driver|chat|control|codex|<declared group>` (D-9): one
+role's django-q2 cluster plus its maintenance loops and registry beat.
 
 django-q2 reads its cluster name once at import (Q_CLUSTER_NAME), so the command
 re-executes itself with it set (same pid: a supervisor keeps signalling the right
@@ -46,23 +46,28 @@ COMMAND_GROUPS = ("codex", "control")  # tasks, checks, publication; planner com
 HOLDER_RELEASE_INTERVAL_MS = 5_000  # gone after 3 beats (15 s) + this: released within 30 s
 
 
-def resolve_role(cli_role: str | None, env_role: str | None) -> tuple[str, str | None]:
-    """(cluster name or 'all', warning). --role must be valid; the env falls back to all."""
+def resolve_role(
+    cli_role: str | None, env_role: str | None, groups: tuple[str, ...] | None = None
+) -> tuple[str, str | None]:
+    """(cluster name or 'all', warning). --role must be valid; the env falls back to all.
+    `groups`: the worker groups that exist (built-in and declared)."""
     if cli_role:
         try:
-            return normalize_role(cli_role), None
+            return normalize_role(cli_role, groups), None
         except UnknownRole as error:
-            raise CommandError(str(error)) from None
+            raise CommandError(f"{error}; declare a group in RECEIPT_WORKER_GROUPS") from None
     if env_role:
         try:
-            return normalize_role(env_role), None
+            return normalize_role(env_role, groups), None
         except UnknownRole:
             return ALL, (
                 f"RECEIPT_PROCESS_ROLE={env_role!r} is not a role; running only the "
                 "maintenance loops (no worker function is registered): jobs for its "
                 "group will stay queued"
             )
-    raise CommandError("--role is required (driver, chat, control or codex)")
+    raise CommandError(
+        f"--role is required ({', '.join(['driver', *(groups or ('chat', 'control', 'codex'))])})"
+    )
 
 
 def maintenance_loops(config: Any, role: str = ALL) -> list[loops.Loop]:
@@ -141,11 +146,15 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser):
-        parser.add_argument("--role", help="driver, chat, control or codex (or worker-<group>)")
+        parser.add_argument(
+            "--role",
+            help="driver, chat, control, codex or a declared worker group (or worker-<group>)",
+        )
 
     def handle(self, *args, role: str | None, **options):
         config = settings.RECEIPT
-        cluster, warning = resolve_role(role, config.process_role)
+        timing = TimingSettings.from_config(config)
+        cluster, warning = resolve_role(role, config.process_role, timing.group_names())
         if cluster != ALL:
             self._reexec_for(cluster)
         handlers.load()
@@ -154,9 +163,8 @@ class Command(BaseCommand):
         def on_signal(signum: int, frame: Any) -> None:  # record only (django-q2#346)
             received["signal"] = signum
 
-        timing = TimingSettings.from_config(config)
         group = group_of(cluster) if cluster != ALL else None
-        concurrency = 0 if cluster == ALL else concurrency_for(group or "driver", timing)  # type: ignore[arg-type]
+        concurrency = 0 if cluster == ALL else concurrency_for(group or "driver", timing)
         now = wall_clock_ms()
         role_name = cluster
         runs_commands = cluster == ALL or group in COMMAND_GROUPS

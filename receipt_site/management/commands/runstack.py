@@ -1,4 +1,5 @@
-"""`manage.py runstack`: the API and every worker role as supervised children (P-3)."""
+"""`manage.py runstack`: the API and every worker role as supervised children (P-3):
+the driver, the built-in worker groups and every group the deployment declares."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from pathlib import Path
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from jobs.core.timing import TimingSettings
+from jobs.runtime.roles import role_names
 from receipt_site import ports
 from receipt_site.supervision import STATUS_FILE, Child, Supervisor
-
-WORKER_ROLES = ("driver", "chat", "control", "codex")
 
 
 class Command(BaseCommand):
@@ -49,7 +50,8 @@ class Command(BaseCommand):
                     env={"RECEIPT_PROCESS_ROLE": "api"},
                 )
             )
-        for role in WORKER_ROLES:  # the installed command, so any working directory will do
+        roles = role_names(TimingSettings.from_config(settings.RECEIPT))
+        for role in roles:  # the installed command, so any working directory will do
             children.append(
                 Child(role, [python, "-m", "receipt_site.cli", "runworker", "--role", role])
             )

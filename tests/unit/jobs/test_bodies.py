@@ -234,3 +234,21 @@ def test_a_body_is_exactly_what_the_queue_appends(
     name: str, build: Callable[[], Any], expected: Any
 ) -> None:
     assert _ordered(build()) == _ordered(expected)
+
+
+def test_an_enqueued_body_names_a_queue_only_when_one_was_chosen():
+    """Issue 33 item 5: every body without a chosen queue, and its hash, is as before."""
+    common: dict[str, Any] = {
+        "agent_id": "mailer",
+        "lane": "collect",
+        "payload": {"kind": "acme.mail"},
+        "max_attempts": 2,
+        "session_key": None,
+        "singleton_mode": "allow",
+        "lease_ms": 60_000,
+    }
+    plain = bodies.enqueued("j-1", **common)
+    assert "queue" not in plain and list(plain)[-1] == "leaseMs"
+    routed = bodies.enqueued("j-1", **common, queue="emails")
+    assert list(routed)[-1] == "queue" and routed["queue"] == "emails"
+    assert {k: v for k, v in routed.items() if k != "queue"} == plain

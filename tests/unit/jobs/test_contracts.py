@@ -279,7 +279,10 @@ def test_dispatch_on_agent_factory_is_a_visible_group_mismatch() -> None:
         ("acme report", {}, "lowercase"),
         ("acme..report", {}, "lowercase"),
         ("a" * 101, {}, "at most 100"),
-        ("acme.report", {"worker_group": "gpu"}, "worker_group"),
+        # a group's name is checked here; whether it is declared, at enqueue (issue 33 item 5)
+        ("acme.report", {"worker_group": "driver"}, "reserved"),
+        ("acme.report", {"worker_group": "GPU farm"}, "lowercase"),
+        ("acme.report", {"worker_group": "worker-gpu"}, "reserved"),
     ],
 )
 def test_register_kind_refuses_bad_names_and_groups(kind, options, said):
@@ -320,3 +323,42 @@ def test_register_kind_is_idempotent_but_never_redefines():
 )
 def test_routing_by_design_is_a_builtin_agent_with_a_builtin_kind(agent, kind, by_design):
     assert contracts.routing_by_design(agent, kind) is by_design
+
+
+# ---- a deployment's own worker groups (issue 33 item 5) -------------------------------------
+
+
+def test_a_kind_may_name_a_group_the_deployment_declares():
+    try:
+        contract = contracts.register_kind("acme.mail", worker_group="emails")
+        assert contract.worker_group == "emails"
+        assert contracts.routed_group("mailer", "acme.mail") == "emails"
+        assert contracts.contract_group("acme.mail") == "emails"
+    finally:
+        contracts.unregister_kind("acme.mail")
+
+
+@pytest.mark.parametrize(
+    ("agent", "kind", "queue", "group"),
+    [
+        ("mailer", "acme.any", "emails", "emails"),  # the enqueue's choice first
+        ("codex", "factory.task.run", None, "codex"),
+        ("mailer", "acme.any", None, "chat"),
+    ],
+)
+def test_an_enqueues_queue_comes_before_agent_and_kind(agent, kind, queue, group):
+    assert contracts.routed_group(agent, kind, queue) == group
+
+
+@pytest.mark.parametrize(
+    ("agent", "kind", "fixed"),
+    [
+        ("factory", "acme.any", True),  # Factory's agents
+        ("codex", None, True),
+        ("mailer", "factory.run", True),  # Factory's kinds
+        ("mailer", "acme.any", False),
+        ("mailer", None, False),
+    ],
+)
+def test_factorys_own_work_keeps_its_route(agent, kind, fixed):
+    assert contracts.fixed_route(agent, kind) is fixed

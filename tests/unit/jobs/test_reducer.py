@@ -895,3 +895,20 @@ def test_random_histories_keep_the_fold_invariants(
     assert state is not None
     assert state.receipt_count == len(kept)
     assert state.head == kept[-1].hash
+
+
+# --- the worker group an enqueue chose (issue 33 item 5) ----------------------------------
+
+
+def test_an_enqueue_without_queue_folds_to_the_default_route():
+    assert fold(enqueued()).queue is None
+
+
+def test_the_queue_of_an_enqueue_is_folded_and_kept_through_the_attempts():
+    job = fold(enqueued(agentId="mailer", queue="emails"), leased(), completed())
+    assert (job.queue, job.status) == ("emails", "completed")
+
+
+def test_a_malformed_queue_is_refused_by_the_fold():
+    with pytest.raises(InvariantError, match="queue must be a string"):
+        fold(enqueued(queue=7))

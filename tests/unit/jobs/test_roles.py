@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.runtime.roles import preset_cluster_name
+from jobs.core.groups import GroupSettings
+from jobs.core.timing import TimingSettings
+from jobs.runtime.roles import (
+    UnknownRole,
+    cluster_config,
+    connection_budget,
+    is_cluster,
+    normalize_role,
+    preset_cluster_name,
+    role_names,
+)
 
 
 @pytest.mark.parametrize(
@@ -42,3 +52,65 @@ def test_anything_else_is_left_to_the_command(argv, environ):
     before = dict(environ)
     preset_cluster_name(argv, environ)
     assert environ == before
+
+
+# ---- declared worker groups are roles too (issue 33 item 5) -------------------------------
+
+
+def test_a_declared_group_in_the_environment_names_its_cluster_before_django_starts():
+    environ = {"RECEIPT_WORKER_GROUPS": "emails:2"}
+    preset_cluster_name(["manage.py", "runworker", "--role", "emails"], environ)
+    assert environ["Q_CLUSTER_NAME"] == "worker-emails"
+    environ = {"RECEIPT_WORKER_GROUPS": "emails:2"}
+    preset_cluster_name(["manage.py", "runworker", "--role", "worker-emails"], environ)
+    assert environ["Q_CLUSTER_NAME"] == "worker-emails"
+    # not declared here (a settings block may declare it): left to the command
+    environ = {"RECEIPT_WORKER_GROUPS": "bulk"}
+    preset_cluster_name(["manage.py", "runworker", "--role", "emails"], environ)
+    assert "Q_CLUSTER_NAME" not in environ
+
+
+def test_only_existing_groups_are_roles_once_the_groups_are_known():
+    known = ("chat", "control", "codex", "emails")
+    assert normalize_role("emails", known) == normalize_role("worker-emails", known)
+    assert normalize_role("chat", known) == "worker-chat"
+    with pytest.raises(UnknownRole, match="unknown role 'reports'; expected one of driver, chat"):
+        normalize_role("reports", known)
+    with pytest.raises(UnknownRole):
+        normalize_role("worker-driver", None)
+
+
+EMAILS = GroupSettings(name="emails", concurrency=6, lease_ms=2_000_000)
+TIMING = TimingSettings(worker_groups=(EMAILS, GroupSettings(name="bulk")))
+
+
+def test_the_cluster_configuration_has_a_cluster_per_declared_group():
+    config = cluster_config(timing=TIMING, broker_url=None, poll_s=0.05)
+    clusters = config["ALT_CLUSTERS"]
+    assert list(clusters) == [
+        "driver",
+        "worker-chat",
+        "worker-control",
+        "worker-codex",
+        "worker-emails",
+        "worker-bulk",
+    ]
+    assert clusters["worker-emails"]["workers"] == 6 and clusters["worker-bulk"]["workers"] == 4
+    # a task may run as long as the group's lease: django-q2 must not hand it out again
+    assert clusters["worker-emails"]["timeout"] == 2_000 + 60
+    assert clusters["worker-emails"]["retry"] > clusters["worker-emails"]["timeout"]
+    assert (
+        clusters["worker-chat"]
+        == cluster_config(timing=TimingSettings(), broker_url=None, poll_s=0.05)["ALT_CLUSTERS"][
+            "worker-chat"
+        ]
+    )
+
+
+def test_the_connection_budget_counts_every_group():
+    """Each runworker: concurrency + 3; driver 1, chat 4, control 1, codex 1, emails 6, bulk 4."""
+    assert connection_budget(TimingSettings()) == 4 + 7 + 4 + 4
+    assert connection_budget(TIMING) == 4 + 7 + 4 + 4 + 9 + 7
+    assert connection_budget(TIMING, runworkers_per_role=2) == 2 * (19 + 16)
+    assert role_names(TIMING) == ("driver", "chat", "control", "codex", "emails", "bulk")
+    assert is_cluster("worker-emails") and is_cluster("driver") and not is_cluster("api")

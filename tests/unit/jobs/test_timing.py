@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from jobs.core.groups import GroupSettings
 from jobs.core.timing import (
     TimingSettings,
     concurrency_for,
@@ -228,4 +229,66 @@ def test_concurrency_per_group_follows_k8(
 
 def test_unknown_concurrency_group_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown worker group 'api'"):
-        concurrency_for("api", TimingSettings(execute_concurrency=3))  # type: ignore[arg-type]
+        concurrency_for("api", TimingSettings(execute_concurrency=3))
+
+
+# ---- declared worker groups (issue 33 item 5) ------------------------------------------------
+
+EMAILS = GroupSettings(name="emails", concurrency=6, lease_ms=60_000, execution_timeout_ms=20_000)
+BARE = GroupSettings(name="bare")
+DECLARED = TimingSettings(worker_groups=(EMAILS, BARE))
+
+
+def test_declared_groups_follow_the_built_in_ones() -> None:
+    assert DECLARED.group_names() == ("chat", "control", "codex", "emails", "bare")
+    assert DECLARED.declared("emails") is EMAILS and DECLARED.declared("chat") is None
+
+
+@pytest.mark.parametrize(
+    ("settings", "group", "concurrency"),
+    [
+        (DECLARED, "emails", 6),  # its own
+        (DECLARED, "bare", 4),  # sized like chat
+        (TimingSettings(worker_groups=(BARE,), chat_job_concurrency=7), "bare", 7),
+        (TimingSettings(worker_groups=(BARE,), execute_concurrency=3), "bare", 3),  # K-8's override
+        (TimingSettings(worker_groups=(EMAILS,), execute_concurrency=3), "emails", 6),  # wins
+        (DECLARED, "chat", 4),  # the built-ins as before
+        (DECLARED, "control", 1),
+    ],
+)
+def test_a_declared_group_has_its_concurrency_else_the_global_one(settings, group, concurrency):
+    assert concurrency_for(group, settings) == concurrency
+
+
+def test_a_declared_groups_lease_and_timeout_apply_to_its_jobs_only() -> None:
+    plain = {"kind": "acme.mail"}
+    assert lease_ms_for("mailer", plain, DECLARED, group="emails") == 60_000
+    assert lease_ms_for("mailer", plain, DECLARED, group="bare") == 300_000
+    assert lease_ms_for("mailer", plain, DECLARED, group="chat") == 300_000
+    assert lease_ms_for("codex", {}, DECLARED, group="emails") == 900_000  # K-6 unchanged
+    assert execution_timeout_ms(60_000, "acme.mail", DECLARED, group="emails") == 20_000
+    assert execution_timeout_ms(10_000, "acme.mail", DECLARED, group="emails") == 9_000  # lower
+    assert execution_timeout_ms(60_000, "acme.mail", DECLARED, group="bare") == 59_000
+
+
+def test_settings_without_worker_groups_declare_none() -> None:
+    assert TimingSettings.from_config(SimpleNamespace(**DEFAULTS_AS_CONFIG)).worker_groups == ()
+    with pytest.raises(ValueError, match="RECEIPT_WORKER_GROUPS"):
+        TimingSettings(worker_groups=("emails",))  # type: ignore[arg-type]
+
+
+DEFAULTS_AS_CONFIG = {
+    name: getattr(DEFAULTS, name)
+    for name in (
+        "job_lease_ms",
+        "codex_job_lease_ms",
+        "factory_control_job_lease_ms",
+        "factory_control_job_execution_timeout_ms",
+        "heartbeat_interval_ms",
+        "active_stale_ms",
+        "execute_concurrency",
+        "chat_job_concurrency",
+        "orchestration_job_concurrency",
+        "codex_job_concurrency",
+    )
+}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -51,6 +52,7 @@ EXTRA_FIELDS = {
     "organizationId",
     "objectiveId",
     "taskId",
+    "queue",  # the worker group an enqueue chose (issue 33 item 5)
 }
 COMMAND_FIELDS = {"id", "command", "lane", "payload", "by", "createdAt", "consumedAt"}
 
@@ -189,7 +191,7 @@ def test_malformed_wire_form_is_refused_with_the_key_named(
     assert str(err.value) == message
 
 
-@pytest.mark.parametrize("key", sorted((A2_FIELDS | EXTRA_FIELDS) - {"stream"}))
+@pytest.mark.parametrize("key", sorted((A2_FIELDS | EXTRA_FIELDS) - {"stream", "queue"}))
 def test_every_stored_key_is_required(key: str) -> None:
     wire = job_to_wire(busy_job())
     del wire[key]
@@ -202,6 +204,15 @@ def test_stream_is_derived_and_may_be_absent() -> None:
     wire = job_to_wire(job)
     del wire["stream"]
     assert job_from_wire(wire) == job
+
+
+def test_a_row_stored_before_queues_existed_reads_as_the_default_route() -> None:
+    """Issue 33 item 5: `queue` is absent from read-model rows written before it."""
+    job = busy_job()
+    wire = job_to_wire(replace(job, queue="emails"))
+    assert wire["queue"] == "emails" and job_from_wire(wire).queue == "emails"
+    del wire["queue"]
+    assert job_from_wire(wire).queue is None
 
 
 # --- random states ---------------------------------------------------------------------
@@ -261,6 +272,7 @@ _states = st.builds(
     head=st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
     settled_by=_opt_text,
     cancel_reason=_opt_text,
+    queue=st.none() | st.sampled_from(["emails", "reports"]),
 )
 
 
