@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     )
     from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend
     from django_tasks.exceptions import InvalidTaskError as InvalidTask
-    from django_tasks.exceptions import TaskResultDoesNotExist
+    from django_tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
     from django_tasks.signals import task_enqueued, task_finished, task_started
 
     SOURCE = "django_tasks"
@@ -52,7 +52,12 @@ else:
             TaskResultStatus,
             task,
         )
-        from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
+        from django.tasks.exceptions import (
+            InvalidTask,
+            InvalidTaskBackend,
+            TaskResultDoesNotExist,
+            TaskResultMismatch,
+        )
         from django.tasks.signals import task_enqueued, task_finished, task_started
 
         SOURCE = "django.tasks"
@@ -75,7 +80,7 @@ else:
         )
         from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend
         from django_tasks.exceptions import InvalidTaskError as InvalidTask
-        from django_tasks.exceptions import TaskResultDoesNotExist
+        from django_tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
         from django_tasks.signals import task_enqueued, task_finished, task_started
 
         SOURCE = "django_tasks"
@@ -93,6 +98,7 @@ __all__ = [
     "TaskError",
     "TaskResult",
     "TaskResultDoesNotExist",
+    "TaskResultMismatch",
     "TaskResultStatus",
     "default_task_backend",
     "task",

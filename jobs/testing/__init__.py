@@ -24,7 +24,7 @@ from jobs.core.state import JobState
 from jobs.core.wire import job_from_wire
 from jobs.models import Job
 from jobs.runtime import driver, keeper, worker
-from jobs.runtime.dispatch import start_driver
+from jobs.runtime.dispatch import OUTBOX, start_driver
 from jobs.selectors import states
 
 DEFAULT_MAX_ATTEMPTS = 1000  # attempts one call runs at most: a job that keeps enqueuing
@@ -64,6 +64,7 @@ def run_jobs(
     left: list[str] = []
     with _no_lease_keeper():
         while True:
+            OUTBOX.drain()  # the after-commit dispatch of what was enqueued is done first
             batch = _queued(only)
             left = [job.job_id for job in batch]
             progressed = False

@@ -63,3 +63,16 @@ def double_dictionary(key: Any) -> dict[Any, Any]:
 def plain_function() -> str:
     """Not a task: a payload naming it must not run it."""
     return "ran"
+
+
+@task
+def fan_out(count: int) -> list[str]:
+    """Enqueues `count` more tasks from inside a task."""
+    return [add.enqueue(i, i).id for i in range(count)]
+
+
+@task
+def forever(depth: int = 0) -> int:
+    """Enqueues itself again, every time."""
+    forever.enqueue(depth + 1)
+    return depth
