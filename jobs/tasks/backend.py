@@ -36,7 +36,7 @@ from jobs.tasks.options import ReceiptOptions, ReceiptTask, backend_defaults, op
 
 
 def declared_groups() -> tuple[str, ...]:
-    """The worker groups a queue name may name."""
+    """The worker groups a queue name may name: this deployment's."""
     return tuple(contracts.WORKER_GROUPS)
 
 
@@ -121,6 +121,6 @@ def _scheduling(task: Task) -> dict[str, Any]:
         extra["run_at"] = int(task.run_after.timestamp() * 1000)
     if task.priority != DEFAULT_TASK_PRIORITY:
         extra["priority"] = task.priority
-    if task.queue_name != DEFAULT_TASK_QUEUE_NAME:
-        extra["queue"] = task.queue_name
+    if task.queue_name != DEFAULT_TASK_QUEUE_NAME or task.queue_name in declared_groups():
+        extra["queue"] = task.queue_name  # "default" is the kind's route, unless so declared
     return extra

@@ -55,7 +55,7 @@ def history(job_id: str) -> History | None:
         return None
     found = attempt_history(store.read(job_stream(job_id)))
     job = found.job
-    if job is None or not isinstance(job.payload, dict) or job.payload.get("kind") != payload.KIND:
+    if job is None or job.agent_id != payload.AGENT_ID or job.kind != payload.KIND:
         return None
     return found
 

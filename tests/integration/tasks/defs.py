@@ -19,6 +19,11 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
+@task(priority=7)
+def urgent_add(a: int, b: int) -> int:
+    return a + b
+
+
 @task
 def echo(*args: Any, **kwargs: Any) -> dict[str, Any]:
     return {"args": list(args), "kwargs": kwargs}

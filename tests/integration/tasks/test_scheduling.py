@@ -51,6 +51,12 @@ def test_defaults_pass_no_scheduling_option(sent):
     assert not set(sent[0]) & set(SCHEDULING)
 
 
+def test_a_priority_given_to_the_decorator_is_the_tasks(sent):
+    assert defs.urgent_add.priority == 7
+    defs.urgent_add.enqueue(1, 2)
+    assert sent[0]["priority"] == 7
+
+
 def test_set_values_pass_as_the_queues_options_and_stay_on_the_result(sent):
     at = datetime(2031, 5, 17, 12, 0, tzinfo=UTC)
     with override_settings(TASKS=QUEUES):
