@@ -10,6 +10,7 @@ class JobsConfig(AppConfig):
         from access import failures
         from jobs import metrics, projector, queue, retention, routing_checks  # noqa: F401
         from jobs.runtime import counters, dispatch, loops, redelivery
+        from jobs.tasks import handler as task_handler
         from receipts import retention as receipt_retention
         from receipts import store
 
@@ -27,3 +28,4 @@ class JobsConfig(AppConfig):
             queue.joined_dispatch.append(dispatch.joined_promises)
         if redelivery.loops not in loops.providers:
             loops.providers.append(redelivery.loops)  # Redis: re-push what Redis lost
+        task_handler.register_if_configured()  # Django's task framework: agent django-task

@@ -6,6 +6,7 @@ import os
 import secrets
 from pathlib import Path
 
+import django
 from django.core.exceptions import ImproperlyConfigured
 
 from jobs.core.timing import TimingSettings
@@ -66,6 +67,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_q",
+    *(["django_tasks"] if django.VERSION < (6, 0) else []),  # the task framework's backport
     "receipt_site",
     "receipts",
     "access",
@@ -152,6 +154,9 @@ Q_CLUSTER = cluster_config(
 )
 if RECEIPT.broker == "orm":
     Q_CLUSTER["broker_class"] = "jobs.runtime.promisebroker.PromiseBroker"  # promise = task
+
+# Django's task framework: every `@task` enqueue is a Receipt job (docs/tasks.md).
+TASKS = {"default": {"BACKEND": "jobs.tasks.ReceiptBackend"}}
 
 REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 BACKEND = os.environ.get("RECEIPT_TEST_BACKEND", "sqlite")
+# `receipt_worker`: queued jobs run to completion in-process (jobs.testing, issue 33 item 6)
+pytest_plugins = ["jobs.testing.pytest_plugin"]
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -116,7 +116,13 @@ def test_the_kind_contract_table_is_readable_through_the_api(client):
     response = client.get("/kinds", **bearer(organization_id="org-1", scopes=["jobs:read"]))
     assert response.status_code == 200
     rows = {row["kind"]: row for row in response.json()["kinds"]}
-    assert list(rows) == list(KINDS)
+    assert list(rows) == [*KINDS, "django.task"]  # the task backend's (issue 33 item 2)
+    task = rows["django.task"]
+    assert (task["workerGroup"], task["authContextRequired"], task["builtIn"]) == (
+        "chat",
+        False,
+        False,
+    )
     assert rows["factory.task.run"] == {
         "kind": "factory.task.run",
         "workerGroup": "codex",

@@ -1,0 +1,109 @@
+"""A task's job payload: what it runs (the task's module path), with what (JSON args and
+kwargs) and as enqueued (backend alias, queue, priority, run_after when not defaults).
+
+    {"kind": "django.task", "task": "shop.tasks.send_receipt_email",
+     "args": [7], "kwargs": {}, "backend": "default", "priority": 10}
+
+Arguments and return values are JSON (the framework requires it): a value that does
+not survive a JSON round trip unchanged in type is refused with a TypeError naming it,
+before anything is written. Reading a payload back imports the named module and accepts
+only a framework `Task` found there: a payload never names an arbitrary callable to run.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from typing import Any
+
+from django.utils.module_loading import import_string
+
+from jobs.tasks.errors import TaskNotImportable
+from jobs.tasks.framework import DEFAULT_TASK_PRIORITY, DEFAULT_TASK_QUEUE_NAME, Task
+
+AGENT_ID = "django-task"
+KIND = "django.task"
+_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
+
+
+def plain_json(value: Any, *, what: str) -> Any:
+    """`value` as JSON gives it back (tuples become lists), or TypeError saying why not."""
+    try:
+        text = json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as error:
+        raise TypeError(f"{what} must be JSON-serializable: {error}") from None
+    _string_keys(value, what)
+    return json.loads(text)
+
+
+def _string_keys(value: Any, what: str) -> None:
+    """JSON turns a non-string dict key into a string: the task would get another type."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(
+                    f"{what} must be JSON-serializable without changing type: "
+                    f"the dict key {key!r} would come back as the string {json.dumps(key)}"
+                )
+            _string_keys(item, what)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _string_keys(item, what)
+
+
+def build(task: Task, args: Any, kwargs: Any, *, backend: str) -> dict[str, Any]:
+    """The payload of an enqueue of `task` (TypeError for arguments that are not JSON)."""
+    path = task.module_path
+    if resolve(path).func is not task.func:  # what the worker will import must be this task
+        raise TaskNotImportable(path, "does not import as this task by its module path")
+    payload: dict[str, Any] = {
+        "kind": KIND,
+        "task": path,
+        "args": plain_json(list(args), what=f"the arguments of task {path}"),
+        "kwargs": plain_json(dict(kwargs), what=f"the keyword arguments of task {path}"),
+        "backend": backend,
+    }
+    if task.queue_name != DEFAULT_TASK_QUEUE_NAME:
+        payload["queueName"] = task.queue_name
+    if task.priority != DEFAULT_TASK_PRIORITY:
+        payload["priority"] = task.priority
+    if task.run_after is not None:
+        payload["runAfter"] = task.run_after.isoformat()
+    return payload
+
+
+def resolve(path: Any) -> Task:
+    """The framework task at `path`; TaskNotImportable when there is none."""
+    if not isinstance(path, str) or not _PATH.fullmatch(path):
+        raise TaskNotImportable(path, "is not a dotted module path")
+    try:
+        found = import_string(path)
+    except ImportError as error:
+        raise TaskNotImportable(path, f"does not import: {error}") from None
+    if not isinstance(found, Task):
+        raise TaskNotImportable(path, f"is a {type(found).__name__}, not a task")
+    return found
+
+
+def task_of(payload: Any) -> Task:
+    """The task a job payload runs, as it was enqueued (backend, queue, priority,
+    run_after); TaskNotImportable when the payload names none."""
+    if not isinstance(payload, dict) or payload.get("kind") != KIND:
+        raise TaskNotImportable(None, "is missing: the payload is not a task's")
+    task = resolve(payload.get("task"))
+    changes: dict[str, Any] = {}
+    if isinstance(payload.get("backend"), str) and payload["backend"] != task.backend:
+        changes["backend"] = payload["backend"]
+    if isinstance(payload.get("queueName"), str):
+        changes["queue_name"] = payload["queueName"]
+    if isinstance(payload.get("priority"), int):
+        changes["priority"] = payload["priority"]
+    if isinstance(payload.get("runAfter"), str):
+        changes["run_after"] = datetime.fromisoformat(payload["runAfter"])
+    return task.using(**changes) if changes else task
+
+
+def arguments(payload: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
+    args, kwargs = payload.get("args"), payload.get("kwargs")
+    return (args if isinstance(args, list) else []), (kwargs if isinstance(kwargs, dict) else {})
