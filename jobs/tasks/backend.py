@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import Any
 
 from jobs import queue
-from jobs.core import contracts
 from jobs.core.attempts import History
 from jobs.errors import InvalidRequest
 from jobs.tasks import payload, results
@@ -33,11 +32,12 @@ from jobs.tasks.framework import (
     task_enqueued,
 )
 from jobs.tasks.options import ReceiptOptions, ReceiptTask, backend_defaults, options_of
+from jobs.timing_config import current_timing
 
 
 def declared_groups() -> tuple[str, ...]:
-    """The worker groups a queue name may name: this deployment's."""
-    return tuple(contracts.WORKER_GROUPS)
+    """The worker groups a queue name may name: this deployment's, built-in and declared."""
+    return current_timing().group_names()
 
 
 class ReceiptBackend(BaseTaskBackend):

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from datetime import datetime
 from typing import Any
 
+from django.apps import apps
 from django.utils.module_loading import import_string
 
 from jobs.tasks.errors import TaskNotImportable
@@ -77,6 +79,10 @@ def resolve(path: Any) -> Task:
     """The framework task at `path`; TaskNotImportable when there is none."""
     if not isinstance(path, str) or not _PATH.fullmatch(path):
         raise TaskNotImportable(path, "is not a dotted module path")
+    if not _importable(path.rpartition(".")[0]):
+        raise TaskNotImportable(
+            path, "is outside the installed apps and the modules this process loaded"
+        )
     try:
         found = import_string(path)
     except ImportError as error:
@@ -84,6 +90,19 @@ def resolve(path: Any) -> Task:
     if not isinstance(found, Task):
         raise TaskNotImportable(path, f"is a {type(found).__name__}, not a task")
     return found
+
+
+def _importable(module: str) -> bool:
+    """Whether a payload may make a worker import `module`: one already loaded (the
+    handler modules, anything the project imported) or one inside an installed app. A
+    payload comes from any client with a token, and importing a module runs its code; only
+    a `Task` is ever called, but what an import does must stay the project's own code."""
+    if module in sys.modules:
+        return True
+    return any(
+        module == config.name or module.startswith(config.name + ".")
+        for config in apps.get_app_configs()
+    )
 
 
 def task_of(payload: Any) -> Task:

@@ -31,7 +31,7 @@ RUNTIME_ENV = {
     "RECEIPT_RESONATE_QUEUED_REDRIVE_STARTUP_DELAY_MS": "100",
     "RESONATE_STARTUP_SETTLE_MS": "100",
     "RECEIPT_BROKER_POLL_MS": "20",
-    "RECEIPT_HANDLER_MODULES": "tests.runtime.handlers",
+    "RECEIPT_HANDLER_MODULES": "tests.runtime.handlers,tests.integration.tasks.defs",
     "RUNWORKER_STOP_GRACE_S": "8",
     # These tests watch task commands through files outside their workspaces; the sandbox
     # has its own runtime test (test_sandbox.py), which asks for bwrap.

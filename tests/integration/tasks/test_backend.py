@@ -4,6 +4,7 @@ machine in this process (`receipt_worker`, issue 33 item 6)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -301,8 +302,21 @@ def test_a_payload_never_runs_what_is_not_a_task(receipt_worker):
         assert job.status == "failed" and job.attempt == 1  # not retried
         assert job.last_error.startswith("jobs.tasks.errors.TaskNotImportable: task ")
     assert "is a function, not a task" in drained.job(ids[0]).last_error
+    assert "outside the installed apps" in drained.job(ids[2]).last_error
     with pytest.raises(TaskNotImportable):  # and no result pretends it is one
         default_task_backend.get_result(ids[0])
+
+
+def test_a_payload_never_imports_a_module_outside_the_project(receipt_worker):
+    """Importing runs a module's code: a payload may name only what the process loaded or
+    a module of an installed app, never, say, a module of the standard library."""
+    assert "this" not in sys.modules  # importing it would print the Zen of Python
+    job_id = queue.enqueue(
+        "django-task", {"kind": "django.task", "task": "this.task", "args": [], "kwargs": {}}
+    ).job.job_id
+    drained = receipt_worker.run()
+    assert "outside the installed apps" in drained.job(job_id).last_error
+    assert "this" not in sys.modules
 
 
 def test_a_task_must_import_by_its_module_path():
