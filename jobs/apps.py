@@ -1,4 +1,4 @@
-from django.apps import AppConfig
+from django.apps import AppConfig, apps
 
 
 class JobsConfig(AppConfig):
@@ -9,12 +9,14 @@ class JobsConfig(AppConfig):
     def ready(self) -> None:
         from access import failures
         from jobs import metrics, projector, queue, retention, routing_checks  # noqa: F401
+        from jobs.core import contracts
         from jobs.runtime import counters, dispatch, loops, redelivery
         from jobs.tasks import handler as task_handler
         from receipts import retention as receipt_retention
         from receipts import store
 
         projector.register()
+        contracts.offer_factory_kinds(apps.is_installed("objectives"))  # Factory is optional
         if metrics.count_auth_failure not in failures.observers:
             failures.observers.append(metrics.count_auth_failure)  # /metrics, issue 31
         if counters.observe_append not in store.append_observers:

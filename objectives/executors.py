@@ -163,7 +163,7 @@ class LocalExecutor:
             return None
         result = _read_result(request.workspace, result_parts)
         verdict = _verdict(ran, result, timeout_s)
-        root = Path(settings.WORKSPACE_DIR)
+        root = Path(str(settings.RECEIPT.workspace_dir))
         return {
             **verdict,
             "exitCode": ran.exit_code,

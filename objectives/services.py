@@ -470,13 +470,13 @@ def cancel(
 def workspace(objective_id: str) -> Path:
     """The objective's workspace: under RECEIPT_WORKSPACE_DIR, never the data directory
     (Q-5). Objective ids are path-safe (`vocabulary.is_objective_id`)."""
-    return Path(settings.WORKSPACE_DIR) / objective_id
+    return Path(str(settings.RECEIPT.workspace_dir)) / objective_id
 
 
 def logs(objective_id: str) -> Path:
     """The objective's command output (stdout/stderr), kept by the worker beside the
     workspaces and out of the commands' reach: the worker writes there."""
-    return Path(settings.WORKSPACE_DIR) / ".logs" / objective_id
+    return Path(str(settings.RECEIPT.workspace_dir)) / ".logs" / objective_id
 
 
 def cleanup(

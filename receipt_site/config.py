@@ -1,11 +1,17 @@
-"""Typed configuration read once from the environment (SPEC 13).
+"""Typed configuration, read once (SPEC 13), through one of two doors:
 
-Pure: `load(env)` takes a mapping and returns a frozen Config or raises ConfigError
-naming the variable, so a typo stops startup instead of silently using a default.
+- `load(env)`: the standalone site reads environment variables (`JOB_LEASE_MS=...`);
+- `from_settings(block)`: a host project's `RECEIPT = {"job_lease_ms": ...}` settings
+  block, keyed by the Config attribute names (lowercase), values already typed.
+
+Pure: both take a mapping and return a frozen Config or raise ConfigError naming the
+variable or key, so a typo stops startup instead of silently using a default. Both share
+the table of defaults and bounds below.
 """
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -56,10 +62,15 @@ class Config:
     watchdog_timeout_ms: int
     watchdog_scan_limit: int
     startup_settle_ms: int
+    runworker_stop_grace_s: int
     resonate_callback_url: str | None
     event_callback_url: str | None
     callback_token: str | None
     callback_retry_for_ms: int
+    sse_keepalive_ms: int
+    sse_poll_ms: int
+    live_db_threads: int
+    live_ring_size: int
     repo_slot_concurrency: int
     factory_planner: str | None
     factory_executor: str | None
@@ -269,10 +280,16 @@ _SPECS = (
         None,
     ),
     _Spec("RESONATE_STARTUP_SETTLE_MS", "startup_settle_ms", "int", 1_000, 0, _MS),
+    _Spec("RUNWORKER_STOP_GRACE_S", "runworker_stop_grace_s", "int", 30, 0, 86_400),
     _Spec("RECEIPT_RESONATE_CALLBACK_URL", "resonate_callback_url", "optstr"),
     _Spec("RECEIPT_EVENT_CALLBACK_URL", "event_callback_url", "optstr"),
     _Spec("RECEIPT_CALLBACK_TOKEN", "callback_token", "optstr"),
     _Spec("RECEIPT_CALLBACK_RETRY_FOR_MS", "callback_retry_for_ms", "int", 3_600_000, 1000, _MS),
+    # Live events (receipts.live.config): keepalive, SQLite poll, shared threads, ring
+    _Spec("RECEIPT_SSE_KEEPALIVE_MS", "sse_keepalive_ms", "int", 5000, 50, 600_000),
+    _Spec("RECEIPT_SSE_POLL_MS", "sse_poll_ms", "int", 250, 10, 10_000),
+    _Spec("RECEIPT_LIVE_DB_THREADS", "live_db_threads", "int", 4, 1, 64),
+    _Spec("RECEIPT_LIVE_RING_SIZE", "live_ring_size", "int", 10_000, 100, 1_000_000),
     _Spec("RECEIPT_FACTORY_REPO_SLOT_CONCURRENCY", "repo_slot_concurrency", "int", 20, 1, 10_000),
     _Spec("RECEIPT_FACTORY_PLANNER", "factory_planner", "optstr"),
     _Spec("RECEIPT_FACTORY_EXECUTOR", "factory_executor", "optstr"),
@@ -360,17 +377,93 @@ def _hosts(raw: str) -> tuple[str, ...]:
 
 def load(env: Mapping[str, str]) -> Config:
     values = {spec.attr: _parse(spec, env.get(spec.env)) for spec in _SPECS}
+    return _checked(values, {spec.attr: spec.env for spec in _SPECS})
+
+
+# In a host project these are Django's own settings, never Receipt's.
+HOST_OWNED = {
+    "database_url": "DATABASES",
+    "secret_key": "SECRET_KEY",
+    "allowed_hosts": "ALLOWED_HOSTS",
+    "debug": "DEBUG",
+    "log_level": "LOGGING",
+}
+
+
+def from_settings(block: Mapping[str, Any]) -> Config:
+    """The Config of a host project's `RECEIPT` settings block: lowercase keys (the Config
+    attribute names), typed values; every key left out keeps its default."""
+    if not isinstance(block, Mapping):
+        raise ConfigError("RECEIPT", f"must be a dict, got {type(block).__name__}")
+    specs = {spec.attr: spec for spec in _SPECS}
+    names = {attr: f"RECEIPT[{attr!r}]" for attr in specs}
+    values: dict[str, Any] = {}
+    for key, value in block.items():
+        name = f"RECEIPT[{key!r}]"
+        if key in HOST_OWNED:
+            raise ConfigError(name, f"is the project's own setting: set {HOST_OWNED[key]}")
+        if key not in specs:
+            raise ConfigError(name, f"is not a Receipt setting{_did_you_mean(key)}")
+        values[key] = _typed(specs[key], name, value)
+    for attr, spec in specs.items():
+        if attr not in values:
+            values[attr] = _parse(spec, None)
+    return _checked(values, names)
+
+
+def _did_you_mean(key: Any) -> str:
+    """A hint for a mistyped key, or an environment variable's name used as one."""
+    by_env = {spec.env: spec.attr for spec in _SPECS if spec.attr not in HOST_OWNED}
+    if key in by_env:
+        return f"; did you mean {by_env[key]!r}?"
+    close = difflib.get_close_matches(str(key).lower(), by_env.values(), n=1)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def _typed(spec: _Spec, name: str, value: Any) -> Any:
+    """A settings-block value checked against its spec (no strings parsed as numbers)."""
+    if value is None and spec.kind in ("optint", "optstr"):
+        return None
+    if spec.kind in ("int", "optint"):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(name, f"must be an integer, got {value!r}")
+        if spec.low is not None and value < spec.low:
+            raise ConfigError(name, f"must be >= {spec.low}, got {value}")
+        if spec.high is not None and value > spec.high:
+            raise ConfigError(name, f"must be <= {spec.high}, got {value}")
+        return value
+    if spec.kind == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(name, f"must be True or False, got {value!r}")
+        return value
+    if spec.kind == "list":
+        if isinstance(value, str) or not all(isinstance(v, str) for v in value or ()):
+            raise ConfigError(name, f"must be a list of strings, got {value!r}")
+        return tuple(v.strip() for v in value if v.strip())
+    if not isinstance(value, str):
+        raise ConfigError(name, f"must be a string, got {value!r}")
+    if spec.choices:
+        for choice in spec.choices:
+            if value.strip().lower() == choice.lower():
+                return choice
+        raise ConfigError(name, f"must be one of {', '.join(spec.choices)}, got {value!r}")
+    return value
+
+
+def _checked(values: dict[str, Any], names: Mapping[str, str]) -> Config:
+    """The rules across the table (what one value's spec cannot say), named per door."""
     broker = values["broker"]
     if broker != "orm" and not broker.startswith(("redis://", "rediss://")):
-        raise ConfigError("RECEIPT_BROKER", f"must be 'orm' or a redis:// URL, got {broker!r}")
+        raise ConfigError(names["broker"], f"must be 'orm' or a redis:// URL, got {broker!r}")
     url = values["database_url"]
     if url and not url.startswith(("postgres://", "postgresql://", "sqlite://")):
-        raise ConfigError("DATABASE_URL", "must start with postgres://, postgresql:// or sqlite://")
+        raise ConfigError(
+            names["database_url"], "must start with postgres://, postgresql:// or sqlite://"
+        )
     cron = values["watchdog_cron"]
     if len(cron.split()) != 5:
         raise ConfigError(
-            "RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_CRON",
-            f"must be a 5-field cron expression, got {cron!r}",
+            names["watchdog_cron"], f"must be a 5-field cron expression, got {cron!r}"
         )
     return Config(**values)
 

@@ -15,19 +15,25 @@ POOL_WAIT_S = 5.0
 POOL_RECONNECT_S = 5.0
 
 
+# WAL + IMMEDIATE transactions + a busy timeout: writers queue instead of failing with
+# "database is locked", and a read never has to upgrade to a write mid-transaction.
+SQLITE_TRANSACTION_MODE = "IMMEDIATE"
+SQLITE_BUSY_TIMEOUT_S = 20
+SQLITE_INIT = {"journal_mode": "WAL", "synchronous": "NORMAL"}
+SQLITE_OPTIONS = {
+    "transaction_mode": SQLITE_TRANSACTION_MODE,
+    "timeout": SQLITE_BUSY_TIMEOUT_S,
+    "init_command": " ".join(f"PRAGMA {k}={v};" for k, v in SQLITE_INIT.items()),
+}
+
+
 def sqlite_database(path: Path) -> dict[str, Any]:
-    # WAL + IMMEDIATE transactions + a busy timeout: writers queue instead of failing with
-    # "database is locked", and a read never has to upgrade to a write mid-transaction.
     return {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": str(path),
         "CONN_MAX_AGE": 60,
         "CONN_HEALTH_CHECKS": True,
-        "OPTIONS": {
-            "transaction_mode": "IMMEDIATE",
-            "timeout": 20,
-            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
-        },
+        "OPTIONS": dict(SQLITE_OPTIONS),
         "TEST": {"NAME": str(path.with_name(f"test_{path.name}"))},
     }
 
@@ -68,3 +74,20 @@ def database_from_url(url: str | None, *, data_dir: Path, pool: bool = False) ->
         "CONN_HEALTH_CHECKS": not pool,
         "OPTIONS": options,
     }
+
+
+def prepare_sqlite(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """connection_created: Receipt's SQLite set-up on a database whose settings leave it
+    unset (a host project's default `db.sqlite3` has none of it). What the OPTIONS say
+    explicitly is left alone; `receipt_site.checks` warns where that is unsafe."""
+    if connection.vendor != "sqlite" or connection.is_in_memory_db():
+        return
+    options = connection.settings_dict.get("OPTIONS") or {}
+    if "transaction_mode" not in options:
+        connection.transaction_mode = SQLITE_TRANSACTION_MODE  # read by each BEGIN
+    init = str(options.get("init_command", "")).lower()
+    pragmas = [f"PRAGMA {k}={v}" for k, v in SQLITE_INIT.items() if k not in init]
+    if "timeout" not in options:
+        pragmas.append(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_S * 1000}")
+    for pragma in pragmas:
+        connection.connection.execute(pragma)

@@ -176,7 +176,9 @@ def _runtime() -> dict[str, Any]:
 def _supervised() -> tuple[list[str], list[str]]:
     """Children runstack's supervisor reports failing at startup (P-3): public and
     detailed wordings (the cause may name hosts or paths). Needs no database."""
-    failing = supervision.failing_children(Path(settings.DATA_DIR) / supervision.STATUS_FILE)
+    failing = supervision.failing_children(
+        Path(settings.RECEIPT.data_dir) / supervision.STATUS_FILE
+    )
     public = [
         f"the {entry.get('child')} process fails at startup every time; "
         "the runstack output names the cause"

@@ -9,33 +9,25 @@ from pathlib import Path
 import django
 from django.core.exceptions import ImproperlyConfigured
 
-from jobs.core.timing import TimingSettings
-from jobs.runtime.roles import cluster_config
 from receipt_site import config as _config
+from receipt_site.conf import q_cluster, with_directories
 from receipt_site.databases import database_from_url
 
-# Templates and static files ship inside the package, so an installed Receipt has them too.
+# The site's own templates ship inside the package, so an installed Receipt has them too.
 PACKAGE_DIR = Path(__file__).resolve().parent
 
 try:
-    RECEIPT = _config.load(os.environ)
+    RECEIPT = with_directories(
+        _config.load(os.environ),
+        base=Path.cwd(),
+        names=("RECEIPT_DATA_DIR", "RECEIPT_WORKSPACE_DIR"),
+    )
 except _config.ConfigError as error:  # stop startup with the variable named (SPEC 13)
     raise ImproperlyConfigured(str(error)) from None
 
-DATA_DIR = Path(RECEIPT.data_dir).resolve()
+DATA_DIR = Path(RECEIPT.data_dir)
 DATA_DIR.mkdir(parents=True, exist_ok=True)
-# Task workspaces (Q-5) live outside the data directory, whatever the executor: a command
-# in its workspace must find no database, secret key or token file next to it.
-WORKSPACE_DIR = Path(RECEIPT.workspace_dir or f"{DATA_DIR}-workspaces").resolve()
-if (
-    WORKSPACE_DIR == DATA_DIR
-    or DATA_DIR in WORKSPACE_DIR.parents
-    or WORKSPACE_DIR in DATA_DIR.parents
-):
-    raise ImproperlyConfigured(
-        "invalid configuration: RECEIPT_WORKSPACE_DIR must be a directory outside "
-        f"RECEIPT_DATA_DIR ({DATA_DIR}) that does not contain it, got {WORKSPACE_DIR}"
-    )
+WORKSPACE_DIR = Path(str(RECEIPT.workspace_dir))
 
 
 def _secret_key() -> str:
@@ -92,7 +84,9 @@ ROOT_URLCONF = "receipt_site.urls"
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [PACKAGE_DIR / "templates"],  # before the apps' own: our admin overrides
+        # before the apps' own: the site's admin index and error pages (the apps' pages
+        # ship in their own templates/, which is all a host project needs)
+        "DIRS": [PACKAGE_DIR / "site_templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -124,7 +118,6 @@ USE_TZ = True
 STATIC_URL = "/static/"
 STATIC_ROOT = DATA_DIR / "staticfiles"
 STATIC_ROOT.mkdir(exist_ok=True)  # WhiteNoise warns on every request when it is missing
-STATICFILES_DIRS = [PACKAGE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedStaticFilesStorage"},
@@ -147,13 +140,7 @@ LOGGING = {
 }
 
 # django-q2: one cluster per role, built from the config (jobs/runtime/roles.py says why).
-Q_CLUSTER = cluster_config(
-    timing=TimingSettings.from_config(RECEIPT),
-    broker_url=None if RECEIPT.broker == "orm" else RECEIPT.broker,
-    poll_s=RECEIPT.broker_poll_ms / 1000,
-)
-if RECEIPT.broker == "orm":
-    Q_CLUSTER["broker_class"] = "jobs.runtime.promisebroker.PromiseBroker"  # promise = task
+Q_CLUSTER = q_cluster(RECEIPT)
 
 # Django's task framework: every `@task` enqueue is a Receipt job (docs/tasks.md).
 TASKS = {"default": {"BACKEND": "jobs.tasks.ReceiptBackend"}}

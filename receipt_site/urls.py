@@ -3,9 +3,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from jobs import metrics
 from jobs.api.schema import ApiDocsView, ApiSchemaView
-from receipt_site import health
 
 # A receipt-slip mark, so browsers stop asking for a missing /favicon.ico on every page.
 FAVICON = (
@@ -24,15 +22,10 @@ def favicon(request: HttpRequest) -> HttpResponse:
 urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False), name="root"),
     path("favicon.ico", favicon, name="favicon"),
-    path("healthz", health.healthz, name="healthz"),
-    path("readyz", health.readyz, name="readyz"),
-    path("metrics", metrics.metrics, name="metrics"),
     path("admin/", admin.site.urls),
     path("api/schema/", ApiSchemaView.as_view(), name="schema"),
     path("api/docs/", ApiDocsView.as_view(url_name="schema"), name="api-docs"),
-    path("factory/api/", include("objectives.api.urls")),
-    path("", include("jobs.live.urls")),
-    path("", include("jobs.api.urls")),
+    path("", include("receipt_site.host_urls")),  # what a host project includes too
 ]
 
 # JSON errors outside DRF views; the admin keeps its HTML pages (receipt_site.api_errors).

@@ -12,6 +12,7 @@ from __future__ import annotations
 from functools import cached_property
 from typing import Any
 
+from django.apps import apps
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.db import connections
@@ -266,6 +267,21 @@ class JobList(OperatorAdmin):
     list_per_page = 100
     list_max_show_all = 100
     dashboard_template = "admin/jobs/job/dashboard.html"
+
+    # The chat product's lane and organization (from a payload's authContext): columns and
+    # filters where Factory, built on them, is installed; a project's own tasks have none.
+    product_columns = ("lane", "org_col")
+    product_filters = (LaneFilter, OrganizationFilter)
+
+    def get_list_display(self, request: HttpRequest) -> Any:
+        if apps.is_installed("objectives"):
+            return self.list_display
+        return tuple(c for c in self.list_display if c not in self.product_columns)
+
+    def get_list_filter(self, request: HttpRequest) -> Any:
+        if apps.is_installed("objectives"):
+            return self.list_filter
+        return tuple(f for f in self.list_filter if f not in self.product_filters)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
         # The fold can carry a 1 MiB payload; a page needs only maxAttempts from it, which

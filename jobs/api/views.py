@@ -16,11 +16,13 @@ from typing import Any
 
 from django.conf import settings
 from django.http.request import RawPostDataException
+from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import exceptions
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.settings import DEFAULTS, IMPORT_STRINGS, APISettings
 from rest_framework.views import APIView
 
 from access.permissions import principal_of, require_organization
@@ -264,9 +266,29 @@ def enqueue_json(result: queue.EnqueueResult, warnings: list[str]) -> dict[str, 
         "jobId": job.job_id,
         "stream": job_stream(job.job_id),
         "status": job.status,
-        "events": {"job": f"/jobs/{job.job_id}/events", "receipt": EVENTS_RECEIPT},
+        # reversed: a host project may include Receipt's URLs under any prefix
+        "events": {
+            "job": reverse("job-events", args=(job.job_id,)),
+            "receipt": reverse("receipt-stream"),
+        },
     }
     return body
+
+
+# Receipt's API authenticates, renders and fails the same way in any project: its DRF
+# settings are its own, never the host project's REST_FRAMEWORK. The error shape lives
+# with the site's other error pages (a string: DRF imports it on first use).
+API_SETTINGS = APISettings(
+    {
+        "DEFAULT_AUTHENTICATION_CLASSES": ["access.authentication.PrincipalAuthentication"],
+        "DEFAULT_PERMISSION_CLASSES": ["access.permissions.HasScope"],
+        "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+        "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+        "EXCEPTION_HANDLER": "receipt_site.api_errors.exception_handler",
+    },
+    DEFAULTS,
+    IMPORT_STRINGS,
+)
 
 
 class ApiView(APIView):
@@ -274,6 +296,11 @@ class ApiView(APIView):
     # `required_scope` is the scope the view needs (access.permissions.HasScope);
     # `query_parameters` are the parameters it reads, each allowed once; any other is
     # refused (400 unknown_parameter).
+    settings = API_SETTINGS
+    authentication_classes = API_SETTINGS.DEFAULT_AUTHENTICATION_CLASSES
+    permission_classes = API_SETTINGS.DEFAULT_PERMISSION_CLASSES
+    renderer_classes = API_SETTINGS.DEFAULT_RENDERER_CLASSES
+    parser_classes = API_SETTINGS.DEFAULT_PARSER_CLASSES
     required_scope: str | None = None
     query_parameters: tuple[str, ...] = ()
 

@@ -166,12 +166,13 @@ def register_kind(
     kind: str,
     *,
     worker_group: str = "chat",
-    auth_context_required: bool = True,
+    auth_context_required: bool = False,
     live_execution: bool = False,
 ) -> KindContract:
     """Add a payload kind of the deployment's own (its handler is registered separately by
-    agent id). Factory's flags stay off: they describe Factory's own kinds. Registering
-    the same contract twice is a no-op; a different one under a taken name is an error.
+    agent id). Factory's flags stay off: they describe Factory's own kinds, and so does a
+    required authContext unless asked for. Registering the same contract twice is a
+    no-op; a different one under a taken name is an error.
 
     `worker_group` is a built-in group or one the deployment declares. Registration may
     run before the settings are read (a module imported by an app), so only the name's
@@ -216,15 +217,27 @@ def unregister_kind(kind: str) -> None:
     _CUSTOM.pop(kind, None)
 
 
+# The built-in kinds are Factory's: offered only where Factory (the `objectives` app) is
+# installed. The jobs app says which at start-up.
+_factory_offered = True
+
+
+def offer_factory_kinds(offered: bool) -> None:
+    """Whether Factory's kinds are accepted and listed (False without Factory)."""
+    global _factory_offered
+    _factory_offered = offered
+
+
 def all_kinds() -> tuple[str, ...]:
-    """The built-in kinds in table order, then the deployment's own, by name."""
-    return (*KINDS, *sorted(_CUSTOM))
+    """The built-in kinds in table order (with Factory), then the deployment's own, by name."""
+    return (*(KINDS if _factory_offered else ()), *sorted(_CUSTOM))
 
 
 def contract_for(kind: str | None) -> KindContract | None:
     if kind is None:
         return None
-    return CONTRACTS.get(kind) or _CUSTOM.get(kind)
+    built_in = CONTRACTS.get(kind) if _factory_offered else None
+    return built_in or _CUSTOM.get(kind)
 
 
 def contracts_table() -> list[dict[str, Any]]:
@@ -279,7 +292,8 @@ def validate_payload(payload: object) -> dict[str, Any]:
     contract = contract_for(kind) if isinstance(kind, str) else None
     if contract is None:
         said = "payload has no kind" if kind is None else f"unknown payload kind {kind!r}"
-        raise ContractError("unknown_kind", f"{said}; expected one of: {', '.join(all_kinds())}")
+        known = ", ".join(all_kinds()) or "none, no kind is registered"
+        raise ContractError("unknown_kind", f"{said}; expected one of: {known}")
     auth = payload.get("authContext")
     if auth is None and not contract.auth_context_required:
         return payload

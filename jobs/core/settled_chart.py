@@ -1,6 +1,6 @@
 """The geometry of the dashboard's "settled per minute" chart: one stacked bar per minute of
 the last hour, failures at the bottom so they stand out. Pure: counts in, rectangles out.
-`receipt_site/static/receipt/dashboard.js` draws the same bars on each refresh."""
+`jobs/static/receipt/dashboard.js` draws the same bars on each refresh."""
 
 from __future__ import annotations
 

@@ -79,7 +79,7 @@ def verify_all(objective_id: str, jobs: list[JobState]) -> dict[str, Any]:
 
 
 def _artifact(objective_id: str, job_id: str, document: dict[str, Any]) -> Path:
-    path = Path(settings.DATA_DIR) / "audits" / objective_id / f"{job_id}.json"
+    path = Path(settings.RECEIPT.data_dir) / "audits" / objective_id / f"{job_id}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(document, indent=2, sort_keys=True))
     return path
@@ -96,7 +96,7 @@ def handle(job: JobState, ctx: HandlerContext) -> JobResult:
     jobs = selectors.objective_jobs(state.objective_id, limit=MAX_JOBS)
     summary = summarize(state, jobs, verify_all(state.objective_id, jobs))
     path = _artifact(state.objective_id, job.job_id, {"summary": summary, "head": head})
-    artifact = str(path.relative_to(settings.DATA_DIR))  # receipts name no server directory
+    artifact = str(path.relative_to(settings.RECEIPT.data_dir))  # receipts name no server directory
     if not services.audit_recorded(
         state.objective_id, job.job_id, summary=summary, artifact=artifact, head=head
     ):

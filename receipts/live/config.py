@@ -1,15 +1,12 @@
-"""Tuning of live events, read once from the environment.
-
-Kept here rather than in receipt_site.config while only live events read it; an
-invalid value stops startup naming the variable, like every other setting (SPEC 13).
+"""Tuning of live events: the live settings of the running configuration
+(`settings.RECEIPT`, receipt_site.config, which validates them), read once.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
-from django.core.exceptions import ImproperlyConfigured
+from django.conf import settings
 
 
 @dataclass(frozen=True)
@@ -20,29 +17,13 @@ class LiveConfig:
     ring_size: int  # recent receipts kept in memory for clients that are up to date
 
 
-def _int(name: str, default: int, low: int, high: int) -> int:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ImproperlyConfigured(
-            f"invalid configuration: {name} must be an integer, got {raw!r}"
-        ) from None
-    if not low <= value <= high:
-        raise ImproperlyConfigured(
-            f"invalid configuration: {name} must be in {low}..{high}, got {value}"
-        )
-    return value
-
-
 def load() -> LiveConfig:
+    config = settings.RECEIPT
     return LiveConfig(
-        keepalive_ms=_int("RECEIPT_SSE_KEEPALIVE_MS", 5000, 50, 600_000),
-        poll_ms=_int("RECEIPT_SSE_POLL_MS", 250, 10, 10_000),
-        db_threads=_int("RECEIPT_LIVE_DB_THREADS", 4, 1, 64),
-        ring_size=_int("RECEIPT_LIVE_RING_SIZE", 10_000, 100, 1_000_000),
+        keepalive_ms=config.sse_keepalive_ms,
+        poll_ms=config.sse_poll_ms,
+        db_threads=config.live_db_threads,
+        ring_size=config.live_ring_size,
     )
 
 

@@ -115,6 +115,14 @@ class Stack:
         ]
 
 
+@pytest.fixture(scope="session")
+def installed(tmp_path_factory) -> Path:
+    """The wheel built from this tree, installed into a directory of its own (wheel.py)."""
+    from tests.runtime import wheel
+
+    return wheel.build_and_install(tmp_path_factory.mktemp("packaging"))
+
+
 @pytest.fixture
 def stack(transactional_db, tmp_path, monkeypatch):
     monkeypatch.setattr(settings, "RECEIPT", dataclasses.replace(settings.RECEIPT, **PATCHED))

@@ -5,12 +5,10 @@ package, a job of the user's own kind run end to end, and a quiet start-up."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import sysconfig
 import textwrap
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import BACKEND, log_in_admin, wait_for
+from tests.runtime import wheel
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = [
@@ -45,75 +44,14 @@ def _free_port() -> int:
         return probe.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> Path:
-    """The wheel built from this tree, installed into a directory of its own."""
-    tmp = tmp_path_factory.mktemp("packaging")
-    source = tmp / "src"  # a copy: setuptools builds in the source tree (build/, egg-info)
-    shutil.copytree(
-        ROOT,
-        source,
-        ignore=shutil.ignore_patterns(
-            ".*", "bench", "build", "tests", "docs", "*.egg-info", "__pycache__"
-        ),
-    )
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "-q",
-            "--no-deps",
-            "--disable-pip-version-check",
-            "-w",
-            str(tmp / "dist"),
-            str(source),
-        ],
-        check=True,
-        capture_output=True,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"},
-    )
-    wheel = next((tmp / "dist").glob("receipt-*.whl"))
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "-q",
-            "--no-deps",
-            "--disable-pip-version-check",
-            "--target",
-            str(tmp / "site"),
-            str(wheel),
-        ],
-        check=True,
-        capture_output=True,
-    )
-    return tmp
-
-
 def _env(installed: Path, data: Path) -> dict[str, str]:
-    """The base interpreter with the wheel first and the dependencies after it: the
-    checkout's editable install (a .pth file of the venv) is never read."""
-    dependencies = sysconfig.get_paths()["purelib"]
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if not key.startswith(("RECEIPT_", "DATABASE_", "DJANGO_", "PYTEST", "JOB_"))
-    }
-    env.update(
-        PYTHONPATH=f"{installed / 'site'}{os.pathsep}{dependencies}",
-        RECEIPT_DATA_DIR=str(data),
-        RECEIPT_HANDLER_MODULES="myapp_jobs",
-        PYTHONUNBUFFERED="1",
+    return wheel.environment(
+        installed, RECEIPT_DATA_DIR=str(data), RECEIPT_HANDLER_MODULES="myapp_jobs"
     )
-    return env
 
 
 def _python() -> list[str]:
-    return [getattr(sys, "_base_executable", sys.executable), "-s"]
+    return wheel.python()
 
 
 def test_an_installed_receipt_runs_from_any_directory(installed, tmp_path):

@@ -4,7 +4,7 @@ from typing import Any, cast
 
 import pytest
 
-from receipt_site.config import ConfigError, load, redact_url
+from receipt_site.config import ConfigError, from_settings, load, redact_url
 from receipt_site.databases import database_from_url
 
 
@@ -150,3 +150,56 @@ def test_worker_groups_from_a_settings_mapping_are_checked_like_the_environments
         dataclasses.replace(load({}), worker_groups=cast(Any, {"driver": {}}))
     with pytest.raises(ConfigError, match="worker_groups must map group names"):
         dataclasses.replace(load({}), worker_groups=cast(Any, 42))
+
+
+# ---- the settings block of a host project (issue 33 item 1) ---------------------------------
+
+
+def test_a_settings_block_reads_typed_values_and_defaults_the_rest():
+    config = from_settings(
+        {
+            "chat_job_concurrency": 8,
+            "watchdog_enabled": False,
+            "broker": "redis://127.0.0.1:6379/5",
+            "handler_modules": ["shop.tasks", " billing.tasks "],
+            "command_sandbox": "HOST",
+            "factory_planner": None,
+        }
+    )
+    assert config.chat_job_concurrency == 8 and config.watchdog_enabled is False
+    assert config.broker == "redis://127.0.0.1:6379/5"
+    assert config.handler_modules == ("shop.tasks", "billing.tasks")
+    assert config.command_sandbox == "host" and config.factory_planner is None
+    defaults = load({})
+    assert config.job_lease_ms == defaults.job_lease_ms == 300_000
+    assert from_settings({}) == defaults  # one table of defaults for both doors
+
+
+@pytest.mark.parametrize(
+    ("block", "said"),
+    [
+        ({"job_lease_ms": "4000"}, "RECEIPT['job_lease_ms'] must be an integer, got '4000'"),
+        ({"job_lease_ms": True}, "RECEIPT['job_lease_ms'] must be an integer"),
+        ({"job_lease_ms": 10}, "RECEIPT['job_lease_ms'] must be >= 1000, got 10"),
+        ({"chat_job_concurrency": 0}, "RECEIPT['chat_job_concurrency'] must be >= 1"),
+        ({"watchdog_enabled": "yes"}, "RECEIPT['watchdog_enabled'] must be True or False"),
+        ({"handler_modules": "shop.tasks"}, "RECEIPT['handler_modules'] must be a list"),
+        ({"command_sandbox": "docker"}, "RECEIPT['command_sandbox'] must be one of bwrap, host"),
+        ({"broker": "amqp://x"}, "RECEIPT['broker'] must be 'orm' or a redis:// URL"),
+        ({"watchdog_cron": "* *"}, "RECEIPT['watchdog_cron'] must be a 5-field cron"),
+        ({"job_lease": 4000}, "is not a Receipt setting; did you mean 'job_lease_ms'?"),
+        ({"JOB_LEASE_MS": 4000}, "RECEIPT['JOB_LEASE_MS'] is not a Receipt setting; did"),
+        ({"RECEIPT_BROKER": "orm"}, "did you mean 'broker'?"),
+        ({"secret_key": "x"}, "RECEIPT['secret_key'] is the project's own setting: set SECRET_KEY"),
+        ({"database_url": "x"}, "is the project's own setting: set DATABASES"),
+    ],
+)
+def test_a_bad_settings_block_names_the_key(block, said):
+    with pytest.raises(ConfigError) as caught:
+        from_settings(block)
+    assert said in str(caught.value)
+
+
+def test_a_settings_block_must_be_a_dict():
+    with pytest.raises(ConfigError, match="RECEIPT must be a dict, got list"):
+        from_settings([("job_lease_ms", 4000)])  # type: ignore[arg-type]

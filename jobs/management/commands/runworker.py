@@ -329,7 +329,7 @@ class Command(BaseCommand):
     def _stop_cluster(self, cluster_obj: Any) -> int:
         if cluster_obj is None:
             return 0
-        grace = float(os.environ.get("RUNWORKER_STOP_GRACE_S", "30"))
+        grace = settings.RECEIPT.runworker_stop_grace_s
         if cluster_obj.sentinel.is_alive():
             stopper = threading.Thread(target=cluster_obj.stop, daemon=True)
             stopper.start()

@@ -55,5 +55,5 @@ class Command(BaseCommand):
             children.append(
                 Child(role, [python, "-m", "receipt_site.cli", "runworker", "--role", role])
             )
-        status = Path(settings.DATA_DIR) / STATUS_FILE  # what /healthz reads
+        status = Path(settings.RECEIPT.data_dir) / STATUS_FILE  # what /healthz reads
         raise SystemExit(Supervisor(children, status_path=status).run())

@@ -34,7 +34,7 @@ class Command(BaseCommand):
 
     def handle(self, *args, url: str, **options):
         call_command("migrate", verbosity=0, interactive=False)
-        data_dir = Path(settings.DATA_DIR)
+        data_dir = Path(settings.RECEIPT.data_dir)
         password_file = data_dir / "admin-password"
         token_file = data_dir / "api-token"
         users = get_user_model()

@@ -12,8 +12,8 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def report_kinds():
-    contracts.register_kind("acme.report", worker_group="codex")
-    contracts.register_kind("acme.ping", auth_context_required=False)
+    contracts.register_kind("acme.report", worker_group="codex", auth_context_required=True)
+    contracts.register_kind("acme.ping")  # no authContext by default (issue 33 item 1)
     yield
     contracts.unregister_kind("acme.report")
     contracts.unregister_kind("acme.ping")

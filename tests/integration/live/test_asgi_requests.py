@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from django.test import Client
 
-from receipt_site.settings import PACKAGE_DIR
+import jobs
 from tests.integration.live.conftest import AUTH, Server, serve, token
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -90,7 +91,7 @@ def test_static_files_are_still_served_by_whitenoise(server, http):
     path = "/static/receipt/jobs.css"
     response = http.get(server.url + path)
     assert response.status_code == 200
-    assert response.content == (PACKAGE_DIR / "static/receipt/jobs.css").read_bytes()
+    assert response.content == (Path(jobs.__file__).parent / "static/receipt/jobs.css").read_bytes()
     assert response.headers["content-type"].startswith("text/css")
     assert http.get(server.url + "/static/receipt/no-such.css").status_code == 404
 

@@ -40,7 +40,11 @@ def factory(transactional_db, tmp_path, monkeypatch):
         settings,
         "RECEIPT",
         dataclasses.replace(
-            settings.RECEIPT, factory_monitor_interval_ms=100, command_sandbox="host"
+            settings.RECEIPT,
+            factory_monitor_interval_ms=100,
+            command_sandbox="host",
+            data_dir=str(tmp_path / "data"),
+            workspace_dir=str(tmp_path / "workspaces"),
         ),
     )
     return tmp_path

@@ -361,6 +361,7 @@ def test_health_dashboard_and_setup_say_commands_disabled_without_a_sandbox(
     assert sandbox.NO_SANDBOX in page
     out = io.StringIO()
     monkeypatch.setattr(settings, "DATA_DIR", tmp_path)
+    configure(monkeypatch, data_dir=str(tmp_path))
     call_command("setupdev", stdout=out)
     assert f"commands:  {sandbox.NO_SANDBOX}" in out.getvalue()
     _names_both_fixes(out.getvalue())

@@ -298,17 +298,57 @@ def test_register_kind_is_idempotent_but_never_redefines():
         with pytest.raises(ValueError, match="another contract"):
             contracts.register_kind("acme.unit", worker_group="chat")
         assert contracts.routed_group("someone", "acme.unit") == "control"
-        assert contracts.validate_payload(
-            {"kind": "acme.unit", "authContext": {"userId": "u", "organizationId": "o"}}
-        )
-        with pytest.raises(contracts.ContractError) as refused:
-            contracts.validate_payload({"kind": "acme.unit"})
-        assert refused.value.code == "auth_context_required"
+        assert contracts.validate_payload({"kind": "acme.unit"})
     finally:
         contracts.unregister_kind("acme.unit")
     with pytest.raises(contracts.ContractError) as gone:
         contracts.validate_payload({"kind": "acme.unit"})
     assert gone.value.code == "unknown_kind"
+
+
+def test_a_deployments_kind_needs_an_auth_context_only_when_it_asks_for_one():
+    """Issue 33 item 1: a plain task carries no authContext; the chat product's may ask."""
+    try:
+        plain = contracts.register_kind("acme.plain")
+        chat = contracts.register_kind("acme.chat", auth_context_required=True)
+        assert plain.auth_context_required is False and chat.auth_context_required is True
+        assert contracts.validate_payload({"kind": "acme.plain"})
+        with pytest.raises(contracts.ContractError) as refused:
+            contracts.validate_payload({"kind": "acme.chat"})
+        assert refused.value.code == "auth_context_required"
+        assert contracts.validate_payload(
+            {"kind": "acme.chat", "authContext": {"userId": "u", "organizationId": "o"}}
+        )
+        # the built-in kinds keep their contracts
+        with pytest.raises(contracts.ContractError) as built_in:
+            contracts.validate_payload({"kind": "factory.run"})
+        assert built_in.value.code == "auth_context_required"
+    finally:
+        contracts.unregister_kind("acme.plain")
+        contracts.unregister_kind("acme.chat")
+
+
+def test_without_factory_its_kinds_are_neither_offered_nor_accepted():
+    """Issue 33 item 1: a project without `objectives` sees only its own kinds."""
+    try:
+        contracts.register_kind("acme.plain")
+        contracts.offer_factory_kinds(False)
+        assert contracts.all_kinds() == ("acme.plain",)
+        assert [row["kind"] for row in contracts.contracts_table()] == ["acme.plain"]
+        assert contracts.contract_for("factory.run") is None
+        with pytest.raises(contracts.ContractError) as refused:
+            contracts.validate_payload(
+                {"kind": "factory.run", "authContext": {"userId": "u", "organizationId": "o"}}
+            )
+        assert refused.value.code == "unknown_kind"
+        assert "expected one of: acme.plain" in refused.value.message
+        contracts.unregister_kind("acme.plain")
+        with pytest.raises(contracts.ContractError, match="no kind is registered"):
+            contracts.validate_payload({"kind": "acme.plain"})
+    finally:
+        contracts.offer_factory_kinds(True)
+        contracts.unregister_kind("acme.plain")
+    assert contracts.all_kinds()[: len(contracts.KINDS)] == contracts.KINDS
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,141 @@
+"""Receipt's apps in a host project (issue 33 item 1): the RECEIPT settings block made
+the typed config, Q_CLUSTER derived, the system checks that name what is missing or
+unsafe, and Receipt's SQLite set-up on a database configured as `startproject` does.
+(The whole path, with a real project and real workers: tests/runtime/test_host_project.py.)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db.utils import ConnectionHandler
+from django.test import override_settings
+
+from receipt_site import checks, conf
+from receipt_site.config import Config
+
+
+@pytest.fixture
+def host_door(monkeypatch):
+    """conf.source is process-wide: each test's configure() leaves it as it was."""
+    monkeypatch.setattr(conf, "source", conf.source)
+
+
+def _host(tmp_path: Path, **values) -> SimpleNamespace:
+    # Q_CLUSTER given: django_q is already imported in this process (see the next test)
+    return SimpleNamespace(BASE_DIR=tmp_path, Q_CLUSTER={"name": "theirs"}, **values)
+
+
+def test_the_settings_block_becomes_the_typed_config(tmp_path, host_door):
+    host = _host(tmp_path, RECEIPT={"chat_job_concurrency": 8, "data_dir": "var/receipt"})
+    conf.configure(host)
+    assert isinstance(host.RECEIPT, Config) and host.RECEIPT.chat_job_concurrency == 8
+    assert host.RECEIPT.data_dir == str(tmp_path / "var" / "receipt")  # under BASE_DIR
+    assert host.RECEIPT.workspace_dir == str(tmp_path / "var" / "receipt-workspaces")
+    assert Path(host.RECEIPT.data_dir).is_dir()
+    assert host.Q_CLUSTER == {"name": "theirs"}  # the project's own is never replaced
+    assert conf.source == "settings" and checks.settings_block() == []
+
+
+def test_no_settings_block_runs_on_defaults_and_says_so(tmp_path, host_door):
+    host = _host(tmp_path)
+    conf.configure(host)
+    assert host.RECEIPT.job_lease_ms == 300_000 and conf.source == "defaults"
+    assert [m.id for m in checks.settings_block()] == ["receipt.W001"]
+
+
+def test_a_bad_settings_block_stops_startup_naming_the_key(tmp_path, host_door):
+    with pytest.raises(ImproperlyConfigured, match=r"RECEIPT\['chat_job_concurrency'\] must be"):
+        conf.configure(_host(tmp_path, RECEIPT={"chat_job_concurrency": 0}))
+    with pytest.raises(ImproperlyConfigured, match=r"RECEIPT\['workspace_dir'\] must be"):
+        conf.configure(_host(tmp_path, RECEIPT={"data_dir": "d", "workspace_dir": "d/w"}))
+
+
+def test_q_cluster_is_derived_before_django_q_reads_it_or_startup_stops(tmp_path, host_door):
+    """django_q reads Q_CLUSTER once, at import; in this process it is imported already,
+    as it is in a host project that lists django_q above receipt_site."""
+    host = SimpleNamespace(BASE_DIR=tmp_path, RECEIPT={})
+    with pytest.raises(ImproperlyConfigured, match="list 'receipt_site' above 'django_q'"):
+        conf.configure(host)
+    derived = conf.q_cluster(settings.RECEIPT)  # what configure() sets when it may
+    assert conf.is_receipt_cluster(derived) and derived == settings.Q_CLUSTER
+
+
+def test_the_standalone_sites_config_is_left_as_it_is(host_door):
+    site = SimpleNamespace(RECEIPT=settings.RECEIPT, Q_CLUSTER=settings.Q_CLUSTER)
+    conf.configure(site)
+    assert site.RECEIPT is settings.RECEIPT and conf.source == "environment"
+
+
+def test_the_standalone_site_passes_every_receipt_check():
+    assert checks.url_include() == [] and checks.queue_cluster() == []
+    assert checks.settings_block() == [] and checks.sqlite_setup() == []
+
+
+@override_settings(ROOT_URLCONF="tests.integration.site.urls_without_receipt")
+def test_a_missing_url_include_is_named_with_the_line_to_add():
+    (error,) = checks.url_include()
+    assert error.id == "receipt.E002"
+    assert 'include("receipt_site.host_urls")' in error.hint
+
+
+@override_settings(Q_CLUSTER={"name": "theirs", "orm": "default"})
+def test_a_q_cluster_that_is_not_receipts_is_named():
+    assert [m.id for m in checks.queue_cluster()] == ["receipt.E004"]
+
+
+@pytest.mark.parametrize(
+    ("options", "problems"),
+    [
+        ({}, []),  # Receipt sets it up (databases.prepare_sqlite)
+        ({"transaction_mode": "IMMEDIATE", "timeout": 20}, []),
+        ({"transaction_mode": "DEFERRED"}, ["transaction_mode DEFERRED"]),
+        ({"timeout": 1}, ["a busy timeout of 1 s"]),
+        ({"init_command": "PRAGMA journal_mode=DELETE"}, ["a journal mode other than WAL"]),
+        ({"init_command": "PRAGMA journal_mode = wal"}, []),
+    ],
+)
+def test_sqlite_options_that_undo_receipts_set_up_are_named(options, problems):
+    database = {"ENGINE": "django.db.backends.sqlite3", "OPTIONS": options}
+    assert checks.sqlite_problems(database) == problems
+    assert checks.sqlite_problems({"ENGINE": "django.db.backends.postgresql"}) == []
+
+
+@pytest.fixture
+def unblocked(django_db_blocker):
+    """A database of the test's own, outside pytest-django's test database."""
+    with django_db_blocker.unblock():
+        yield
+
+
+def _pragmas(tmp_path: Path, **options) -> tuple[str, int, str | None]:
+    """(journal mode, busy timeout ms, transaction mode) of a fresh connection to a SQLite
+    file configured as `startproject` does, plus `options`."""
+    name = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(tmp_path / "db.sqlite3")}
+    connection = ConnectionHandler({"default": {**name, "OPTIONS": options}})["default"]
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA journal_mode")
+            journal = cursor.fetchone()[0]
+            cursor.execute("PRAGMA busy_timeout")
+            busy = cursor.fetchone()[0]
+        return journal, busy, connection.transaction_mode
+    finally:
+        connection.close()
+
+
+def test_a_host_sqlite_database_gets_receipts_connection_set_up(tmp_path, unblocked):
+    assert _pragmas(tmp_path) == ("wal", 20_000, "IMMEDIATE")
+
+
+def test_what_the_options_say_explicitly_is_left_alone(tmp_path, unblocked):
+    journal, busy, mode = _pragmas(
+        tmp_path,
+        transaction_mode="EXCLUSIVE",
+        timeout=7,
+        init_command="PRAGMA journal_mode=TRUNCATE",
+    )
+    assert (journal, busy, mode) == ("truncate", 7_000, "EXCLUSIVE")
