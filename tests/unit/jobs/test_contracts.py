@@ -333,8 +333,9 @@ def test_without_factory_its_kinds_are_neither_offered_nor_accepted():
     try:
         contracts.register_kind("acme.plain")
         contracts.offer_factory_kinds(False)
-        assert contracts.all_kinds() == ("acme.plain",)
-        assert [row["kind"] for row in contracts.contracts_table()] == ["acme.plain"]
+        own = {"acme.plain", "django.task"}  # the task framework's kind may be registered
+        assert "acme.plain" in contracts.all_kinds() and set(contracts.all_kinds()) <= own
+        assert {row["kind"] for row in contracts.contracts_table()} == set(contracts.all_kinds())
         assert contracts.contract_for("factory.run") is None
         with pytest.raises(contracts.ContractError) as refused:
             contracts.validate_payload(
@@ -342,6 +343,7 @@ def test_without_factory_its_kinds_are_neither_offered_nor_accepted():
             )
         assert refused.value.code == "unknown_kind"
         assert "expected one of: acme.plain" in refused.value.message
+        assert "factory." not in refused.value.message.partition("expected")[2]
         contracts.unregister_kind("acme.plain")
         with pytest.raises(contracts.ContractError, match="no kind is registered"):
             contracts.validate_payload({"kind": "acme.plain"})
