@@ -330,6 +330,7 @@ def test_a_deployments_kind_needs_an_auth_context_only_when_it_asks_for_one():
 
 def test_without_factory_its_kinds_are_neither_offered_nor_accepted():
     """Issue 33 item 1: a project without `objectives` sees only its own kinds."""
+    task_kind = None
     try:
         contracts.register_kind("acme.plain")
         contracts.offer_factory_kinds(False)
@@ -345,11 +346,19 @@ def test_without_factory_its_kinds_are_neither_offered_nor_accepted():
         assert "expected one of: acme.plain" in refused.value.message
         assert "factory." not in refused.value.message.partition("expected")[2]
         contracts.unregister_kind("acme.plain")
+        task_kind = contracts.contract_for("django.task")
+        contracts.unregister_kind("django.task")
         with pytest.raises(contracts.ContractError, match="no kind is registered"):
             contracts.validate_payload({"kind": "acme.plain"})
     finally:
         contracts.offer_factory_kinds(True)
         contracts.unregister_kind("acme.plain")
+        if task_kind is not None:
+            contracts.register_kind(
+                "django.task",
+                worker_group=task_kind.worker_group,
+                auth_context_required=task_kind.auth_context_required,
+            )
     assert contracts.all_kinds()[: len(contracts.KINDS)] == contracts.KINDS
 
 
