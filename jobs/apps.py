@@ -8,12 +8,13 @@ class JobsConfig(AppConfig):
 
     def ready(self) -> None:
         from access import failures
-        from jobs import metrics, projector, queue, retention
+        from jobs import metrics, projector, queue, retention, schedule_projector, schedules
         from jobs.runtime import counters, dispatch, loops, redelivery
         from receipts import retention as receipt_retention
         from receipts import store
 
         projector.register()
+        schedule_projector.register()  # schedules/<name> (issue 34)
         if metrics.count_auth_failure not in failures.observers:
             failures.observers.append(metrics.count_auth_failure)  # /metrics, issue 31
         if counters.observe_append not in store.append_observers:
@@ -27,3 +28,5 @@ class JobsConfig(AppConfig):
             queue.joined_dispatch.append(dispatch.joined_promises)
         if redelivery.loops not in loops.providers:
             loops.providers.append(redelivery.loops)  # Redis: re-push what Redis lost
+        if schedules.loops not in loops.providers:
+            loops.providers.append(schedules.loops)  # every runworker fires due ticks
