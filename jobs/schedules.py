@@ -303,12 +303,17 @@ def _locked(name: str) -> Iterator[tuple[store.StreamHandle, ScheduleState | Non
 # ---- reads -------------------------------------------------------------------------------
 
 
-def listing(*, organization_id: str | None = None, limit: int = 500) -> list[dict[str, Any]]:
-    """Schedules by name with each one's last outcome (its last run's job status: one
-    query by primary key for the page), as JSON for the API and the CLI."""
+def listing(
+    *, organization_id: str | None = None, after: str | None = None, limit: int = 500
+) -> list[dict[str, Any]]:
+    """A keyset page of schedules by name (after the name `after`) with each one's last
+    outcome (its last run's job status: one query by primary key for the page), as JSON
+    for the API and the CLI."""
     rows = ScheduleRow.objects.order_by("name")
     if organization_id is not None:
         rows = rows.filter(organization_id=organization_id)
+    if after is not None:
+        rows = rows.filter(name__gt=after)
     page = list(rows[:limit])
     outcomes = last_outcomes(page)
     return [schedule_json(row, outcomes.get(row.last_job_id or "")) for row in page]

@@ -43,7 +43,6 @@ class ScheduleAdmin(OperatorAdmin):
         "last_outcome",
     )
     list_display_links = None
-    list_filter = ("status",)
     search_fields = ("=name",)
     ordering = ("name",)
     actions = ("pause_selected", "resume_selected", "run_now_selected")
@@ -74,9 +73,9 @@ class ScheduleAdmin(OperatorAdmin):
     def schedule_name(self, row: Schedule) -> str:
         return format_html('<a href="{}">{}</a>', stream_url(STREAM_PREFIX + row.name), row.name)
 
-    @admin.display(description="job")
+    @admin.display(description="kind")
     def what(self, row: Schedule) -> str:
-        return format_html("{} <span class='rcpt-none'>·</span> {}", row.agent_id, row.kind or "—")
+        return titled(row.kind or "—", f"agent {row.agent_id}")
 
     @admin.display(description="status", ordering="status")
     def status_cell(self, row: Schedule) -> str:
@@ -88,11 +87,11 @@ class ScheduleAdmin(OperatorAdmin):
 
     @admin.display(description="next run", ordering="next_run_at")
     def next_run(self, row: Schedule) -> str:
-        return utc(row.next_run_at) if row.status == "active" else NONE_HTML
+        return _when(row.next_run_at) if row.status == "active" else NONE_HTML
 
     @admin.display(description="last run", ordering="last_run_at")
     def last_run(self, row: Schedule) -> str:
-        return utc(row.last_run_at) if row.last_run_at else NONE_HTML
+        return _when(row.last_run_at)
 
     @admin.display(description="last outcome")
     def last_outcome(self, row: Schedule) -> str:
@@ -160,3 +159,10 @@ class ScheduleAdmin(OperatorAdmin):
 
 def _none(_: Any) -> None:
     return None
+
+
+def _when(ms: int | None) -> str:
+    """To the second (ticks are whole seconds); the full time and ms value in the tooltip."""
+    if ms is None:
+        return NONE_HTML
+    return titled(utc(ms)[:19] + " UTC", f"{utc(ms)} ({ms})")

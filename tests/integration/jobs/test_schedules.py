@@ -7,9 +7,13 @@ the fold of those receipts."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+from io import StringIO
 
 import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
 
 from jobs import schedules
 from jobs.core import contracts
@@ -210,3 +214,36 @@ def test_the_listing_shows_the_last_run_and_its_outcome():
     )
     assert [s["name"] for s in schedules.listing(organization_id="org-2")] == []
     assert len(schedules.listing(organization_id="org-1")) == 2
+
+
+# ---- the CLI -------------------------------------------------------------------------------
+
+
+def cli(*args: str) -> str:
+    out = StringIO()
+    call_command("jobs", "schedules", *args, stdout=out, stderr=StringIO())
+    return out.getvalue()
+
+
+def test_the_cli_lists_pauses_resumes_and_runs_a_schedule_now_as_by():
+    declare(every_minute())
+    listed = json.loads(cli("--json"))["schedules"]
+    assert [(s["name"], s["status"], s["trigger"]) for s in listed] == [
+        ("pulse", "active", "cron * * * * * (UTC)")
+    ]
+    assert "pulse" in cli() and "cron * * * * * (UTC)" in cli("list")
+    assert json.loads(cli("pause", "pulse", "--json", "--by", "alice"))["status"] == "paused"
+    assert "schedule pulse is paused" in cli("pause", "pulse")
+    ran = json.loads(cli("run-now", "pulse", "--json", "--by", "bob"))
+    assert ran["job"]["id"] == "sched-pulse-now-3"
+    resumed = json.loads(cli("resume", "pulse", "--json", "--by", "carol"))
+    assert resumed["status"] == "active" and resumed["nextRunAt"] is not None
+    assert [r.body["by"] for r in store.read("schedules/pulse")][1:] == ["alice", "bob", "carol"]
+
+
+def test_the_cli_refuses_a_missing_name_or_schedule_and_writes_nothing():
+    with pytest.raises(CommandError, match="needs the schedule's name"):
+        cli("pause")
+    with pytest.raises(CommandError, match="schedule_not_found: schedule nope not found"):
+        cli("run-now", "nope")
+    assert store.stream_info("schedules/nope") is None
