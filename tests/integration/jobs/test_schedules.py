@@ -8,10 +8,12 @@ the fold of those receipts."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import UTC, datetime
 from io import StringIO
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
@@ -20,8 +22,10 @@ from jobs.core import contracts
 from jobs.core.schedule_state import fold
 from jobs.core.schedules import Schedule, tick_job_id
 from jobs.errors import ScheduleNotFound
+from jobs.management.commands.runworker import maintenance_loops
 from jobs.models import Job
 from jobs.models import Schedule as ScheduleRow
+from jobs.runtime import loops
 from jobs.runtime.loops import Report
 from jobs.schedule_projector import row_for
 from receipts import store
@@ -61,6 +65,8 @@ def assert_row_is_the_fold(name: str) -> None:
     assert folded is not None and store.verify(f"schedules/{name}").ok
     row = ScheduleRow.objects.filter(pk=name).values().first()
     assert row == row_for(folded)
+    replayed = store.replay(f"schedules/{name}", dry_run=True)  # `receipts replay` agrees
+    assert (replayed.checked, replayed.drift) == (1, [])
 
 
 def test_three_processes_over_three_one_minute_ticks_make_exactly_three_jobs():
@@ -247,3 +253,16 @@ def test_the_cli_refuses_a_missing_name_or_schedule_and_writes_nothing():
     with pytest.raises(CommandError, match="schedule_not_found: schedule nope not found"):
         cli("run-now", "nope")
     assert store.stream_info("schedules/nope") is None
+
+
+def test_every_runworker_runs_the_scheduler_on_its_keeper_thread_first_syncing():
+    config = replace(settings.RECEIPT, schedules=(every_minute(),))
+    for role in ("driver", "worker-chat", "all"):
+        maintenance, critical = loops.split(maintenance_loops(config, role))
+        assert [lp.name for lp in critical].count("schedules") == 1, role
+        assert "schedules" not in [lp.name for lp in maintenance]
+    (loop,) = [lp for lp in critical if lp.name == "schedules"]
+    assert loop.run(T0).acted == 1 and types("pulse") == ["schedule.declared"]
+    assert loop.run(T0 + 30_000).acted == 1  # 00:01 fires; no second declaration
+    assert types("pulse") == ["schedule.declared", "schedule.fired"]
+    assert loop.run(T0 + 31_000).acted == 0
