@@ -28,12 +28,13 @@ from jobs import handlers, queue, ticks
 from jobs.core import schedules as core
 from jobs.core.schedule_state import ACTIVE, PAUSED_STATUS, REMOVED_STATUS, ScheduleState
 from jobs.core.schedules import Schedule, ScheduleError, schedule
+from jobs.core.state import JobState
 from jobs.errors import JobsError, ScheduleNotFound
 from jobs.models import Job
 from jobs.models import Schedule as ScheduleRow
 from jobs.runtime.loops import Loop, Report
 from jobs.schedule_projector import CACHE_KEY, load_state
-from jobs.validation import build_request
+from jobs.validation import MAX_BY, build_request, check_text
 from observability.logs import log_event
 from receipts import store
 from receipts.clock import now_ms as wall_clock_ms
@@ -221,6 +222,7 @@ def fire(name: str, *, now_ms: int) -> str | None:
 
 def pause(name: str, *, by: str, now_ms: int | None = None) -> ScheduleState:
     """Stop firing `name` until it is resumed; pausing a paused schedule changes nothing."""
+    check_text("invalid_by", "by", by, MAX_BY, required=True)
     now = wall_clock_ms() if now_ms is None else now_ms
     with transaction.atomic(), _locked(name) as (handle, state):
         state = _existing(name, state)
@@ -236,6 +238,7 @@ def pause(name: str, *, by: str, now_ms: int | None = None) -> ScheduleState:
 def resume(name: str, *, by: str, now_ms: int | None = None) -> ScheduleState:
     """Fire `name` again from its first tick after now: ticks that fell while it was
     paused do not run."""
+    check_text("invalid_by", "by", by, MAX_BY, required=True)
     now = wall_clock_ms() if now_ms is None else now_ms
     with transaction.atomic(), _locked(name) as (handle, state):
         state = _existing(name, state)
@@ -250,13 +253,14 @@ def resume(name: str, *, by: str, now_ms: int | None = None) -> ScheduleState:
 
 @dataclass(frozen=True)
 class RunNow:
-    job: Any  # jobs.core.state.JobState
+    job: JobState
     schedule: ScheduleState
 
 
 def run_now(name: str, *, by: str, now_ms: int | None = None) -> RunNow:
     """Enqueue `name`'s job now, paused or not, under a job id of its own
     (`sched-<name>-now-<n>`); its ticks are unchanged. A refused enqueue writes nothing."""
+    check_text("invalid_by", "by", by, MAX_BY, required=True)
     now = wall_clock_ms() if now_ms is None else now_ms
     with transaction.atomic(), _locked(name) as (handle, state):
         state = _existing(name, state)

@@ -21,7 +21,7 @@ from jobs import schedules
 from jobs.core import contracts
 from jobs.core.schedule_state import fold
 from jobs.core.schedules import Schedule, tick_job_id
-from jobs.errors import ScheduleNotFound
+from jobs.errors import InvalidRequest, ScheduleNotFound
 from jobs.management.commands.runworker import maintenance_loops
 from jobs.models import Job
 from jobs.models import Schedule as ScheduleRow
@@ -204,6 +204,8 @@ def test_acting_on_a_missing_or_removed_schedule_writes_nothing():
     for action in (schedules.pause, schedules.resume, schedules.run_now):
         with pytest.raises(ScheduleNotFound, match="no longer declared"):
             action("pulse", by="alice")
+        with pytest.raises(InvalidRequest, match="by must be a non-empty string"):
+            action("pulse", by="x" * 201)
     assert types("pulse") == ["schedule.declared", "schedule.removed"]
 
 
