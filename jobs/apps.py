@@ -8,7 +8,15 @@ class JobsConfig(AppConfig):
 
     def ready(self) -> None:
         from access import failures
-        from jobs import metrics, projector, queue, retention, routing_checks  # noqa: F401
+        from jobs import (  # noqa: F401
+            metrics,
+            projector,
+            queue,
+            retention,
+            routing_checks,
+            schedule_projector,
+            schedules,
+        )
         from jobs.core import contracts
         from jobs.runtime import counters, dispatch, loops, redelivery
         from jobs.tasks import handler as task_handler
@@ -17,6 +25,7 @@ class JobsConfig(AppConfig):
 
         projector.register()
         contracts.offer_factory_kinds(apps.is_installed("objectives"))  # Factory is optional
+        schedule_projector.register()  # schedules/<name> (issue 34)
         if metrics.count_auth_failure not in failures.observers:
             failures.observers.append(metrics.count_auth_failure)  # /metrics, issue 31
         if counters.observe_append not in store.append_observers:
@@ -31,3 +40,5 @@ class JobsConfig(AppConfig):
         if redelivery.loops not in loops.providers:
             loops.providers.append(redelivery.loops)  # Redis: re-push what Redis lost
         task_handler.register_if_configured()  # Django's task framework: agent django-task
+        if schedules.loops not in loops.providers:
+            loops.providers.append(schedules.loops)  # every runworker fires due ticks

@@ -89,3 +89,14 @@ class JobNotQueued(JobsError):
         super().__init__(f"job {job_id} is {status}; only a queued job can be redriven{hint}")
         self.job_id = job_id
         self.job_status = status
+
+
+class ScheduleNotFound(JobsError):
+    """No schedule of that name, or it is no longer declared (removed)."""
+
+    code, status = "schedule_not_found", 404
+
+    def __init__(self, name: str, *, removed: bool = False) -> None:
+        why = "is no longer declared" if removed else "not found"
+        super().__init__(f"schedule {name} {why}")
+        self.name = name

@@ -242,3 +242,31 @@ class Callback(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event} of {self.job_id} ({self.state})"
+
+
+class Schedule(models.Model):
+    """A schedule's read model: one row per `schedules/<name>` stream, written only by
+    `jobs.schedule_projector` inside the append of its receipts; rebuildable from them.
+    The scheduler's pass finds due schedules on `schedule_due`."""
+
+    name = models.CharField(max_length=64, primary_key=True)
+    agent_id = models.CharField(max_length=128)
+    kind = models.CharField(max_length=64, null=True)
+    trigger = models.CharField(max_length=200)  # "cron 0 3 * * * (Europe/Paris)", "every 30 s"
+    status = models.CharField(max_length=16)  # active | paused | removed
+    organization_id = models.CharField(max_length=128, null=True)
+    next_run_at = models.BigIntegerField(null=True)  # ms since epoch; null once removed
+    last_run_at = models.BigIntegerField(null=True)
+    last_job_id = models.CharField(max_length=128, null=True)
+    created_at = models.BigIntegerField()
+    updated_at = models.BigIntegerField()
+    receipt_count = models.IntegerField(default=0)
+    head = models.CharField(max_length=64)
+    state = JSONTextField()  # the fold, camelCase (jobs.core.schedule_state)
+
+    class Meta:
+        db_table = "jobs_schedule"
+        indexes = [models.Index(fields=["status", "next_run_at"], name="schedule_due")]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.status})"

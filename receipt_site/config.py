@@ -19,6 +19,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from jobs.core import groups as worker_groups
 from jobs.core.groups import GroupSettings
+from jobs.core.schedules import Schedule, ScheduleError, parse_many
 
 SECRET_NAMES = ("SECRET_KEY", "RECEIPT_CALLBACK_TOKEN")
 
@@ -92,6 +93,7 @@ class Config:
     retention_control_days: int
     max_payload_bytes: int
     max_json_depth: int
+    schedules: tuple[Schedule, ...]
     secret_key: str | None
     allowed_hosts: tuple[str, ...]
     debug: bool
@@ -140,6 +142,8 @@ class Config:
                 text = origin_only(str(value))  # webhook URLs often carry tokens
             elif spec.kind == "groups":
                 text = worker_groups.shown(value) or "—"
+            elif spec.kind == "schedules":
+                text = ", ".join(f"{s.name} ({s.trigger})" for s in value) or "—"
             elif isinstance(value, tuple):
                 text = ",".join(value)
             else:
@@ -173,7 +177,7 @@ def origin_only(url: str) -> str:
 class _Spec:
     env: str
     attr: str
-    kind: str  # int | optint | bool | str | optstr | list | groups
+    kind: str  # int | optint | bool | str | optstr | list | groups | schedules
     default: Any = None
     low: int | None = None
     high: int | None = None
@@ -319,6 +323,9 @@ _SPECS = (
     _Spec("RECEIPT_RETENTION_CONTROL_DAYS", "retention_control_days", "int", 7, 1, 36_500),
     _Spec("RECEIPT_MAX_PAYLOAD_BYTES", "max_payload_bytes", "int", 1_048_576, 1024, 64 * 1_048_576),
     _Spec("RECEIPT_MAX_JSON_DEPTH", "max_json_depth", "int", 32, 2, 256),
+    # a JSON array of schedules (jobs.core.schedules.from_wire): name, agentId, payload,
+    # cron + timezone or every (seconds), missed, enqueue options
+    _Spec("RECEIPT_SCHEDULES", "schedules", "schedules", ""),
     _Spec("SECRET_KEY", "secret_key", "optstr"),
     _Spec("ALLOWED_HOSTS", "allowed_hosts", "list", "127.0.0.1,localhost,[::1],testserver"),
     _Spec("DEBUG", "debug", "bool", False),
@@ -335,7 +342,9 @@ _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off", "")
 
 
-def _parse(spec: _Spec, raw: str | None) -> Any:
+def _parse(spec: _Spec, raw: Any) -> Any:
+    if spec.kind == "schedules":
+        return _schedules(spec, raw)
     if spec.kind == "groups":
         try:
             return worker_groups.parse(raw or "")
@@ -369,6 +378,25 @@ def _parse(spec: _Spec, raw: str | None) -> Any:
                 return choice
         raise ConfigError(spec.env, f"must be one of {', '.join(spec.choices)}, got {raw!r}")
     return raw
+
+
+def _schedules(spec: _Spec, raw: Any) -> tuple[Schedule, ...]:
+    """Parsed and checked down to each cron expression's values (croniter, imported only
+    when there is a cron schedule)."""
+    try:
+        schedules = parse_many(raw if raw is not None else "")
+        crons = [s for s in schedules if s.cron is not None]
+        if crons:
+            from jobs.ticks import check_cron
+
+            for schedule in crons:
+                try:
+                    check_cron(schedule.cron)  # type: ignore[arg-type]
+                except ScheduleError as error:
+                    raise ScheduleError(f"schedule {schedule.name!r}: {error}") from None
+    except ScheduleError as error:
+        raise ConfigError(spec.env, str(error)) from None
+    return schedules
 
 
 def _hosts(raw: str) -> tuple[str, ...]:

@@ -1,6 +1,6 @@
 """Operator admin for jobs (U-1, U-2, U-3, U-6, U-7): `JobAdmin`, put together from
 `changelist` (the list and the dashboard), `job_page` (one job) and `actions` (what an
-operator does to jobs, on the job page and in bulk).
+operator does to jobs, on the job page and in bulk); the Schedules page in `schedules`.
 Other apps add to the job page through `jobs.page_sections`, never by importing this.
 """
 
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from django.contrib import admin
 
+from jobs.admin import schedules as schedules  # registers the Schedules page
 from jobs.admin.changelist import JobList
 from jobs.admin.job_page import JobPage
 from jobs.models import Job

@@ -3,7 +3,7 @@
 
 from django.urls import path
 
-from jobs.api import batch, views
+from jobs.api import batch, schedules, views
 
 urlpatterns = [
     path("agents/<str:agent_id>/jobs", views.EnqueueView.as_view(), name="job-enqueue"),
@@ -14,6 +14,7 @@ urlpatterns = [
     ),
     path("jobs", views.JobListView.as_view(), name="job-list"),
     path("kinds", views.KindsView.as_view(), name="kind-list"),
+    path("schedules", schedules.ScheduleListView.as_view(), name="schedule-list"),
     path("jobs/<str:job_id>", views.JobDetailView.as_view(), name="job-detail"),
     path("jobs/<str:job_id>/receipts", views.JobReceiptsView.as_view(), name="job-receipts"),
     path("jobs/<str:job_id>/state", views.JobStateView.as_view(), name="job-state"),

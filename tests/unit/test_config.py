@@ -44,12 +44,49 @@ def test_defaults_match_the_spec_table():
         ({"RECEIPT_BROKER": "amqp://x"}, "RECEIPT_BROKER must be 'orm' or a redis:// URL"),
         ({"DATABASE_URL": "mysql://x"}, "DATABASE_URL must start with"),
         ({"RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_CRON": "* *"}, "5-field cron"),
+        # issue 34 item 1: schedules in settings are checked down to each cron value
+        ({"RECEIPT_SCHEDULES": "[{"}, "RECEIPT_SCHEDULES is not valid JSON"),
+        ({"RECEIPT_SCHEDULES": '{"name": "a"}'}, "RECEIPT_SCHEDULES must be a JSON array"),
+        (
+            {
+                "RECEIPT_SCHEDULES": '[{"name": "a", "agentId": "x", "payload": {}, "cron": "61 * * * *"}]'
+            },
+            "RECEIPT_SCHEDULES schedule 'a': cron '61 * * * *' is not a valid cron expression",
+        ),
+        (
+            {
+                "RECEIPT_SCHEDULES": '[{"name": "a", "agentId": "x", "payload": {}, "every": 5, "timezone": "Nowhere"}]'
+            },
+            "RECEIPT_SCHEDULES schedule 'a': timezone 'Nowhere' is not a known IANA timezone",
+        ),
     ],
 )
 def test_invalid_values_name_the_variable(env, fragment):
     with pytest.raises(ConfigError) as caught:
         load(env)
     assert fragment in str(caught.value)
+
+
+def test_schedules_in_settings_are_typed_and_shown_by_name():
+    """Issue 34 item 1."""
+    assert load({}).schedules == ()
+    config = load(
+        {
+            "RECEIPT_SCHEDULES": '[{"name": "nightly", "agentId": "my-agent", "payload": '
+            '{"kind": "acme.report"}, "cron": "0 3 * * *", "timezone": "Europe/Paris", '
+            '"maxAttempts": 3}, {"name": "pulse", "agentId": "my-agent", "payload": {}, '
+            '"every": 30, "missed": "skip"}]'
+        }
+    )
+    nightly, pulse = config.schedules
+    assert (nightly.cron, nightly.timezone, nightly.options) == (
+        "0 3 * * *",
+        "Europe/Paris",
+        {"max_attempts": 3},
+    )
+    assert (pulse.every_s, pulse.missed) == (30, "skip")
+    shown = dict(config.shown())["RECEIPT_SCHEDULES"]
+    assert shown == "nightly (cron 0 3 * * * (Europe/Paris)), pulse (every 30 s)"
 
 
 def test_secrets_are_masked_when_shown():

@@ -1,4 +1,5 @@
-"""`manage.py jobs enqueue|list|show|abort|steer|follow-up|redrive` (P-4), `--json` for scripts.
+"""`manage.py jobs enqueue|list|show|abort|steer|follow-up|redrive|schedules` (P-4), `--json`
+for scripts.
 
 Every write goes through the queue service, signed `by` the operator (`--by`, default
 `cli:<OS user>`); a redrive goes through `jobs.redrive`, the admin's own service, which
@@ -8,11 +9,12 @@ records it on the job's audit stream (U-3).
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import queue, redrive, selectors
+from jobs import queue, redrive, schedules, selectors
 from jobs.api.parameters import parse_limit
 from jobs.api.serializers import JobFilter
 from jobs.errors import JobsError
@@ -33,6 +35,10 @@ LIST_FILTERS = {
     "routed_group": "routedGroup",
 }
 DEFAULT_LIST_LIMIT = 20
+
+
+def utc(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _json_arg(text: str, name: str) -> Any:
@@ -78,6 +84,11 @@ class Command(BaseCommand):
         abort.add_argument("--reason")
         redrive = sub.add_parser("redrive", help="start a fresh delivery of a queued job now")
         redrive.add_argument("job_id")
+        listed = sub.add_parser("schedules", help="list schedules, or pause, resume or run one now")
+        listed.add_argument(
+            "verb", nargs="?", default="list", choices=["list", "pause", "resume", "run-now"]
+        )
+        listed.add_argument("name", nargs="?", help="the schedule (pause, resume, run-now)")
         for name in ("steer", "follow-up"):
             cmd = sub.add_parser(name, help=f"send a {name} command to an active job")
             cmd.add_argument("job_id")
@@ -151,6 +162,25 @@ class Command(BaseCommand):
             "job": job_json(result.job),
         }
 
+    def _schedules(self, o, by):
+        verb, name = o["verb"], o["name"]
+        if verb == "list":
+            if name:
+                raise CommandError("jobs schedules list takes no name")
+            return {"schedules": schedules.listing()}
+        if not name:
+            raise CommandError(f"jobs schedules {verb} needs the schedule's name")
+        if verb == "run-now":
+            ran = schedules.run_now(name, by=by)
+            return {"ok": True, "schedule": name, "job": job_json(ran.job)}
+        state = (schedules.pause if verb == "pause" else schedules.resume)(name, by=by)
+        return {
+            "ok": True,
+            "schedule": name,
+            "status": state.status,
+            "nextRunAt": state.next_run_at,
+        }
+
     def _steer(self, o, by):
         result = queue.steer(o["job_id"], _json_arg(o["payload"], "payload"), by=by)
         return {"ok": True, "command": result.command, "job": job_json(result.job)}
@@ -160,6 +190,9 @@ class Command(BaseCommand):
         return {"ok": True, "command": result.command, "job": job_json(result.job)}
 
     def _print(self, action: str, data: dict[str, Any]) -> None:
+        if action == "schedules":
+            self._print_schedules(data)
+            return
         if action == "list":
             for job in data["jobs"]:
                 self.stdout.write(
@@ -186,3 +219,23 @@ class Command(BaseCommand):
         if data.get("promiseId"):
             extra = f" delivery {data['promiseId']} ({'started' if data['ok'] else data['reason']})"
         self.stdout.write(f"{action}: job {job['id']} is {job['status']}{extra}")
+
+    def _print_schedules(self, data: dict[str, Any]) -> None:
+        if "schedules" not in data:
+            if "job" in data:
+                self.stdout.write(
+                    f"run-now: schedule {data['schedule']} enqueued {data['job']['id']}"
+                )
+            else:
+                when = utc(data["nextRunAt"]) if data["status"] == "active" else "-"
+                self.stdout.write(
+                    f"schedule {data['schedule']} is {data['status']}, next run {when}"
+                )
+            return
+        for s in data["schedules"]:
+            outcome = s["lastOutcome"] or ("refused" if s["lastError"] else "-")
+            self.stdout.write(
+                f"{s['name']:<24} {s['status']:<8} {s['trigger']:<36} "
+                f"next {utc(s['nextRunAt']) if s['nextRunAt'] else '-':<27} "
+                f"last {s['lastJobId'] or '-'} ({outcome})"
+            )
