@@ -37,6 +37,7 @@ class Config:
     chat_job_concurrency: int
     orchestration_job_concurrency: int
     codex_job_concurrency: int
+    priority_aging_ms: int
     heartbeat_interval_ms: int | None
     active_stale_ms: int
     queued_redrive_interval_ms: int
@@ -165,6 +166,7 @@ _SPECS = (
     _Spec("CHAT_JOB_CONCURRENCY", "chat_job_concurrency", "int", 4, 1, 256),
     _Spec("ORCHESTRATION_JOB_CONCURRENCY", "orchestration_job_concurrency", "int", 1, 1, 256),
     _Spec("CODEX_JOB_CONCURRENCY", "codex_job_concurrency", "int", 1, 1, 256),
+    _Spec("RECEIPT_PRIORITY_AGING_MS", "priority_aging_ms", "int", 60_000, 1, 86_400_000),
     _Spec(
         "RECEIPT_RESONATE_HEARTBEAT_INTERVAL_MS", "heartbeat_interval_ms", "optint", None, 100, _MS
     ),

@@ -43,9 +43,12 @@ def enqueued(
     session_key: str | None,
     singleton_mode: str,
     lease_ms: int,
+    run_at: int | None = None,
+    priority: int = 0,
 ) -> dict[str, Any]:
-    """A new job's first receipt (J-1)."""
-    return {
+    """A new job's first receipt (J-1). `runAt` (G-3) and `priority` (G-4) are written
+    only when set, so a plain job's body (and hash) is what it always was."""
+    body: dict[str, Any] = {
         "type": JOB_ENQUEUED,
         "jobId": job_id,
         "agentId": agent_id,
@@ -56,6 +59,11 @@ def enqueued(
         "singletonMode": singleton_mode,
         "leaseMs": lease_ms,
     }
+    if run_at is not None:
+        body["runAt"] = run_at
+    if priority:
+        body["priority"] = priority
+    return body
 
 
 def leased(job_id: str, fence: Fence, *, lease_until: int, start: bool) -> list[dict[str, Any]]:

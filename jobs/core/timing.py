@@ -27,6 +27,8 @@ import math
 from dataclasses import dataclass, fields
 from typing import Final, Literal
 
+from jobs.core.scheduling import DEFAULT_PRIORITY_AGING_MS
+
 DEFAULT_JOB_LEASE_MS: Final = 300_000
 DEFAULT_CODEX_JOB_LEASE_MS: Final = 900_000
 DEFAULT_FACTORY_CONTROL_JOB_LEASE_MS: Final = 900_000
@@ -60,6 +62,7 @@ TIMING_ENV: Final[dict[str, str]] = {
     "chat_job_concurrency": "CHAT_JOB_CONCURRENCY",
     "orchestration_job_concurrency": "ORCHESTRATION_JOB_CONCURRENCY",
     "codex_job_concurrency": "CODEX_JOB_CONCURRENCY",
+    "priority_aging_ms": "RECEIPT_PRIORITY_AGING_MS",
 }
 
 
@@ -81,6 +84,7 @@ class TimingSettings:
     chat_job_concurrency: int = 4
     orchestration_job_concurrency: int = 1
     codex_job_concurrency: int = 1
+    priority_aging_ms: int = DEFAULT_PRIORITY_AGING_MS  # G-4: jobs.core.scheduling
 
     def __post_init__(self) -> None:
         for field in fields(self):

@@ -261,6 +261,8 @@ _states = st.builds(
     head=st.text(alphabet="0123456789abcdef", min_size=64, max_size=64),
     settled_by=_opt_text,
     cancel_reason=_opt_text,
+    run_at=_opt_int,
+    priority=st.integers(min_value=-100, max_value=100),
 )
 
 
