@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from jobs.api import parameters
@@ -78,6 +79,13 @@ class JobSerializer(serializers.Serializer):
     organizationId = serializers.CharField(allow_null=True)
     objectiveId = serializers.CharField(allow_null=True)
     taskId = serializers.CharField(allow_null=True)
+    runAt = serializers.IntegerField(
+        allow_null=True,
+        help_text="ms since epoch: not started before this (a delayed job); null: at once",
+    )
+    priority = serializers.IntegerField(
+        help_text="-100..100, higher first within the worker group (default 0)"
+    )
     contractGroup = serializers.ChoiceField(
         choices=WORKER_GROUPS,
         allow_null=True,
@@ -126,6 +134,18 @@ class SingletonSerializer(serializers.Serializer):
     )
 
 
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string", "format": "date-time"},
+            {"type": "integer", "minimum": 0, "description": "ms since epoch"},
+        ]
+    }
+)
+class RunAtField(serializers.JSONField):
+    """`runAt`: a date-time with an offset, or ms since epoch (`jobs.validation`)."""
+
+
 class EnqueueRequestSerializer(serializers.Serializer):
     """`{payload, ...options}`; without `payload`, the body minus the options is the payload."""
 
@@ -144,6 +164,25 @@ class EnqueueRequestSerializer(serializers.Serializer):
     )
     singleton = SingletonSerializer(
         required=False, help_text="alternative spelling; top-level options win"
+    )
+    runAt = RunAtField(
+        required=False,
+        help_text="do not start before this time: an ISO 8601 date-time with a UTC offset "
+        "or Z (2026-12-06T10:00:00Z), or ms since epoch (an integer); at most a year "
+        "ahead; a time in the past means now",
+    )
+    delaySeconds = serializers.FloatField(
+        required=False,
+        min_value=0,
+        help_text="do not start before this many seconds from now (0 to 31,622,400); "
+        "instead of runAt, never with it",
+    )
+    priority = serializers.IntegerField(
+        required=False,
+        min_value=-100,
+        max_value=100,
+        help_text="default 0; within the worker group higher is taken first, and a job "
+        "waiting longer gains a point a minute, so none waits forever",
     )
     payload = PayloadSerializer(required=False)
 
