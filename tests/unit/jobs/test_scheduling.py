@@ -91,8 +91,10 @@ def test_a_job_is_scheduled_only_while_queued_before_its_first_attempt_and_its_t
 
 @pytest.mark.parametrize(
     "value, ok",
-    [(0, True), (MIN_PRIORITY, True), (MAX_PRIORITY, True), (101, False), (-101, False)]
-    + [(True, False), ("high", False), (1.0, False), (None, False)],
+    [
+        *[(0, True), (MIN_PRIORITY, True), (MAX_PRIORITY, True), (101, False), (-101, False)],
+        *[(True, False), ("high", False), (1.0, False), (None, False)],
+    ],
 )
 def test_a_priority_is_an_integer_from_minus_100_to_100(value, ok):
     assert is_priority(value) is ok
