@@ -18,6 +18,7 @@ from jobs.api import parameters
 from jobs.core.callbacks import EVENTS as CALLBACK_EVENTS
 from jobs.core.callbacks import STATES as CALLBACK_STATES
 from jobs.core.contracts import KINDS, WORKER_GROUPS, all_kinds
+from jobs.core.scheduling import MAX_PRIORITY, MAX_SCHEDULE_AHEAD_MS, MIN_PRIORITY
 from jobs.core.vocabulary import LANES, SINGLETON_MODES, STATUSES
 from jobs.errors import InvalidRequest
 from jobs.validation import MAX_AGENT_ID, MAX_SESSION_KEY
@@ -174,13 +175,14 @@ class EnqueueRequestSerializer(serializers.Serializer):
     delaySeconds = serializers.FloatField(
         required=False,
         min_value=0,
-        help_text="do not start before this many seconds from now (0 to 31,622,400); "
+        max_value=MAX_SCHEDULE_AHEAD_MS // 1000,
+        help_text="do not start before this many seconds from now (at most 366 days); "
         "instead of runAt, never with it",
     )
     priority = serializers.IntegerField(
         required=False,
-        min_value=-100,
-        max_value=100,
+        min_value=MIN_PRIORITY,
+        max_value=MAX_PRIORITY,
         help_text="default 0; within the worker group higher is taken first, and a job "
         "waiting longer gains a point a minute, so none waits forever",
     )
