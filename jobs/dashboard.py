@@ -2,6 +2,8 @@
 
 Every query reads a bounded number of index entries at any table size or queue length:
 
+- Queued jobs are split into ready and scheduled (delayed, G-3): the scheduled ones are
+  a bounded count on the scheduled index of their driver promises.
 - Queue depth is one probe per (status, lane, routed group) cell of `job_active_cells`,
   each count stopped at `counts.CELL_CAP` + 1 (`jobs.counts.active_cells`); a cell that
   reached it reads "100+", and any sum it feeds reads "N+" (at least N). Active jobs by
@@ -40,7 +42,7 @@ from jobs.core.groups import BUILTIN_GROUPS
 from jobs.core.names import worker_cluster
 from jobs.core.timing import concurrency_for, execution_timeout_ms
 from jobs.core.vocabulary import ACTIVE_STATUSES, LANES, STATUSES
-from jobs.runtime import loops, processes, sandbox
+from jobs.runtime import loops, processes, promises, sandbox
 from jobs.runtime.roles import connection_budget, connections_per_runworker
 from jobs.timing_config import current_timing
 from receipts.clock import now_ms as wall_clock_ms
@@ -81,6 +83,7 @@ def queue_depth(*, now_ms: int) -> dict[str, Any]:
     )
     total = sum(totals.values(), counts.Count(0))
     return {
+        "queued": queued_split(totals.get("queued", counts.Count(0)), now_ms=now_ms),
         "cells": cells,
         "byStatus": [{"status": status, **_bounded(n)} for status, n in totals.items()],
         "total": total.value,
@@ -100,6 +103,22 @@ def queue_depth(*, now_ms: int) -> dict[str, Any]:
             )
         ],
     }
+
+
+def queued_split(queued: counts.Count, *, now_ms: int) -> list[dict[str, Any]]:
+    """Queued jobs split into ready (may start now) and scheduled (delayed, their time
+    still ahead: G-3). Scheduled jobs are counted up to STATUS_CAP on the scheduled index of
+    their promises, never scanned; ready ones are the rest of the queued count, which is
+    unknown ("—") only when both counts stopped at their caps."""
+    scheduled = counts.Count.of(
+        promises.count_scheduled(now_ms=now_ms, cap=counts.STATUS_CAP), counts.STATUS_CAP
+    )
+    ready: dict[str, Any]
+    if scheduled.capped and queued.capped:
+        ready = {"count": None, "capped": False, "shown": "—"}
+    else:
+        ready = _bounded(counts.Count(max(0, queued.value - scheduled.value), queued.capped))
+    return [{"state": "ready", **ready}, {"state": "scheduled", **_bounded(scheduled)}]
 
 
 def _bounded(count: counts.Count) -> dict[str, Any]:

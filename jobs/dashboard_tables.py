@@ -95,6 +95,15 @@ DASHBOARD_TABLES = (
         STATUS_HELP,
     ),
     Table(
+        "queued",
+        "Queued jobs: ready and scheduled",
+        "depth.queued",
+        (Column("state", "queued"), Column("shown", "jobs", "num")),
+        "Nothing queued.",
+        "Scheduled: delayed jobs whose time is still ahead; they are not dispatched before "
+        f"it. Ready: every other queued job. Each is counted up to {STATUS_CAP:,}.",
+    ),
+    Table(
         "oldest",
         "Oldest queued job per lane",
         "depth.oldestQueued",

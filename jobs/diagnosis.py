@@ -113,6 +113,8 @@ def diagnosis(job_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
             "attempt": facts.job.attempt,
             "maxAttempts": facts.job.max_attempts,
             "leaseUntil": facts.job.lease_until,
+            "runAt": facts.job.run_at,
+            "priority": facts.job.priority,
             "workerId": facts.job.worker_id,
             "hasHandler": facts.has_handler,
             "liveProcesses": facts.live_processes,

@@ -117,6 +117,13 @@ class DeliveryPromise(models.Model):
     # holds it: a take then changes no indexed column and is a heap-only (HOT) update,
     # with no new entry in any index (pages are left half empty for it, migration 0015).
     available_at = models.BigIntegerField(default=0)
+    # G-4: where the promise stands in its group's queue, lower taken first: the time it
+    # became deliverable less its job's priority times the aging step
+    # (jobs.core.scheduling.take_order; created_at itself for priority 0).
+    ordered_at = models.BigIntegerField(db_default=0)
+    # G-3: a driver promise of a job not yet due is opened scheduled: out of every take's
+    # reach until the due loop (jobs.runtime.due) releases it at this time (sets it NULL).
+    due_at = models.BigIntegerField(null=True)
 
     class Meta:
         db_table = "jobs_delivery_promise"
@@ -129,10 +136,17 @@ class DeliveryPromise(models.Model):
                 name="promise_pending_timeout",
                 condition=models.Q(state="pending"),
             ),
-            models.Index(  # the broker takes oldest first, skipping promises in flight
-                fields=["target_group", "created_at"],
+            models.Index(  # the broker takes in take order, skipping promises in flight
+                fields=["target_group", "ordered_at"],
                 name="promise_deliverable",
-                condition=models.Q(settled_at__isnull=True, worker_id__isnull=True),
+                condition=models.Q(
+                    settled_at__isnull=True, worker_id__isnull=True, due_at__isnull=True
+                ),
+            ),
+            models.Index(  # the due loop's lookup: scheduled promises by due time only
+                fields=["due_at"],
+                name="promise_scheduled",
+                condition=models.Q(due_at__isnull=False, settled_at__isnull=True),
             ),
         ]
 

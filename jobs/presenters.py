@@ -15,6 +15,8 @@ from jobs.core.wire import job_to_wire
 
 def job_json(job: JobState) -> dict[str, Any]:
     wire = job_to_wire(job)
+    wire.setdefault("runAt", None)  # stored only when set (jobs.core.wire)
+    wire.setdefault("priority", 0)
     contract = contract_group(job.kind)
     routed = routed_group(job.agent_id, job.kind, job.queue)
     wire["contractGroup"] = contract

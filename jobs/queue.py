@@ -23,6 +23,7 @@ from django.db import IntegrityError, connection, transaction
 
 from jobs.core import bodies
 from jobs.core.contracts import routed_group
+from jobs.core.scheduling import due_at
 from jobs.core.state import Command, Fence, FenceOutcome, JobState
 from jobs.core.timing import TimingSettings, lease_ms_for
 from jobs.core.vocabulary import (
@@ -66,9 +67,11 @@ ABORT_REQUESTED_REASON = "abort requested"
 on_commit_listeners: list[Callable[[list[JobState], bool], None]] = []
 # Set by the runtime where a new job's delivery can open in the enqueue's own statement
 # (PostgreSQL with the database broker: the promise row is the task, its wake-up a NOTIFY,
-# both delivered only on commit): for [(job id, lease ms)], (an INSERT with one JSON
-# parameter, that parameter). At most one.
-joined_dispatch: list[Callable[[list[tuple[str, int]]], tuple[str, Sequence[Any]]]] = []
+# both delivered only on commit): for [(job id, lease ms, priority, runAt or None)], (an
+# INSERT with one JSON parameter, that parameter). At most one.
+joined_dispatch: list[
+    Callable[[list[tuple[str, int, int, int | None]]], tuple[str, Sequence[Any]]]
+] = []
 # Listeners run after any job write commits, once per write: (type of the write's last
 # receipt, the job after the write, that receipt's body). A write may append several
 # receipts (a lease with its first heartbeat): listeners should read the job, not count
@@ -371,7 +374,7 @@ def _open_fresh(
         for start, end in bounds:
             part = requests[start:end]
             new = [
-                _fresh(f"{prefix}-{randomness[12 * i : 12 * i + 12]}", request, timing)
+                _fresh(f"{prefix}-{randomness[12 * i : 12 * i + 12]}", request, timing, now)
                 for i, request in enumerate(part, start)  # ids as new_job_id(now)
             ]
             joined: list[bool] = []  # whether the store took the deliveries into its statement
@@ -394,15 +397,18 @@ def _open_fresh(
     return results, written
 
 
-def _fresh(job_id: str, request: EnqueueRequest, timing: TimingSettings) -> NewStream:
+def _fresh(job_id: str, request: EnqueueRequest, timing: TimingSettings, now: int) -> NewStream:
     """The stream of a new job and its `job.enqueued`, as `_enqueue_locked` writes them."""
-    body = _enqueued(job_id, request, timing)
+    body = _enqueued(job_id, request, timing, now)
     return NewStream(JOB_STREAM_PREFIX + job_id, body, _enqueue_context(job_id, request))
 
 
-def _enqueued(job_id: str, request: EnqueueRequest, timing: TimingSettings) -> dict[str, Any]:
+def _enqueued(
+    job_id: str, request: EnqueueRequest, timing: TimingSettings, now: int
+) -> dict[str, Any]:
     """The body of a new job's `job.enqueued` receipt (J-1): its `queue` is recorded only
-    when it moves the job off its default route."""
+    when it moves the job off its default route, and a `runAt` not ahead of `now` is left
+    out (G-3: it means now)."""
     default = routed_group(request.agent_id, request.payload.get("kind"))
     queue = request.queue if request.queue != default else None
     return bodies.enqueued(
@@ -415,6 +421,8 @@ def _enqueued(job_id: str, request: EnqueueRequest, timing: TimingSettings) -> d
         singleton_mode=request.singleton_mode,
         lease_ms=lease_ms_for(request.agent_id, request.payload, timing, group=queue or default),
         queue=queue,
+        run_at=due_at(request.run_at, now),
+        priority=request.priority,
     )
 
 
@@ -425,9 +433,14 @@ def _joined(new: list[NewStream], used: list[bool]) -> Joined:
 
     def rows(positions: Sequence[int]) -> tuple[str, Sequence[Any]]:
         used.append(True)
-        return dispatch([(new[p].body["jobId"], new[p].body["leaseMs"]) for p in positions])
+        return dispatch([_delivery_of(new[p].body) for p in positions])
 
     return rows
+
+
+def _delivery_of(body: dict[str, Any]) -> tuple[str, int, int, int | None]:
+    """What a new job's driver promise needs of its `job.enqueued` body."""
+    return body["jobId"], body["leaseMs"], body.get("priority", 0), body.get("runAt")
 
 
 def _enqueue_locked(request: EnqueueRequest, now: int) -> EnqueueResult:
@@ -446,7 +459,7 @@ def _enqueue_locked(request: EnqueueRequest, now: int) -> EnqueueResult:
     with _locked(job_id, new=request.job_id is None) as (handle, state):
         if state is not None:  # a concurrent enqueue with the same explicit id won
             return EnqueueResult(state, created=False, warnings=warnings)
-        body = _enqueued(job_id, request, current_timing())
+        body = _enqueued(job_id, request, current_timing(), now)
         context = _enqueue_context(job_id, request)
         handle.append(body, now_ms=now, context=context)
         return EnqueueResult(_state(handle), created=True, warnings=warnings)

@@ -6,14 +6,23 @@ the same functions before it writes.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 
 from jobs import handlers
 from jobs.core import contracts
+from jobs.core.scheduling import (
+    DEFAULT_PRIORITY,
+    MAX_PRIORITY,
+    MAX_SCHEDULE_AHEAD_MS,
+    MIN_PRIORITY,
+    is_priority,
+)
 from jobs.core.vocabulary import (
     DEFAULT_LANE,
     DEFAULT_MAX_ATTEMPTS,
@@ -27,6 +36,7 @@ from jobs.core.vocabulary import (
 from jobs.errors import InvalidRequest
 from jobs.timing_config import current_timing
 from receipts import wire_json
+from receipts.clock import now_ms as wall_clock_ms
 from receipts.core.canonical import CanonicalJSONError, check_json
 from receipts.core.storable import first_unstorable
 
@@ -46,6 +56,8 @@ class EnqueueRequest:
     singleton_mode: str = DEFAULT_SINGLETON_MODE
     by: str | None = None
     queue: str | None = None  # a worker group chosen over the default route
+    run_at: int | None = None  # G-3: epoch ms (UTC); one not ahead at enqueue means now
+    priority: int = DEFAULT_PRIORITY  # G-4: MIN_PRIORITY..MAX_PRIORITY
 
 
 def check_text(code: str, name: str, value: Any, limit: int, *, required: bool) -> str | None:
@@ -91,6 +103,8 @@ def build_request(
     singleton_mode: Any = None,
     by: Any = None,
     queue: Any = None,
+    run_at: Any = None,
+    priority: Any = None,
 ) -> EnqueueRequest:
     """Validate an enqueue (J-6, K-1, K-2, Q-3); raise InvalidRequest naming the problem.
 
@@ -130,6 +144,8 @@ def build_request(
             "session_key_required", f"singletonMode {singleton_mode!r} needs a sessionKey"
         )
     check_text("invalid_by", "by", by, MAX_BY, required=False)
+    run_at = check_run_at(run_at)
+    priority = check_priority(priority)
     handlers.load()  # a deployment's own kinds are registered by its handler modules
     try:
         contracts.validate_payload(payload)
@@ -147,7 +163,86 @@ def build_request(
         singleton_mode=singleton_mode,
         by=by,
         queue=queue,
+        run_at=run_at,
+        priority=priority,
     )
+
+
+def check_priority(priority: Any) -> int:
+    """G-4: an integer from MIN_PRIORITY to MAX_PRIORITY; None is the default."""
+    if priority is None:
+        return DEFAULT_PRIORITY
+    if not is_priority(priority):
+        raise InvalidRequest(
+            "invalid_priority",
+            f"priority must be an integer from {MIN_PRIORITY} to {MAX_PRIORITY}; got {priority!r}",
+        )
+    return int(priority)
+
+
+def check_run_at(run_at: Any) -> int | None:
+    """G-3: epoch milliseconds (UTC), at most MAX_SCHEDULE_AHEAD_MS ahead; one in the
+    past is accepted and means now."""
+    if run_at is None:
+        return None
+    if isinstance(run_at, bool) or not isinstance(run_at, int) or run_at < 0:
+        raise InvalidRequest(
+            "invalid_run_at", f"runAt must be epoch milliseconds (an integer >= 0); got {run_at!r}"
+        )
+    if run_at > wall_clock_ms() + MAX_SCHEDULE_AHEAD_MS:
+        raise InvalidRequest(
+            "invalid_run_at", f"runAt {run_at} is more than {_AHEAD_DAYS} days ahead"
+        )
+    return run_at
+
+
+_AHEAD_DAYS = MAX_SCHEDULE_AHEAD_MS // 86_400_000
+_MAX_DELAY_S = MAX_SCHEDULE_AHEAD_MS // 1000
+
+
+def run_at_from_wire(run_at: Any, delay_seconds: Any, *, now_ms: int) -> int | None:
+    """`runAt` or `delaySeconds` as an API client or the CLI gives them, as epoch ms.
+
+    `runAt`: an ISO 8601 date-time with a UTC offset or `Z` (`2026-12-06T10:00:00Z`), or
+    epoch milliseconds. `delaySeconds`: a non-negative number of seconds from `now_ms`.
+    At most one of them; both bounded by MAX_SCHEDULE_AHEAD_MS."""
+    if run_at is not None and delay_seconds is not None:
+        raise InvalidRequest(
+            "invalid_run_at", "give runAt or delaySeconds, not both: they say the same thing"
+        )
+    if delay_seconds is not None:
+        if (
+            isinstance(delay_seconds, bool)
+            or not isinstance(delay_seconds, int | float)
+            or not 0 <= delay_seconds <= _MAX_DELAY_S
+        ):
+            raise InvalidRequest(
+                "invalid_delay_seconds",
+                f"delaySeconds must be a number of seconds from 0 to {_MAX_DELAY_S}; "
+                f"got {delay_seconds!r}",
+            )
+        return now_ms + math.ceil(delay_seconds * 1000)
+    if isinstance(run_at, str):
+        return check_run_at(max(0, _parse_instant(run_at)))  # the past means now
+    return check_run_at(run_at)
+
+
+def _parse_instant(text: str) -> int:
+    """An ISO 8601 date-time with an offset as epoch ms; InvalidRequest otherwise."""
+    try:
+        moment = datetime.fromisoformat(text) if len(text) <= 40 else None
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise InvalidRequest(
+            "invalid_run_at",
+            "runAt must be an ISO 8601 date-time with a UTC offset or Z "
+            f"(2026-12-06T10:00:00Z) or epoch milliseconds; got {text[:60]!r}",
+        )
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def check_route(agent_id: str, kind: str, queue: Any) -> str:

@@ -50,6 +50,7 @@ class Config:
     # the deployment's own worker groups: RECEIPT_WORKER_GROUPS, or a settings mapping
     # {"emails": {"concurrency": 4, "lease_ms": 60000, "execution_timeout_ms": 30000}}
     worker_groups: tuple[GroupSettings, ...]
+    priority_aging_ms: int
     heartbeat_interval_ms: int | None
     active_stale_ms: int
     queued_redrive_interval_ms: int
@@ -213,6 +214,7 @@ _SPECS = (
     _Spec("ORCHESTRATION_JOB_CONCURRENCY", "orchestration_job_concurrency", "int", 1, 1, 256),
     _Spec("CODEX_JOB_CONCURRENCY", "codex_job_concurrency", "int", 1, 1, 256),
     _Spec("RECEIPT_WORKER_GROUPS", "worker_groups", "groups", ""),
+    _Spec("RECEIPT_PRIORITY_AGING_MS", "priority_aging_ms", "int", 60_000, 1, 86_400_000),
     _Spec(
         "RECEIPT_RESONATE_HEARTBEAT_INTERVAL_MS", "heartbeat_interval_ms", "optint", None, 100, _MS
     ),

@@ -196,6 +196,7 @@ class JobChangeList(ChangeList):
             known = ~Q(state__lastError=None)
         self.result_list = rows.annotate(
             max_attempts=KT("state__maxAttempts"),
+            run_at=KT("state__runAt"),  # G-3: a delayed job shows when it is due
             last_error_text=KT("state__lastError"),
             last_error=Case(When(known, then=Substr("last_error_text", 1, ERROR_TOOLTIP_CHARS))),
         )
@@ -229,6 +230,22 @@ def ago_text(ms: int) -> str:
 def ago_cell(at_ms: int, *, now_ms: int) -> str:
     """An age like "3 min ago", with the UTC time in the tooltip."""
     return titled(f"{ago_text(now_ms - at_ms)} ago", utc(at_ms), css="rcpt-ago")
+
+
+def scheduled_note(obj: Job, *, now_ms: int) -> str:
+    """G-3: "due in 5 min" beside a queued delayed job whose time is still ahead, its UTC
+    time in the tooltip; nothing otherwise."""
+    raw = getattr(obj, "run_at", None)  # JSON text of the fold's runAt, or its number
+    if raw is None or raw == "" or obj.status != "queued" or obj.attempt > 0:
+        return ""
+    due = int(raw)
+    if due <= now_ms:
+        return ""
+    return format_html(
+        ' <span class="rcpt-scheduled" title="scheduled for {}">due in {}</span>',
+        utc(due),
+        ago_text(due - now_ms),
+    )
 
 
 class JobList(OperatorAdmin):
@@ -303,7 +320,9 @@ class JobList(OperatorAdmin):
 
     @admin.display(description="status")
     def status_col(self, obj: Job) -> str:
-        return status_badge(obj.status)
+        return format_html(
+            "{}{}", status_badge(obj.status), scheduled_note(obj, now_ms=wall_clock_ms())
+        )
 
     @admin.display(description="agent")
     def agent_col(self, obj: Job) -> str:

@@ -159,6 +159,8 @@ class JobPage(OwnChangePage, JobActions):
             "created_utc": utc(job.created_at),
             "updated_utc": utc(job.updated_at),
             "lease_utc": utc(job.lease_until) if job.lease_until else None,
+            "run_at_utc": utc(job.run_at) if job.run_at is not None else None,
+            "scheduled": job.scheduled_for(now) is not None,
             **chain_page(
                 request, stream, count, default_after=max(0, count - PAGE_SIZE), panels=panels
             ),

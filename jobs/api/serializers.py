@@ -11,12 +11,14 @@ from __future__ import annotations
 from typing import Any
 
 import django_filters
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from jobs.api import parameters
 from jobs.core.callbacks import EVENTS as CALLBACK_EVENTS
 from jobs.core.callbacks import STATES as CALLBACK_STATES
 from jobs.core.contracts import KINDS, WORKER_GROUPS, all_kinds
+from jobs.core.scheduling import MAX_PRIORITY, MAX_SCHEDULE_AHEAD_MS, MIN_PRIORITY
 from jobs.core.vocabulary import LANES, SINGLETON_MODES, STATUSES
 from jobs.errors import InvalidRequest
 from jobs.timing_config import current_timing
@@ -81,6 +83,13 @@ class JobSerializer(serializers.Serializer):
     organizationId = serializers.CharField(allow_null=True)
     objectiveId = serializers.CharField(allow_null=True)
     taskId = serializers.CharField(allow_null=True)
+    runAt = serializers.IntegerField(
+        allow_null=True,
+        help_text="ms since epoch: not started before this (a delayed job); null: at once",
+    )
+    priority = serializers.IntegerField(
+        help_text="-100..100, higher first within the worker group (default 0)"
+    )
     queue = serializers.CharField(
         allow_null=True,
         help_text="the worker group the enqueue chose, when it differs from the default route",
@@ -132,6 +141,18 @@ class SingletonSerializer(serializers.Serializer):
     )
 
 
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "string", "format": "date-time"},
+            {"type": "integer", "minimum": 0, "description": "ms since epoch"},
+        ]
+    }
+)
+class RunAtField(serializers.JSONField):
+    """`runAt`: a date-time with an offset, or ms since epoch (`jobs.validation`)."""
+
+
 class EnqueueRequestSerializer(serializers.Serializer):
     """`{payload, ...options}`; without `payload`, the body minus the options is the payload."""
 
@@ -156,6 +177,26 @@ class EnqueueRequestSerializer(serializers.Serializer):
         help_text="the worker group to run on instead of the kind's: "
         + GROUPS_TEXT
         + " (GET /kinds names each kind's); an undeclared one is refused",
+    )
+    runAt = RunAtField(
+        required=False,
+        help_text="do not start before this time: an ISO 8601 date-time with a UTC offset "
+        "or Z (2026-12-06T10:00:00Z), or ms since epoch (an integer); at most a year "
+        "ahead; a time in the past means now",
+    )
+    delaySeconds = serializers.FloatField(
+        required=False,
+        min_value=0,
+        max_value=MAX_SCHEDULE_AHEAD_MS // 1000,
+        help_text="do not start before this many seconds from now (at most 366 days); "
+        "instead of runAt, never with it",
+    )
+    priority = serializers.IntegerField(
+        required=False,
+        min_value=MIN_PRIORITY,
+        max_value=MAX_PRIORITY,
+        help_text="default 0; within the worker group higher is taken first, and a job "
+        "waiting longer gains a point a minute, so none waits forever",
     )
     payload = PayloadSerializer(required=False)
 

@@ -58,6 +58,7 @@ from jobs.errors import InvalidRequest, JobNotFound, MissingCommandsScope
 from jobs.models import Job
 from jobs.presenters import job_json
 from receipts import store
+from receipts.clock import now_ms as wall_clock_ms
 
 # option keys of an enqueue body; without `payload` the rest of the body is the payload.
 OPTION_KEYS = (
@@ -68,6 +69,9 @@ OPTION_KEYS = (
     "singletonMode",
     "singleton",
     "queue",
+    "runAt",
+    "delaySeconds",
+    "priority",
 )
 EVENTS_RECEIPT = "/receipt/stream"
 MAX_BY_HINT = 80
@@ -227,6 +231,10 @@ def enqueue_request(
         singleton_mode=option("singletonMode", "mode"),
         by=by,
         queue=option("queue"),
+        run_at=validation.run_at_from_wire(
+            option("runAt"), option("delaySeconds"), now_ms=wall_clock_ms()
+        ),
+        priority=option("priority"),
     )
     asked = option("maxAttempts")
     if asked is not None and asked != request.max_attempts:  # J-6 clamps; say so
@@ -485,7 +493,7 @@ class JobDiagnosisView(ApiView):
         summary="Why the job is not running or not done",
         description="`blockers` is a list of {code, detail}; codes: terminal, "
         "no_handler, abort_requested, no_live_process, no_live_driver, "
-        "lease_expired, holder_gone, running, attempts_exhausted, "
+        "lease_expired, holder_gone, running, scheduled, attempts_exhausted, "
         "waiting_for_capacity, delivery_pending, delivery_exhausted, "
         "redrive_pending, awaiting_redrive, singleton_peers. `facts` "
         "are the inputs the answer was computed from.",

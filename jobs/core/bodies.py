@@ -44,10 +44,13 @@ def enqueued(
     singleton_mode: str,
     lease_ms: int,
     queue: str | None = None,
+    run_at: int | None = None,
+    priority: int = 0,
 ) -> dict[str, Any]:
-    """A new job's first receipt (J-1); `queue` only when the enqueue routed the job away
-    from its default group (so every other body, and its hash, is as before)."""
-    body = {
+    """A new job's first receipt (J-1). `queue` only when the enqueue routed the job away
+    from its default group; `runAt` (G-3) and `priority` (G-4) only when set: so a plain
+    job's body (and hash) is what it always was."""
+    body: dict[str, Any] = {
         "type": JOB_ENQUEUED,
         "jobId": job_id,
         "agentId": agent_id,
@@ -60,6 +63,10 @@ def enqueued(
     }
     if queue is not None:
         body["queue"] = queue
+    if run_at is not None:
+        body["runAt"] = run_at
+    if priority:
+        body["priority"] = priority
     return body
 
 

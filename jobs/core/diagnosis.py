@@ -7,6 +7,7 @@ so the answer can be checked rather than trusted.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from jobs.core import names
@@ -132,6 +133,12 @@ def human_ms(ms: int | float | None) -> str:
     return f"{days}d {hours}h"
 
 
+def utc_text(ms: int) -> str:
+    """A time for people and machines alike: 2026-12-06T10:00:00.000Z."""
+    moment = datetime.fromtimestamp(ms / 1000, UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 def diagnose(facts: Facts) -> list[Blocker]:
     job, now = facts.job, facts.now_ms
     group = routed_group(job.agent_id, job.kind, job.queue)
@@ -212,6 +219,16 @@ def diagnose(facts: Facts) -> list[Blocker]:
                     f"lease expires in {human_ms(until - now)}",
                 )
             )
+        return out
+    due = job.scheduled_for(now)
+    if due is not None:  # G-3: nothing below matters before its time
+        out.append(
+            Blocker(
+                "scheduled",
+                f"scheduled for {utc_text(due)} (in {human_ms(due - now)}); it is not "
+                "dispatched before then",
+            )
+        )
         return out
     # queued. A saturated group comes first: it is why a pending delivery does not move.
     # Without a live process the group has no slots and `no_live_process` already says so.

@@ -45,6 +45,9 @@ Rules the spec leaves open, decided here:
 - ``queue.command.consumed`` stamps ``consumed_at`` (receipt ts) on the listed ids not yet
   consumed; unknown ids are ignored. It takes no fence in the fold: the queue checks
   the fence when it writes (J-11), and a consumption is a fact about the command.
+- ``job.enqueued`` may carry ``runAt`` (G-3) and ``priority`` (G-4); a body without
+  them is a job due at once with priority 0. The fold records them as given: whether a
+  ``runAt`` still lies ahead is a question of the time asked (`JobState.scheduled_for`).
 - A second ``job.enqueued`` and unknown receipt types change only bookkeeping. On a
   missing job every type except ``job.failed`` and ``job.lease_expired`` raises, unknown
   types included (J-3).
@@ -182,6 +185,8 @@ def _create(receipt: Receipt) -> JobState:
         settled_by=None,
         cancel_reason=None,
         queue=_optional_str(receipt, job_id, "queue"),
+        run_at=_optional_int(receipt, job_id, "runAt"),
+        priority=_or_default(_optional_int(receipt, job_id, "priority"), 0),
     )
 
 

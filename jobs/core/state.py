@@ -70,6 +70,8 @@ class JobState:
     cancel_reason: str | None
     # the worker group its enqueue chose (`queue`), when it differs from the default route
     queue: str | None = None
+    run_at: int | None = None  # G-3: not started before this (epoch ms), when it was ahead
+    priority: int = 0  # G-4: -100..100 within the job's worker group
 
     @property
     def stream(self) -> str:
@@ -86,6 +88,13 @@ class JobState:
     @property
     def holds_lease(self) -> bool:
         return self.status in LEASED_STATUSES
+
+    def scheduled_for(self, now_ms: int) -> int | None:
+        """The time a queued job waits for before its first attempt (G-3), None when it
+        may start now."""
+        if self.status != "queued" or self.attempt > 0:
+            return None
+        return self.run_at if self.run_at is not None and self.run_at > now_ms else None
 
     @property
     def pending_commands(self) -> tuple[Command, ...]:

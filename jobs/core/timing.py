@@ -33,6 +33,7 @@ from dataclasses import dataclass, fields
 from typing import Final
 
 from jobs.core.groups import BUILTIN_GROUPS, GroupSettings
+from jobs.core.scheduling import DEFAULT_PRIORITY_AGING_MS
 
 DEFAULT_JOB_LEASE_MS: Final = 300_000
 DEFAULT_CODEX_JOB_LEASE_MS: Final = 900_000
@@ -68,6 +69,7 @@ TIMING_ENV: Final[dict[str, str]] = {
     "orchestration_job_concurrency": "ORCHESTRATION_JOB_CONCURRENCY",
     "codex_job_concurrency": "CODEX_JOB_CONCURRENCY",
     "worker_groups": "RECEIPT_WORKER_GROUPS",
+    "priority_aging_ms": "RECEIPT_PRIORITY_AGING_MS",
 }
 
 
@@ -90,6 +92,7 @@ class TimingSettings:
     orchestration_job_concurrency: int = 1
     codex_job_concurrency: int = 1
     worker_groups: tuple[GroupSettings, ...] = ()  # the deployment's own, as declared
+    priority_aging_ms: int = DEFAULT_PRIORITY_AGING_MS  # G-4: jobs.core.scheduling
 
     def __post_init__(self) -> None:
         for field in fields(self):

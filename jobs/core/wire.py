@@ -46,11 +46,13 @@ def job_to_wire(state: JobState, *, share: bool = False) -> dict[str, Any]:
     form as JSON text, like the projector: nothing to copy for).
 
     Beyond A-2's list it carries ``abortReason``, ``settledBy``, ``cancelReason``,
-    ``organizationId``, ``objectiveId``, ``taskId`` and ``queue`` so `job_from_wire` can rebuild the
-    state exactly. ``contractGroup``/``routedGroup`` are derived by the API, not stored.
+    ``organizationId``, ``objectiveId``, ``taskId`` and ``queue`` so `job_from_wire` can
+    rebuild the state exactly, and ``runAt`` and ``priority`` only when set (G-3, G-4; the
+    API shows their defaults). ``contractGroup``/``routedGroup`` are derived by the API,
+    not stored.
     """
     keep = _same if share else _copy
-    return {
+    wire: dict[str, Any] = {
         "id": state.job_id,
         "agentId": state.agent_id,
         "lane": state.lane,
@@ -81,6 +83,12 @@ def job_to_wire(state: JobState, *, share: bool = False) -> dict[str, Any]:
         "taskId": state.task_id,
         "queue": state.queue,
     }
+    # Only when set: rows stored before jobs had them stay equal to their fold.
+    if state.run_at is not None:
+        wire["runAt"] = state.run_at
+    if state.priority:
+        wire["priority"] = state.priority
+    return wire
 
 
 def command_from_wire(wire: Mapping[str, Any]) -> Command:
@@ -99,8 +107,10 @@ def command_from_wire(wire: Mapping[str, Any]) -> Command:
 def job_from_wire(wire: Mapping[str, Any]) -> JobState:
     """Rebuild a `JobState` from `job_to_wire` output; raise ValueError on a bad form.
 
-    Every key `job_to_wire` writes is required except the derived ``stream`` and
-    ``queue`` (absent from rows written before queues existed); keys it does not write (``contractGroup``, ``routedGroup`` ...) are ignored.
+    Every key `job_to_wire` writes is required except the derived ``stream``, ``queue``
+    (absent from rows written before queues existed) and the optional ``runAt`` and
+    ``priority``; keys it does not write (``contractGroup``, ``routedGroup`` ...) are
+    ignored.
     """
     reader = _WireReader(wire, "job")
     status = reader.text("status")
@@ -138,6 +148,8 @@ def job_from_wire(wire: Mapping[str, Any]) -> JobState:
         settled_by=reader.opt_text("settledBy"),
         cancel_reason=reader.opt_text("cancelReason"),
         queue=reader.opt_text("queue") if "queue" in wire else None,  # older rows lack it
+        run_at=reader.opt_integer("runAt") if "runAt" in wire else None,
+        priority=reader.integer("priority") if "priority" in wire else 0,
     )
 
 

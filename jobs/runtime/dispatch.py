@@ -19,6 +19,7 @@ from django.db import transaction
 
 from jobs.core import names
 from jobs.core.contracts import routed_group
+from jobs.core.scheduling import due_at, take_order
 from jobs.core.state import JobState
 from jobs.core.timing import driver_timeout_ms
 from jobs.errors import JobsError
@@ -72,6 +73,7 @@ def start_driver(
     key = dispatch_key or job.job_id
     timing = current_timing()
     lease_ms = job.lease_ms or timing.job_lease_ms
+    due = job.scheduled_for(now)  # G-3: opened scheduled, sent when the due loop releases it
     with transaction.atomic(savepoint=savepoint):
         candidates = [key] + [
             names.recovery_generation_id(job.job_id, g) for g in range(1, MAX_GENERATIONS + 1)
@@ -87,8 +89,11 @@ def start_driver(
                 dispatch_key=key,
                 timeout_ms=driver_timeout_ms(lease_ms),
                 now_ms=now,
+                priority=job.priority,
+                due_at=due,
             ):
-                transport.send("driver", DRIVE_TASK, promise_id)
+                if due is None:
+                    transport.send("driver", DRIVE_TASK, promise_id)
                 return StartResult(True, promise_id)
             existing = promises.get(promise_id, now_ms=now)
             if existing is None or existing.pending:
@@ -103,7 +108,8 @@ def dispatch_batch(jobs: list[JobState]) -> None:
 
     The driver promises under each job's own key are opened with one insert per chunk;
     the send is then only a wake-up (once per cluster per transaction on PostgreSQL). A
-    job whose key already has a promise goes through `start_driver` (its generations).
+    job whose key already has a promise goes through `start_driver` (its generations). A
+    delayed job's promise is opened scheduled and sent nothing (G-3: `jobs.runtime.due`).
     """
     try:
         # Neither pipelined nor committed without waiting for the disk: under one-by-one
@@ -125,6 +131,8 @@ def dispatch_batch(jobs: list[JobState]) -> None:
                             target_group="driver",
                             dispatch_key=job.job_id,
                             timeout_ms=driver_timeout_ms(job.lease_ms or default_lease_ms),
+                            priority=job.priority,
+                            due_at=job.scheduled_for(now),
                         )
                         for job in part
                     ],
@@ -132,7 +140,8 @@ def dispatch_batch(jobs: list[JobState]) -> None:
                 )
                 for job in part:
                     if job.job_id in opened:
-                        transport.send("driver", DRIVE_TASK, job.job_id)
+                        if job.scheduled_for(now) is None:
+                            transport.send("driver", DRIVE_TASK, job.job_id)
                     else:
                         start_driver(job, now_ms=now, savepoint=False)
     except Exception:
@@ -163,26 +172,32 @@ def dispatch_created(jobs: list[JobState], dispatched: bool) -> None:
     RECEIPT_DISPATCH=inline runs the pass in the caller instead (one process, no thread).
     """
     counters.incr("receipt_jobs_enqueued_total", len(jobs))
-    if dispatched:
-        transport.push_committed_many("driver", DRIVE_TASK, [(job.job_id,) for job in jobs])
+    if dispatched:  # a delayed job's promise was opened scheduled: the due loop sends it
+        ready = [(job.job_id,) for job in jobs if job.run_at is None]
+        transport.push_committed_many("driver", DRIVE_TASK, ready)
     elif settings.RECEIPT.dispatch_mode == "inline":
         dispatch_batch(jobs)
     else:
         OUTBOX.submit(jobs)
 
 
-def joined_promises(jobs: list[tuple[str, int]]) -> tuple[str, list[Any]]:
-    """The driver promises of new jobs, each under its job id (a fresh id has no delivery
-    yet: the first key of D-3), as a part of the enqueue's own statement: (INSERT, its
-    parameters). With the database broker the promise is the task and
-    the statement also wakes the driver cluster; both reach it only if the enqueue commits.
-    A promise that somehow exists under such an id fails the statement like a taken
-    stream name does, and the enqueue takes its careful path, which knows D-3's keys."""
+def joined_promises(jobs: list[tuple[str, int, int, int | None]]) -> tuple[str, list[Any]]:
+    """The driver promises of new jobs (id, lease ms, priority, runAt), each under its job
+    id (a fresh id has no delivery yet: the first key of D-3), as a part of the enqueue's
+    own statement: (INSERT, its parameters). With the database broker the promise is the
+    task and the statement also wakes the driver cluster; both reach it only if the enqueue
+    commits. A delayed job's promise is opened scheduled (G-3). A promise that somehow
+    exists under such an id fails the statement like a taken stream name does, and the
+    enqueue takes its careful path, which knows D-3's keys."""
     now = wall_clock_ms()
-    default_lease_ms = current_timing().job_lease_ms
-    rows = [
-        (job_id, now + driver_timeout_ms(lease_ms or default_lease_ms)) for job_id, lease_ms in jobs
-    ]
-    source, params = text_rows(rows, 2)
+    timing = current_timing()
+    rows = []
+    for job_id, lease_ms, priority, run_at in jobs:
+        due = due_at(run_at, now)
+        start = now if due is None else due
+        timeout_at = start + driver_timeout_ms(lease_ms or timing.job_lease_ms)
+        order = take_order(start, priority, timing.priority_aging_ms)
+        rows.append((job_id, timeout_at, order, due))
+    source, params = text_rows(rows, 4)
     wake_channel = channel_for("driver") if transport.wakes_by_notify() else None
     return sql.insert_joined_drivers(source, wake_channel), [*params, str(now)]

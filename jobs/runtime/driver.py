@@ -16,6 +16,7 @@ from django.db import connection, transaction
 from jobs import callbacks, queue
 from jobs.core import names
 from jobs.core.contracts import routed_group
+from jobs.core.scheduling import take_order_sql
 from jobs.core.state import Fence, JobState
 from jobs.projector import state_from_rows
 from jobs.runtime import counters, faults, promisebroker, promises, transport
@@ -121,10 +122,14 @@ _DRIVE_QUEUED = (
     f"WHERE d.id = ANY(%s) AND d.function = 'driver' AND {sql.open_pg('d.')}), "
     "v AS MATERIALIZED (SELECT driver, k, job, attempt + 1 AS a, g, "
     f"{names.execute_promise_id_sql('job', '(attempt + 1)', 'driver')} AS x, "
-    "coalesce(nullif((st ->> 'leaseMs')::bigint, 0), %s) AS lease, st FROM c "
+    "coalesce(nullif((st ->> 'leaseMs')::bigint, 0), %s) AS lease, "
+    "coalesce((st ->> 'priority')::int, 0) AS priority, st FROM c "
     "WHERE status = 'queued' AND (st ->> 'abortRequested') IS DISTINCT FROM 'true'), "
     "opened AS ("
-    + sql.insert("SELECT x, 'execute', job, a, g, k, 'pending', %s + lease, %s, %s FROM v")
+    + sql.insert(
+        "SELECT x, 'execute', job, a, g, k, 'pending', %s + lease, %s, %s, "
+        f"{take_order_sql('%s', 'priority', '%s')}, NULL FROM v"
+    )
     + "), "
     f"settled AS (UPDATE {sql.TABLE} p SET state = 'resolved', settled_at = %s, "
     "result = jsonb_build_object('status', CASE WHEN v.x IN (SELECT id FROM opened) "
@@ -156,7 +161,17 @@ def drive_queued(
     (`promises.recoverable_commit`'s reasoning: it writes promises and wake-ups only).
     `wake_channel`: the database broker's channel prefix (`promisebroker.channel_for("")`);
     each worker cluster given work is notified on its own channel."""
-    params: list[Any] = [driver_ids, default_lease_ms, now_ms, now_ms, now_ms, now_ms]
+    aging = current_timing().priority_aging_ms  # G-4: the execute promise's take order
+    params: list[Any] = [
+        driver_ids,
+        default_lease_ms,
+        now_ms,
+        now_ms,
+        now_ms,
+        now_ms,
+        aging,
+        now_ms,
+    ]
     if wake_channel is not None:
         params.append(wake_channel)
     rows, _ = prepared(DRIVE_QUEUED[wake_channel is not None], params)
@@ -215,6 +230,7 @@ def _open_many(
             group,
             view.dispatch_key,
             job.lease_ms or default_lease,
+            job.priority,
         )
     read_opened: Callable[[], set[str]] | None = None
     with pipelined_transaction():

@@ -12,8 +12,9 @@ lease lost, job settled elsewhere). Every pass the keeper:
 - looks for abort requests on the running jobs (woken by `pg_notify('receipt_abort')`
   on PostgreSQL; every half second anyway, which is the SQLite path);
 - beats the worker registry with the attempts it holds;
-- runs the runworker's time-critical loops that are due (`jobs.runtime.loops`: lease
-  expiry, gone-holder release, the callbacks pump) on this thread's connection: never
+- runs the runworker's time-critical loops that are due (`jobs.runtime.loops`: delayed
+  jobs that came due, lease expiry, gone-holder release, the callbacks pump) on this
+  thread's connection: never
   queued behind a retention batch on the maintenance thread, and each pass is short.
 A worker process not under a runworker (no keeper directory in its environment) starts
 a keeper thread of its own over a private directory.

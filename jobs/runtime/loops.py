@@ -4,8 +4,8 @@ Two schedules, each on a thread that already has its database connection (the bu
 a runworker is its concurrency + 3):
 - the maintenance loops share ONE thread of their own; a pass there may be long (a
   retention batch-set, a redrive of many jobs);
-- time-critical loops (`Loop.time_critical`: lease expiry, gone-holder release, the
-  callbacks pump) run on the lease keeper's thread, between its passes, so they never
+- time-critical loops (`Loop.time_critical`: due delayed jobs, lease expiry, gone-holder
+  release, the callbacks pump) run on the lease keeper's thread, between its passes, so they never
   wait behind a slow maintenance pass: a gone holder's leases are released within 30 s
   (T-8) whatever retention is doing. Their passes are short and bounded by construction.
 Each loop is single-flight: ticks that fall due while a pass runs coalesce into the next

@@ -30,6 +30,8 @@ COLUMNS = (
     "timeout_at",
     "created_at",
     "available_at",
+    "ordered_at",
+    "due_at",
 )
 
 
@@ -72,30 +74,32 @@ WITH_JOBS = (
 # create_many (PostgreSQL): pending promises from one JSON parameter, any number of rows
 # under one prepared statement.
 INSERT_JSON_PG = insert(
-    "SELECT v.i, v.f, v.j, v.a, v.g, v.k, 'pending', v.t, %s, %s "
+    "SELECT v.i, v.f, v.j, v.a, v.g, v.k, 'pending', v.t, %s, %s, v.o, v.d "
     "FROM jsonb_to_recordset(%s::jsonb) AS v(i text, f text, j text, a int, g text, k text, "
-    "t bigint)"
+    "t bigint, o bigint, d bigint)"
 )
 
 
 @cache
 def insert_values(count: int) -> str:
-    """create_many (SQLite): `count` pending promises, nine parameters a row."""
+    """create_many (SQLite): `count` pending promises, eleven parameters a row."""
     return insert(
-        "VALUES " + ", ".join(["(%s, %s, %s, %s, %s, %s, 'pending', %s, %s, %s)"] * count)
+        "VALUES " + ", ".join(["(%s, %s, %s, %s, %s, %s, 'pending', %s, %s, %s, %s, %s)"] * count)
     )
 
 
 @cache
 def insert_joined_drivers(source: str, wake_channel: str | None) -> str:
     """The enqueue's statement opens its new jobs' driver promises: each under its job id,
-    from `source` (rows of job id and timeout), then a parameter of now. A taken id fails
-    the statement (the enqueue then takes its careful path). `wake_channel`: notified in
-    the same statement (the database broker's driver channel)."""
+    from `source` (rows of job id, timeout, take order and due time: NULL unless the job
+    is delayed), then a parameter of now. A taken id fails the statement (the enqueue then
+    takes its careful path). `wake_channel`: notified in the same statement (the database
+    broker's driver channel)."""
     wake = f", (SELECT pg_notify('{wake_channel}', 'driver')) AS wake" if wake_channel else ""
     return insert(
-        "SELECT p.i, 'driver', p.i, NULL, 'driver', p.i, 'pending', p.t::bigint, n.n, n.n "
-        f"FROM {source} AS p(i, t), (SELECT %b::text::bigint AS n) AS n{wake}",
+        "SELECT p.i, 'driver', p.i, NULL, 'driver', p.i, 'pending', p.t::bigint, n.n, n.n, "
+        "p.o::bigint, p.d::bigint "
+        f"FROM {source} AS p(i, t, o, d), (SELECT %b::text::bigint AS n) AS n{wake}",
         skip_taken=False,
     )
 
@@ -143,21 +147,24 @@ CLAIM_HELD_PG = f"WITH c AS ({CLAIM['postgresql']} RETURNING 1) SELECT 1 / count
 
 # ---- the database broker -------------------------------------------------------------------
 
+# The deliverable index's own condition (a scheduled promise is not in it, G-3) and the
+# visibility timeout, which no index holds.
 _DELIVERABLE = (
-    "target_group = %s AND settled_at IS NULL AND worker_id IS NULL AND available_at <= %s"
+    "target_group = %s AND settled_at IS NULL AND worker_id IS NULL AND due_at IS NULL "
+    "AND available_at <= %s"
 )
-# A cluster's take (PostgreSQL): its oldest deliverable promises, hidden for the
-# visibility window; replicas skip each other's rows.
+# A cluster's take (PostgreSQL): its deliverable promises first in take order (G-4:
+# priority, aged), hidden for the visibility window; replicas skip each other's rows.
 TAKE_PG = (
     f"UPDATE {TABLE} SET available_at = %s WHERE id IN ("
     f"SELECT id FROM {TABLE} WHERE {_DELIVERABLE} "
-    "ORDER BY created_at LIMIT %s FOR UPDATE SKIP LOCKED) "
+    "ORDER BY ordered_at LIMIT %s FOR UPDATE SKIP LOCKED) "
     "RETURNING id, job_id, attempt, dispatch_key, available_at"
 )
 # A worker cluster's take: each promise with its job's state, which its worker begins on.
 TAKE_WITH_JOB_PG = TAKE_PG + f", (SELECT j.state FROM jobs_job j WHERE j.id = {TABLE}.job_id)"
 # A cluster's deliverable promises (SQLite's look before it takes; the queue size).
-PEEK = f"SELECT id FROM {TABLE} WHERE {_DELIVERABLE} ORDER BY created_at LIMIT %s"
+PEEK = f"SELECT id FROM {TABLE} WHERE {_DELIVERABLE} ORDER BY ordered_at LIMIT %s"
 
 
 @cache
@@ -166,6 +173,37 @@ def take_ids_sqlite(count: int) -> str:
     marks = ", ".join(["%s"] * count)
     return (
         f"UPDATE {TABLE} SET available_at = %s WHERE id IN ({marks}) "
-        "AND settled_at IS NULL AND worker_id IS NULL AND available_at <= %s "
-        "RETURNING id, job_id, attempt, dispatch_key, available_at"
+        "AND settled_at IS NULL AND worker_id IS NULL AND due_at IS NULL "
+        "AND available_at <= %s RETURNING id, job_id, attempt, dispatch_key, available_at"
     )
+
+
+# ---- scheduled promises (G-3) --------------------------------------------------------------
+
+_SCHEDULED = "due_at IS NOT NULL AND settled_at IS NULL"  # the scheduled index's condition
+# The due loop (PostgreSQL): scheduled promises whose time came, earliest first, released
+# into the deliverable index; replicas skip each other's rows. Only the scheduled index
+# is read, from its first entry to the first one still ahead.
+RELEASE_DUE_PG = (
+    f"UPDATE {TABLE} SET due_at = NULL WHERE id IN ("
+    f"SELECT id FROM {TABLE} WHERE {_SCHEDULED} AND due_at <= %s "
+    "ORDER BY due_at LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING id"
+)
+# The due loop (SQLite, whose writers are serialized): the ids whose time came...
+DUE_SQLITE = f"SELECT id FROM {TABLE} WHERE {_SCHEDULED} AND due_at <= %s ORDER BY due_at LIMIT %s"
+
+
+@cache
+def release_ids_sqlite(count: int) -> str:
+    """...and their release, of those still scheduled."""
+    marks = ", ".join(["%s"] * count)
+    return f"UPDATE {TABLE} SET due_at = NULL WHERE id IN ({marks}) AND {_SCHEDULED} RETURNING id"
+
+
+# Delayed jobs still waiting (the dashboard), counted up to a cap on the scheduled index;
+# a canceled job's promise waits for its time too, so each is checked on its job's row.
+COUNT_SCHEDULED = (
+    f"SELECT COUNT(*) FROM (SELECT 1 FROM {TABLE} p JOIN jobs_job j ON j.id = p.job_id "
+    "WHERE p.due_at IS NOT NULL AND p.settled_at IS NULL AND p.due_at > %s "
+    "AND j.status = 'queued' LIMIT %s) AS c"
+)

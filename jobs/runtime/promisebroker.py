@@ -6,9 +6,10 @@ cluster takes its unsettled, unclaimed promises straight from `jobs_delivery_pro
 one UPDATE ... RETURNING per batch, `FOR UPDATE SKIP LOCKED` on PostgreSQL so replicas of
 a role never wait on each other. The take pushes `available_at` forward (a visibility
 timeout): a process that dies after a take and before its worker claims the promise
-lets it come back. Promises are taken oldest first (`created_at`); those in flight sit
-at the front of the index until claimed and are skipped (a handful: what the cluster's
-queue holds). The take's write touches no indexed column, so it is a heap-only update.
+lets it come back. Promises are taken in take order (`ordered_at`: creation or due time,
+moved earlier by priority, `jobs.core.scheduling`); those in flight sit at the front of
+the index until claimed and are skipped (a handful: what the cluster's queue holds), and
+scheduled ones (a delayed job's, until the due loop releases them) are not in it at all. The take's write touches no indexed column, so it is a heap-only update.
 Settling or claiming a promise takes it out of the partial index, so there is nothing to
 acknowledge.
 

@@ -13,13 +13,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 from django.db.models import CharField, Exists, Value
 from django.db.models.functions import Concat
 
 from jobs.core.names import RECOVERY_PART
+from jobs.core.scheduling import take_order
 from jobs.models import DeliveryPromise
 from jobs.runtime import promise_sql as sql
+from jobs.timing_config import current_timing
 from receipts.db import prepared, sent
 
 TERMINAL_STATES = ("resolved", "rejected", "canceled", "timedout")
@@ -154,7 +156,9 @@ class NewPromise:
     attempt: int | None
     target_group: str
     dispatch_key: str
-    timeout_ms: int
+    timeout_ms: int  # from when it becomes deliverable: now, or `due_at`
+    priority: int = 0  # G-4: its job's
+    due_at: int | None = None  # G-3: opened scheduled, released by the due loop at this time
 
 
 def create(
@@ -167,6 +171,8 @@ def create(
     dispatch_key: str,
     timeout_ms: int,
     now_ms: int,
+    priority: int = 0,
+    due_at: int | None = None,
 ) -> bool:
     """Insert a pending promise; False when the id already exists (someone else won).
 
@@ -177,7 +183,15 @@ def create(
         create_many(
             [
                 NewPromise(
-                    promise_id, function, job_id, attempt, target_group, dispatch_key, timeout_ms
+                    promise_id,
+                    function,
+                    job_id,
+                    attempt,
+                    target_group,
+                    dispatch_key,
+                    timeout_ms,
+                    priority,
+                    due_at,
                 )
             ],
             now_ms=now_ms,
@@ -186,6 +200,7 @@ def create(
 
 
 def _insert_row(p: NewPromise, now_ms: int) -> dict[str, Any]:
+    start = now_ms if p.due_at is None else p.due_at  # when it becomes deliverable
     return {
         "i": p.promise_id,
         "f": p.function,
@@ -193,7 +208,9 @@ def _insert_row(p: NewPromise, now_ms: int) -> dict[str, Any]:
         "a": p.attempt,
         "g": p.target_group,
         "k": p.dispatch_key,
-        "t": now_ms + p.timeout_ms,
+        "t": start + p.timeout_ms,
+        "o": take_order(start, p.priority, current_timing().priority_aging_ms),
+        "d": p.due_at,
     }
 
 
@@ -209,16 +226,13 @@ def create_many(new: list[NewPromise], *, now_ms: int) -> set[str]:
         return {row[0] for row in found}
     params: list[Any] = []
     for p in new:
+        row = _insert_row(p, now_ms)
         params += [
-            p.promise_id,
-            p.function,
-            p.job_id,
-            p.attempt,
-            p.target_group,
-            p.dispatch_key,
-            now_ms + p.timeout_ms,
+            *(row[key] for key in ("i", "f", "j", "a", "g", "k", "t")),
             now_ms,
             now_ms,
+            row["o"],
+            row["d"],
         ]
     rows, _ = prepared(sql.insert_values(len(new)), params)
     return {row[0] for row in rows}
@@ -386,6 +400,7 @@ def take_unclaimed(
             state="pending",
             settled_at__isnull=True,
             worker_id__isnull=True,
+            due_at__isnull=True,  # a scheduled promise is pushed when the due loop releases it
             timeout_at__gt=now_ms,  # past it, the queued redrive starts a new delivery
             available_at__lte=pushed_before_ms,
         )
@@ -394,6 +409,27 @@ def take_unclaimed(
     )
     DeliveryPromise.objects.filter(id__in=[row[0] for row in rows]).update(available_at=now_ms)
     return rows
+
+
+def release_due(*, now_ms: int, limit: int) -> list[str]:
+    """G-3: up to `limit` scheduled promises whose time came, earliest first, released into
+    their group's queue (deliverable from now on); their ids. Safe in many processes at
+    once: each promise is released by one of them."""
+    if connection.vendor == "postgresql":
+        rows, _ = prepared(sql.RELEASE_DUE_PG, [now_ms, limit])
+        return [row[0] for row in rows]
+    with transaction.atomic():
+        due = [row[0] for row in prepared(sql.DUE_SQLITE, [now_ms, limit])[0]]
+        if not due:
+            return []
+        return [row[0] for row in prepared(sql.release_ids_sqlite(len(due)), due)[0]]
+
+
+def count_scheduled(*, now_ms: int, cap: int) -> int:
+    """Delayed jobs whose time is still ahead, counted up to cap + 1 (G-3, the dashboard)."""
+    with connection.cursor() as cursor:  # a page's read, not the hot path: not prepared
+        cursor.execute(sql.COUNT_SCHEDULED, [now_ms, cap + 1])
+        return int(cursor.fetchone()[0])
 
 
 def delete_for_jobs(job_ids: list[str]) -> None:

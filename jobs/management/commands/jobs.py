@@ -14,13 +14,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import queue, redrive, schedules, selectors
+from jobs import queue, redrive, schedules, selectors, validation
 from jobs.api.parameters import parse_limit
 from jobs.api.serializers import JobFilter
 from jobs.errors import JobsError
 from jobs.models import Job
 from jobs.presenters import job_json
 from receipts import audit, store
+from receipts.clock import now_ms as wall_clock_ms
 
 # `jobs list` flags -> the GET /jobs filters; validated by the API's own JobFilter, so
 # the CLI and the API accept (and refuse) exactly the same values.
@@ -48,6 +49,11 @@ def _json_arg(text: str, name: str) -> Any:
         raise CommandError(f"{name} is not valid JSON: {error}") from None
 
 
+def _epoch_or_text(value: str | None) -> int | str | None:
+    """`--run-at`: digits are epoch ms, anything else an ISO 8601 time (validated after)."""
+    return int(value) if value is not None and value.isascii() and value.isdigit() else value
+
+
 class Command(BaseCommand):
     help = "Enqueue, list, show and command jobs through the queue service."
 
@@ -62,6 +68,11 @@ class Command(BaseCommand):
         enqueue.add_argument("--session-key")
         enqueue.add_argument("--singleton-mode", choices=["allow", "cancel", "steer"])
         enqueue.add_argument("--queue", help="a worker group to run on instead of the kind's")
+        enqueue.add_argument(
+            "--run-at", help="not before this time: ISO 8601 with an offset or Z, or epoch ms"
+        )
+        enqueue.add_argument("--delay", type=float, help="not before this many seconds from now")
+        enqueue.add_argument("--priority", type=int, help="-100..100, default 0")
         listing = sub.add_parser("list", help="newest jobs first")
         for option, api_name in LIST_FILTERS.items():
             hint: str | None
@@ -119,6 +130,10 @@ class Command(BaseCommand):
             singleton_mode=o["singleton_mode"],
             by=by,
             queue=o["queue"],
+            run_at=validation.run_at_from_wire(
+                _epoch_or_text(o["run_at"]), o["delay"], now_ms=wall_clock_ms()
+            ),
+            priority=o["priority"],
         )
         return {
             "ok": True,

@@ -34,7 +34,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from jobs import handlers, retention
 from jobs.core.timing import TimingSettings, concurrency_for
-from jobs.runtime import callbacks, keeper, loops, processes, recovery, sandbox
+from jobs.runtime import callbacks, due, keeper, loops, processes, recovery, sandbox
 from jobs.runtime.loops import each_pass
 from jobs.runtime.roles import UnknownRole, group_of, normalize_role
 from observability.logs import log_event
@@ -82,6 +82,9 @@ def maintenance_loops(config: Any, role: str = ALL) -> list[loops.Loop]:
             delay,
             each_pass(recovery.expire_leases),
             time_critical=True,
+        ),
+        loops.Loop(  # G-3: delayed jobs start within a keeper pass of their time
+            "due", due.INTERVAL_MS, 0, each_pass(due.release_due), time_critical=True
         ),
         loops.Loop("promise_sweep", 60_000, delay, each_pass(recovery.sweep_promises)),
         loops.Loop(

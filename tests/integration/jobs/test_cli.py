@@ -1,6 +1,7 @@
 """P-4: `manage.py jobs ...` goes through the queue service; --json is parseable."""
 
 import json
+from datetime import UTC, datetime
 from io import StringIO
 
 import pytest
@@ -8,6 +9,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from receipts import store
+from receipts.clock import now_ms as wall_clock_ms
 from tests.integration.jobs.helpers import payload
 
 pytestmark = pytest.mark.django_db
@@ -150,3 +152,33 @@ def test_simulate_names_the_recipe_on_a_partly_migrated_database(monkeypatch):
         r"migrate`",
     ):
         call_command("simulate", "--seed", "1", "--steps", "1", stdout=StringIO())
+
+
+def test_enqueue_takes_a_run_at_a_delay_and_a_priority():
+    """Issue 33 items 3 and 4: the CLI is an enqueue path too, refusing as the API does."""
+    due = (wall_clock_ms() // 1000 + 86_400) * 1000
+    text = datetime.fromtimestamp(due / 1000, UTC).isoformat()
+    at = json.loads(jobs("enqueue", "factory", json.dumps(payload()), "--run-at", text, "--json"))
+    assert (at["job"]["runAt"], at["job"]["priority"]) == (due, 0)
+    epoch = json.loads(
+        jobs("enqueue", "factory", json.dumps(payload()), "--run-at", str(due), "--json")
+    )
+    assert epoch["job"]["runAt"] == due
+    before = wall_clock_ms()
+    later = json.loads(
+        jobs(
+            "enqueue",
+            "factory",
+            json.dumps(payload()),
+            "--delay",
+            "30",
+            "--priority",
+            "-5",
+            "--json",
+        )
+    )
+    assert later["job"]["runAt"] >= before + 30_000 and later["job"]["priority"] == -5
+    with pytest.raises(CommandError, match="invalid_priority"):
+        jobs("enqueue", "factory", json.dumps(payload()), "--priority", "101")
+    with pytest.raises(CommandError, match="invalid_run_at"):
+        jobs("enqueue", "factory", json.dumps(payload()), "--run-at", "tomorrow")

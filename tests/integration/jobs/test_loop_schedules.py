@@ -18,7 +18,7 @@ pytestmark = pytest.mark.django_db(transaction=True)  # a loop pass closes old c
 
 def test_lease_loops_are_time_critical_and_slow_loops_are_not():
     maintenance, critical = loops.split(maintenance_loops(settings.RECEIPT, "worker-chat"))
-    assert {loop.name for loop in critical} >= {"lease_expiry", "holder_release"}
+    assert {loop.name for loop in critical} >= {"due", "lease_expiry", "holder_release"}
     assert {"retention", "queued_redrive"} <= {loop.name for loop in maintenance}
     assert not {loop.name for loop in critical} & {loop.name for loop in maintenance}
 

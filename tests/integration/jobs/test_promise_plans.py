@@ -29,7 +29,7 @@ STATEMENTS: dict[str, tuple[str, list[Any]]] = {
         sql.SETTLE_MANY_PG,
         ["resolved", 1, '{"job-1": {"status": "dispatched"}}', ["job-1", "job-2"]],
     ),
-    "drive_queued": (driver.DRIVE_QUEUED[True], [["job-1"], 60_000, 1, 1, 1, 1, "q"]),
+    "drive_queued": (driver.DRIVE_QUEUED[True], [["job-1"], 60_000, 1, 1, 1, 1, 60_000, 1, "q"]),
 }
 
 

@@ -67,6 +67,7 @@ def test_settings_copy_same_named_attributes_from_the_site_config() -> None:
         chat_job_concurrency=2,
         orchestration_job_concurrency=3,
         codex_job_concurrency=5,
+        priority_aging_ms=7_000,
         database_url="ignored",
     )
     settings = TimingSettings.from_config(config)
@@ -74,10 +75,12 @@ def test_settings_copy_same_named_attributes_from_the_site_config() -> None:
         settings.job_lease_ms,
         settings.heartbeat_interval_ms,
         settings.codex_job_concurrency,
+        settings.priority_aging_ms,
     ) == (
         1_000,
         500,
         5,
+        7_000,
     )
 
 

@@ -273,6 +273,8 @@ _states = st.builds(
     settled_by=_opt_text,
     cancel_reason=_opt_text,
     queue=st.none() | st.sampled_from(["emails", "reports"]),
+    run_at=_opt_int,
+    priority=st.integers(min_value=-100, max_value=100),
 )
 
 
