@@ -47,6 +47,8 @@ OPTIONS: dict[str, str] = {
     "lane": "lane",
     "sessionKey": "session_key",
     "singletonMode": "singleton_mode",
+    "queue": "queue",
+    "priority": "priority",
 }
 # Keys of a schedule's wire form besides its options.
 _FIELDS = ("name", "agentId", "payload", "cron", "every", "timezone", "missed")

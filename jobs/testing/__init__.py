@@ -26,6 +26,7 @@ from jobs.models import Job
 from jobs.runtime import driver, keeper, worker
 from jobs.runtime.dispatch import OUTBOX, start_driver
 from jobs.selectors import states
+from receipts.clock import now_ms as wall_clock_ms
 
 DEFAULT_MAX_ATTEMPTS = 1000  # attempts one call runs at most: a job that keeps enqueuing
 ROUND = 100  # queued jobs read per pass
@@ -94,7 +95,10 @@ def _queued(only: list[str] | None) -> list[JobState]:
 
 def _attempt(job: JobState) -> dict[str, Any] | None:
     """One attempt of a queued job through the driver and the worker; None when the
-    driver opened no attempt."""
+    driver opened no attempt, or the job is not due yet (its delivery stays scheduled, as
+    the `due` loop would leave it)."""
+    if job.scheduled_for(wall_clock_ms()) is not None:
+        return None
     started = start_driver(job)  # the job's open delivery, or a new generation of it
     if started.promise_id is None:
         return None

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,33 +13,23 @@ from django.test import override_settings
 from jobs import queue
 from jobs.models import Job
 from jobs.tasks.framework import TaskResultStatus, default_task_backend
-from jobs.validation import EnqueueRequest
 from tests.integration.tasks import defs
 
 pytestmark = pytest.mark.django_db
 
 SCHEDULING = ("run_at", "priority", "queue")
 QUEUES = {"default": {"BACKEND": "jobs.tasks.ReceiptBackend", "QUEUES": ["default", "control"]}}
-_FIELDS = {field.name for field in dataclasses.fields(EnqueueRequest)}
-
-
-def needs(*names: str) -> pytest.MarkDecorator:
-    # merge guard: remove once the delayed jobs and priorities (issue 33 items 3+4) and the
-    # declared worker groups (item 5) are merged, and run these tests unconditionally
-    missing = sorted(set(names) - _FIELDS)
-    return pytest.mark.skipif(bool(missing), reason=f"queue.enqueue has no {missing} yet")
 
 
 @pytest.fixture
 def sent(monkeypatch) -> list[dict[str, Any]]:
-    """The options each enqueue passes to the queue; the scheduling ones are recorded and
-    left out of the real call, so this runs with or without them in the queue."""
+    """The options each enqueue passes to the queue (the real enqueue still runs)."""
     seen: list[dict[str, Any]] = []
     real = queue.enqueue
 
     def recording(agent_id: str, payload: Any, **options: Any) -> Any:
         seen.append(options)
-        return real(agent_id, payload, **{k: v for k, v in options.items() if k not in SCHEDULING})
+        return real(agent_id, payload, **options)
 
     monkeypatch.setattr(queue, "enqueue", recording)
     return seen
@@ -58,7 +47,7 @@ def test_a_priority_given_to_the_decorator_is_the_tasks(sent):
 
 
 def test_set_values_pass_as_the_queues_options_and_stay_on_the_result(sent):
-    at = datetime(2031, 5, 17, 12, 0, tzinfo=UTC)
+    at = datetime.now(tz=UTC).replace(microsecond=0) + timedelta(days=2)
     with override_settings(TASKS=QUEUES):
         result = defs.add.using(priority=10, run_after=at, queue_name="control").enqueue(1, 2)
         assert {k: sent[0][k] for k in SCHEDULING} == {
@@ -77,13 +66,11 @@ def test_set_values_pass_as_the_queues_options_and_stay_on_the_result(sent):
         )
 
 
-@needs("priority")
 def test_a_tasks_priority_is_the_jobs():
     result = defs.add.using(priority=-40).enqueue(1, 2)
     assert queue.get(result.id).priority == -40
 
 
-@needs("run_at")
 def test_a_task_with_run_after_waits_for_its_time(receipt_worker):
     later = defs.add.using(run_after=datetime.now(tz=UTC) + timedelta(hours=1)).enqueue(1, 2)
     now = defs.add.using(run_after=datetime.now(tz=UTC) - timedelta(seconds=1)).enqueue(3, 4)
@@ -94,7 +81,6 @@ def test_a_task_with_run_after_waits_for_its_time(receipt_worker):
     assert later.status == TaskResultStatus.READY and later.attempts == 0
 
 
-@needs("queue")
 def test_a_queue_name_routes_the_job_to_that_worker_group():
     with override_settings(TASKS=QUEUES):
         result = defs.add.using(queue_name="control").enqueue(1, 2)

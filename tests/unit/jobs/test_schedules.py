@@ -35,9 +35,16 @@ def wire(**fields: Any) -> dict[str, Any]:
 
 
 def test_a_wire_schedule_round_trips_with_its_options_as_enqueue_keywords() -> None:
-    given = wire(cron="0 3 * * *", timezone="Europe/Paris", missed="skip", maxAttempts=3)
+    given = wire(
+        cron="0 3 * * *",
+        timezone="Europe/Paris",
+        missed="skip",
+        maxAttempts=3,
+        queue="reports",
+        priority=-20,
+    )
     parsed = from_wire(given)
-    assert parsed.options == {"max_attempts": 3}
+    assert parsed.options == {"max_attempts": 3, "queue": "reports", "priority": -20}
     assert parsed.trigger == "cron 0 3 * * * (Europe/Paris)"
     assert from_wire(parsed.to_wire()) == parsed
     assert parsed.to_wire()["maxAttempts"] == 3
@@ -58,7 +65,7 @@ def test_a_wire_schedule_round_trips_with_its_options_as_enqueue_keywords() -> N
         (wire(every=60, name="x" * 65), "name must be 1..64 characters"),
         (wire(every=60, agentId=""), "agentId must be a non-empty string"),
         (wire(every=60, payload=[1]), "payload must be an object"),
-        (wire(every=60, priority=5), "unknown field 'priority'"),
+        (wire(every=60, colour="red"), "unknown field 'colour'"),
     ],
 )
 def test_a_bad_definition_is_refused_naming_the_schedule_and_field(
