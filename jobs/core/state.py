@@ -68,6 +68,12 @@ class JobState:
     head: str
     settled_by: str | None
     cancel_reason: str | None
+    # Operator retries (`job.retried`): how many, the latest one's `by` and time, and the
+    # attempt it followed; attempts after that one are the fresh budget's.
+    retries: int = 0
+    retried_by: str | None = None
+    retried_at: int | None = None
+    retried_after_attempt: int = 0
 
     @property
     def stream(self) -> str:
@@ -84,6 +90,12 @@ class JobState:
     @property
     def holds_lease(self) -> bool:
         return self.status in LEASED_STATUSES
+
+    @property
+    def attempts_used(self) -> int:
+        """Attempts counted against `max_attempts`: those since the latest retry (attempt
+        numbers keep rising across retries, so fences never repeat)."""
+        return self.attempt - self.retried_after_attempt
 
     @property
     def pending_commands(self) -> tuple[Command, ...]:

@@ -46,8 +46,9 @@ def job_to_wire(state: JobState, *, share: bool = False) -> dict[str, Any]:
     form as JSON text, like the projector: nothing to copy for).
 
     Beyond A-2's list it carries ``abortReason``, ``settledBy``, ``cancelReason``,
-    ``organizationId``, ``objectiveId`` and ``taskId`` so `job_from_wire` can rebuild the
-    state exactly. ``contractGroup``/``routedGroup`` are derived by the API, not stored.
+    ``organizationId``, ``objectiveId``, ``taskId`` and the retry fields (``retries``,
+    ``retriedBy``, ``retriedAt``, ``retriedAfterAttempt``) so `job_from_wire` can rebuild
+    the state exactly. ``contractGroup``/``routedGroup`` are derived by the API, not stored.
     """
     keep = _same if share else _copy
     return {
@@ -79,6 +80,10 @@ def job_to_wire(state: JobState, *, share: bool = False) -> dict[str, Any]:
         "organizationId": state.organization_id,
         "objectiveId": state.objective_id,
         "taskId": state.task_id,
+        "retries": state.retries,
+        "retriedBy": state.retried_by,
+        "retriedAt": state.retried_at,
+        "retriedAfterAttempt": state.retried_after_attempt,
     }
 
 
@@ -98,8 +103,9 @@ def command_from_wire(wire: Mapping[str, Any]) -> Command:
 def job_from_wire(wire: Mapping[str, Any]) -> JobState:
     """Rebuild a `JobState` from `job_to_wire` output; raise ValueError on a bad form.
 
-    Every key `job_to_wire` writes is required except the derived ``stream``; keys it does
-    not write (``contractGroup``, ``routedGroup`` ...) are ignored.
+    Every key `job_to_wire` writes is required except the derived ``stream`` and the retry
+    fields (rows written before retries existed lack them: a job never retried); keys it
+    does not write (``contractGroup``, ``routedGroup`` ...) are ignored.
     """
     reader = _WireReader(wire, "job")
     status = reader.text("status")
@@ -136,7 +142,14 @@ def job_from_wire(wire: Mapping[str, Any]) -> JobState:
         head=reader.text("head"),
         settled_by=reader.opt_text("settledBy"),
         cancel_reason=reader.opt_text("cancelReason"),
+        retries=reader.integer("retries", default=0),
+        retried_by=reader.opt_text("retriedBy", default=None),
+        retried_at=reader.opt_integer("retriedAt", default=None),
+        retried_after_attempt=reader.integer("retriedAfterAttempt", default=0),
     )
+
+
+_REQUIRED: Any = object()  # no default: the key must be present
 
 
 class _WireReader:
@@ -148,8 +161,10 @@ class _WireReader:
         self._wire = wire
         self._what = what
 
-    def any(self, key: str) -> Any:
+    def any(self, key: str, default: Any = _REQUIRED) -> Any:
         if key not in self._wire:
+            if default is not _REQUIRED:
+                return default
             raise ValueError(f"{self._what} wire form lacks {key!r}")
         return self._wire[key]
 
@@ -164,20 +179,20 @@ class _WireReader:
             raise self._fail(key, "a string")
         return value
 
-    def opt_text(self, key: str) -> str | None:
-        value = self.any(key)
+    def opt_text(self, key: str, default: Any = _REQUIRED) -> str | None:
+        value = self.any(key, default)
         if value is not None and not isinstance(value, str):
             raise self._fail(key, "a string or null")
         return value
 
-    def integer(self, key: str) -> int:
-        value = self.any(key)
+    def integer(self, key: str, default: Any = _REQUIRED) -> int:
+        value = self.any(key, default)
         if not is_int(value):
             raise self._fail(key, "an integer")
         return value
 
-    def opt_integer(self, key: str) -> int | None:
-        value = self.any(key)
+    def opt_integer(self, key: str, default: Any = _REQUIRED) -> int | None:
+        value = self.any(key, default)
         if value is None:
             return None
         return self.integer(key)
