@@ -340,10 +340,9 @@ def _retry_batch(
         log_event(
             logger,
             "jobs.retry_batch_failed",
-            f"a retry batch from {job_ids[0]} failed: {error}",
+            f"a retry batch from {job_ids[0]} failed: {type(error).__name__}: {error}",
             level=logging.WARNING,
             firstJobId=job_ids[0],
-            exc_info=True,
         )
         return
     report.retried += len(retried)
