@@ -185,7 +185,7 @@ class Command(BaseCommand):
                 "ok": True,
                 "job": job_json(done.job),
                 "retry": done.job.retries,
-                "promiseId": done.started.promise_id,
+                "delivery": done.started.promise_id,
             }
         if o["status"] is None:
             raise CommandError("give a job id, or --status failed|canceled to retry many")
@@ -272,7 +272,7 @@ class Command(BaseCommand):
             self.stderr.write(f"warning: {warning}")
         extra = f" command {data['command']['id']}" if data.get("command") else ""
         if data.get("retry"):
-            extra = f" (retry {data['retry']}, delivery {data['promiseId']})"
+            extra = f" (retry {data['retry']}, delivery {data['delivery']})"
         if data.get("promiseId"):
             extra = f" delivery {data['promiseId']} ({'started' if data['ok'] else data['reason']})"
         self.stdout.write(f"{action}: job {job['id']} is {job['status']}{extra}")
