@@ -181,6 +181,7 @@ class JobPage(OwnChangePage, JobActions):
             # an operator's retry: offered for a failed or canceled job outside an objective
             "can_retry": retry_refusal(job, include_canceled=True) is None,
             "retried": retried_detail(job) if job.retries else None,
+            "last_attempt": job.retried_after_attempt + job.max_attempts,
             "events_url": reverse("job-events", args=(job_id,)),
             "changelist_url": reverse("admin:jobs_job_changelist"),
             "dashboard_url": reverse("admin:jobs_job_dashboard"),

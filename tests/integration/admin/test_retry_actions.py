@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 
-from jobs import queue
+from jobs import queue, retry
 from jobs.admin import actions
 from receipts import store
 from tests.integration.admin.conftest import CHANGELIST, job_url, text, words
@@ -170,3 +170,12 @@ def test_the_confirmation_counts_no_further_than_its_cap(admin_client, monkeypat
         CHANGELIST, {"action": "retry_selected", ACTION_CHECKBOX_NAME: ids, "index": 0}
     )
     assert "2+ failed jobs are selected." in words(confirm)
+
+
+def test_a_retried_jobs_attempts_count_on_to_its_new_last_one(admin_client):
+    job_id = failed_job(max_attempts=2)
+    assert "2/2" in words(admin_client.get(f"{CHANGELIST}?q=id:{job_id}"))
+    retry.retry_job(job_id, by="ops")
+    assert "2/4" in words(admin_client.get(f"{CHANGELIST}?q=id:{job_id}"))
+    page = words(admin_client.get(job_url(job_id)))
+    assert "Attempt 2 / 4 (2 since its latest retry, after attempt 2)" in page
