@@ -30,6 +30,7 @@ from tests.integration.jobs.retry_builders import (
     job_payload,
     running_job,
 )
+from tests.support import present
 
 pytestmark = pytest.mark.django_db
 
@@ -77,7 +78,7 @@ def test_a_retry_requeues_the_job_on_its_own_stream_with_by_and_a_new_delivery()
 def test_the_retried_job_is_delivered_again_under_the_next_attempt_number():
     job_id = failed_job()
     started = retry.retry_job(job_id, by="alice").started
-    decided = driver.drive(started.promise_id)
+    decided = driver.drive(present(started.promise_id))
     assert decided["status"] == "dispatched"
     execute = DeliveryPromise.objects.get(pk=decided["execute"])
     assert (execute.function, execute.attempt) == ("execute", 2)  # attempt 1 is never reused
@@ -163,9 +164,9 @@ def test_a_missing_job_is_not_found_and_bad_input_writes_nothing():
         retry.retry_job("no-such-job", by="alice")
     job_id = failed_job()
     before = count(job_id)
-    for bad in ({"by": ""}, {"by": "alice", "reason": "x" * 2001}):
+    for by, reason in (("", None), ("alice", "x" * 2001)):
         with pytest.raises(InvalidRequest):
-            retry.retry_job(job_id, **bad)
+            retry.retry_job(job_id, by=by, reason=reason)
     assert count(job_id) == before
 
 
@@ -206,10 +207,10 @@ def test_a_retried_job_posts_its_dispatch_and_settlement_again(hooked):
     """Each cycle's events are posted, and a retried cycle's carry `retries`: the
     receiver can tell a second `failed` from a redelivery of the first."""
     job_id = queue.enqueue("nobody-retry", job_payload(), now_ms=T).job.job_id
-    first = dispatch.start_driver(queue.get(job_id), now_ms=T + 1)
-    assert worker.execute(driver.drive(first.promise_id)["execute"])["status"] == "failed"
+    first = dispatch.start_driver(present(queue.get(job_id)), now_ms=T + 1)
+    assert worker.execute(driver.drive(present(first.promise_id))["execute"])["status"] == "failed"
     again = retry.retry_job(job_id, by="alice").started
-    assert worker.execute(driver.drive(again.promise_id)["execute"])["status"] == "failed"
+    assert worker.execute(driver.drive(present(again.promise_id))["execute"])["status"] == "failed"
     events = list(
         Callback.objects.filter(job_id=job_id).order_by("id").values_list("event", "body")
     )
