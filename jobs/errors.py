@@ -100,3 +100,28 @@ class ScheduleNotFound(JobsError):
         why = "is no longer declared" if removed else "not found"
         super().__init__(f"schedule {name} {why}")
         self.name = name
+
+
+class JobNotRetryable(JobsError):
+    """An operator retry of a job that may not be retried (`bodies.retry_refusal`):
+    nothing was written. `refusal` is the rule's code."""
+
+    code, status = "job_not_retryable", 409
+    _WHY = {
+        "active": "is {status}; only a failed or canceled job can be retried",
+        "completed": "completed; only a failed or canceled job can be retried",
+        "canceled": (
+            "is canceled; a canceled job is retried only when asked explicitly "
+            "(includeCanceled in the API, --include-canceled in the CLI)"
+        ),
+        "objective": "belongs to objective {objective}; its objective decides what runs again",
+    }
+
+    def __init__(
+        self, job_id: str, status: str, refusal: str, *, objective_id: str | None = None
+    ) -> None:
+        why = self._WHY[refusal].format(status=status, objective=objective_id)
+        super().__init__(f"job {job_id} {why}")
+        self.job_id = job_id
+        self.job_status = status
+        self.refusal = refusal

@@ -636,6 +636,48 @@ def abort(job_id: str, *, reason: str | None = None, by: str | None = None) -> C
     return command(job_id, "abort", None, by=by, reason=reason)
 
 
+# ---- an operator's retry (issue 34) --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RetryWrite:
+    """What `retry` did: the job after it, or why it wrote nothing (`refusal`, a code of
+    `bodies.retry_refusal`, or "missing")."""
+
+    job: JobState | None
+    refusal: str | None = None
+
+    @property
+    def applied(self) -> bool:
+        return self.refusal is None
+
+
+def retry(
+    job_id: str,
+    *,
+    by: str,
+    include_canceled: bool = False,
+    reason: str | None = None,
+    now_ms: int | None = None,
+) -> RetryWrite:
+    """Return a failed job (a canceled one with `include_canceled`) to the queue with a
+    fresh budget of attempts: `job.retried` with `by`. A refusal is an outcome, so a
+    bulk retry's batch transaction survives it; starting the delivery is the caller's
+    (`jobs.retry`). Joins the caller's transaction without a savepoint."""
+    check_text("invalid_by", "by", by, MAX_BY, required=True)
+    check_text("invalid_reason", "reason", reason, 2000, required=False)
+    now = wall_clock_ms() if now_ms is None else now_ms
+    with transaction.atomic(savepoint=False), _locked(job_id) as (handle, job):
+        if job is None:
+            return RetryWrite(None, "missing")
+        refusal = bodies.retry_refusal(job, include_canceled=include_canceled)
+        if refusal is not None:
+            return RetryWrite(job, refusal)
+        body = bodies.retried(job, by=by, reason=reason)
+        handle.append(body, now_ms=now, context=_context(job, by))
+        return RetryWrite(_state(handle))
+
+
 # ---- worker side (fenced, J-11) -------------------------------------------------------------
 
 

@@ -1,8 +1,9 @@
 """What an operator does to jobs (U-3, U-7): the job page's actions (abort, steer,
-follow-up, redrive, replay, verify) and the changelist's bulk abort and redrive. Each goes
-through the service that owns it: `queue` (receipts with `by = <admin username>`),
-`redrive` (on the job's audit stream) and `store.replay`, with replay and verify put on
-record by `receipts.audit`. Nothing here writes a job row or a receipt itself.
+follow-up, redrive, retry, replay, verify) and the changelist's bulk abort, redrive and
+retry. Each goes through the service that owns it: `queue` (receipts with `by = <admin
+username>`), `redrive` (on the job's audit stream), `retry` and `store.replay`, with
+replay and verify put on record by `receipts.audit`. Nothing here writes a job row or a
+receipt itself.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseBadRequest, HttpResponseRedirect
 
-from jobs import queue, redrive
+from jobs import queue, redrive, retry
 from jobs.core.vocabulary import job_stream
 from jobs.errors import JobNotFound, JobNotQueued, JobsError
 from jobs.models import Job
@@ -26,8 +27,12 @@ logger = logging.getLogger("jobs.admin")  # the whole jobs admin logs under one 
 
 BULK_LIMIT = 500  # jobs one bulk action may touch; "select all" past it is refused
 MAX_REASON = 2000
-JOB_ACTIONS = ("abort", "steer", "follow_up", "redrive", "replay", "verify")
-WRITE_ACTIONS = ("abort", "steer", "follow_up", "redrive")  # jobs.change_job (U-7)
+JOB_ACTIONS = ("abort", "steer", "follow_up", "redrive", "retry", "replay", "verify")
+WRITE_ACTIONS = ("abort", "steer", "follow_up", "redrive", "retry")  # jobs.change_job (U-7)
+# A bulk retry from the admin takes at most this many jobs a run (in batches of their own
+# transactions, so a request stays short); running the action again takes the next ones.
+RETRY_RUN_LIMIT = 2000
+RETRY_COUNT_CAP = 10_000  # the confirmation page counts matches up to here, no further
 
 
 def parse_payload(text: str) -> tuple[Any, str | None]:
@@ -46,8 +51,9 @@ def _reason(request: HttpRequest) -> str | None:
 class JobActions(OperatorAdmin):
     """The actions part of `JobAdmin`."""
 
-    actions = ("abort_selected", "redrive_selected")
+    actions = ("abort_selected", "redrive_selected", "retry_selected")
     abort_confirmation_template = "admin/jobs/job/abort_selected.html"
+    retry_confirmation_template = "admin/jobs/job/retry_selected.html"
 
     def can_act(self, request: HttpRequest) -> bool:
         """abort, steer, follow-up and redrive: `jobs.change_job`."""
@@ -104,6 +110,17 @@ class JobActions(OperatorAdmin):
                     return None
                 result = queue.command(job_id, action, payload, by=by)
                 text = f"{action.replace('_', '-')} command {result.command['id']} sent."
+            elif action == "retry":
+                done = retry.retry_job(
+                    job_id,
+                    by=by,
+                    include_canceled=request.POST.get("include_canceled") == "1",
+                    reason=_reason(request),
+                )
+                text = (
+                    f"Job retried (retry {done.job.retries}): queued with "
+                    f"{done.job.max_attempts} fresh attempt(s), delivery {done.started.promise_id}."
+                )
             else:  # redrive
                 text = redrive.redrive_now(job_id, by=by).message
         except JobsError as error:
@@ -224,3 +241,48 @@ class JobActions(OperatorAdmin):
             self.message_user(
                 request, "Redrive failed for " + "; ".join(failed[:20]), messages.ERROR
             )
+
+    @admin.action(description="Retry failed jobs…", permissions=["change"])
+    def retry_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        """Retry the selected jobs, or with "select all" every job the filters match: the
+        failed ones, and the canceled ones when the confirmation page says so. In batches
+        (`retry.retry_matching`), at most RETRY_RUN_LIMIT a run."""
+        statuses = ("failed", "canceled") if request.POST.get("include_canceled") else ("failed",)
+        if request.POST.get("post") != "yes":
+            context = {
+                "title": "Retry jobs",
+                "failed": self._bounded_count(queryset, "failed"),
+                "canceled": self._bounded_count(queryset, "canceled"),
+                "select_across": request.POST.get("select_across") == "1",
+                "selected": request.POST.getlist(admin.helpers.ACTION_CHECKBOX_NAME),
+                "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+                "run_limit": RETRY_RUN_LIMIT,
+                "reason_limit": MAX_REASON,
+            }
+            return self.render_page(request, self.retry_confirmation_template, context)
+        by = request.user.get_username()
+        report = retry.retry_matching(
+            queryset, by=by, statuses=statuses, reason=_reason(request), limit=RETRY_RUN_LIMIT
+        )
+        self.message_user(
+            request, report.describe(), messages.ERROR if report.errors else messages.SUCCESS
+        )
+        if report.skipped_jobs:
+            shown = "; ".join(f"{i} ({why})" for i, why in report.skipped_jobs)
+            self.message_user(request, f"Skipped: {shown}", messages.WARNING)
+        if report.next_cursor is not None:
+            self.message_user(
+                request,
+                f"This run stopped after {RETRY_RUN_LIMIT} jobs; more may match. Run the "
+                "action again to retry the next ones.",
+                messages.WARNING,
+            )
+        return None
+
+    @staticmethod
+    def _bounded_count(queryset: QuerySet[Job], status: str) -> dict[str, Any]:
+        """How many jobs of `status` the selection holds, counted up to RETRY_COUNT_CAP:
+        {n, text}, the text "10,000+" past the cap."""
+        found = queryset.filter(status=status).order_by()[: RETRY_COUNT_CAP + 1].count()
+        text = f"{RETRY_COUNT_CAP:,}+" if found > RETRY_COUNT_CAP else f"{found:,}"
+        return {"n": found, "text": text}

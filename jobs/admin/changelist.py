@@ -197,6 +197,7 @@ class JobChangeList(ChangeList):
         self.result_list = rows.annotate(
             max_attempts=KT("state__maxAttempts"),
             run_at=KT("state__runAt"),  # G-3: a delayed job shows when it is due
+            retried_after=KT("state__retriedAfterAttempt"),  # absent: never retried
             last_error_text=KT("state__lastError"),
             last_error=Case(When(known, then=Substr("last_error_text", 1, ERROR_TOOLTIP_CHARS))),
         )
@@ -344,7 +345,12 @@ class JobList(OperatorAdmin):
 
     @admin.display(description="tries")
     def attempts_col(self, obj: Job) -> str:
-        return f"{obj.attempt}/{getattr(obj, 'max_attempts', None) or '?'}"
+        budget = getattr(obj, "max_attempts", None)
+        if not budget:
+            return f"{obj.attempt}/?"
+        # a retried job's attempts keep counting: its last is the retry's attempt + budget
+        last = int(budget) + int(getattr(obj, "retried_after", None) or 0)
+        return f"{obj.attempt}/{last}"
 
     @admin.display(description="org")
     def org_col(self, obj: Job) -> str:

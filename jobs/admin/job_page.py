@@ -12,7 +12,9 @@ from django.urls import reverse
 
 from jobs import callbacks, dashboard, page_sections, queue, selectors
 from jobs.admin.actions import JobActions
+from jobs.core.bodies import retry_refusal
 from jobs.core.contracts import contract_for, routing_by_design
+from jobs.core.diagnosis import retried_detail
 from jobs.core.state import JobState
 from jobs.core.vocabulary import job_stream
 from jobs.dashboard_tables import status_badge
@@ -178,6 +180,10 @@ class JobPage(OwnChangePage, JobActions):
             "callback_rows": callbacks.admin_rows(job_id),
             "command_error": panels.get("command_error"),
             "can_act": self.can_act(request),
+            # an operator's retry: offered for a failed or canceled job outside an objective
+            "can_retry": retry_refusal(job, include_canceled=True) is None,
+            "retried": retried_detail(job) if job.retries else None,
+            "last_attempt": job.retried_after_attempt + job.max_attempts,
             "events_url": reverse("job-events", args=(job_id,)),
             "changelist_url": reverse("admin:jobs_job_changelist"),
             "dashboard_url": reverse("admin:jobs_job_dashboard"),

@@ -83,6 +83,12 @@ class JobSerializer(serializers.Serializer):
     organizationId = serializers.CharField(allow_null=True)
     objectiveId = serializers.CharField(allow_null=True)
     taskId = serializers.CharField(allow_null=True)
+    retries = serializers.IntegerField(help_text="how many times an operator retried the job")
+    retriedBy = serializers.CharField(allow_null=True, help_text="who retried it last")
+    retriedAt = serializers.IntegerField(allow_null=True, help_text="ms since epoch")
+    retriedAfterAttempt = serializers.IntegerField(
+        help_text="the attempt the latest retry followed: maxAttempts more may run after it"
+    )
     runAt = serializers.IntegerField(
         allow_null=True,
         help_text="ms since epoch: not started before this (a delayed job); null: at once",

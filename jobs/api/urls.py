@@ -3,7 +3,7 @@
 
 from django.urls import path
 
-from jobs.api import batch, schedules, views
+from jobs.api import batch, retry, schedules, views
 
 urlpatterns = [
     path("agents/<str:agent_id>/jobs", views.EnqueueView.as_view(), name="job-enqueue"),
@@ -15,6 +15,8 @@ urlpatterns = [
     path("jobs", views.JobListView.as_view(), name="job-list"),
     path("kinds", views.KindsView.as_view(), name="kind-list"),
     path("schedules", schedules.ScheduleListView.as_view(), name="schedule-list"),
+    # before the job detail: POST retries many; GET still reads a job named "retry"
+    path("jobs/retry", retry.RetryJobsView.as_view(), name="job-retry-many"),
     path("jobs/<str:job_id>", views.JobDetailView.as_view(), name="job-detail"),
     path("jobs/<str:job_id>/receipts", views.JobReceiptsView.as_view(), name="job-receipts"),
     path("jobs/<str:job_id>/state", views.JobStateView.as_view(), name="job-state"),
@@ -23,4 +25,5 @@ urlpatterns = [
     path("jobs/<str:job_id>/steer", views.SteerView.as_view(), name="job-steer"),
     path("jobs/<str:job_id>/follow-up", views.FollowUpView.as_view(), name="job-follow-up"),
     path("jobs/<str:job_id>/abort", views.AbortView.as_view(), name="job-abort"),
+    path("jobs/<str:job_id>/retry", retry.RetryJobView.as_view(), name="job-retry"),
 ]

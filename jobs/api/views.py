@@ -495,7 +495,7 @@ class JobDiagnosisView(ApiView):
         "no_handler, abort_requested, no_live_process, no_live_driver, "
         "lease_expired, holder_gone, running, scheduled, attempts_exhausted, "
         "waiting_for_capacity, delivery_pending, delivery_exhausted, "
-        "redrive_pending, awaiting_redrive, singleton_peers. `facts` "
+        "redrive_pending, awaiting_redrive, singleton_peers, retried. `facts` "
         "are the inputs the answer was computed from.",
         parameters=[schema.JOB_ID],
         responses={

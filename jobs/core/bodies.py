@@ -12,6 +12,7 @@ from typing import Any
 
 from jobs.core.state import Fence, JobState
 from jobs.core.vocabulary import (
+    ACTIVE_STATUSES,
     JOB_CANCELED,
     JOB_COMPLETED,
     JOB_ENQUEUED,
@@ -20,6 +21,7 @@ from jobs.core.vocabulary import (
     JOB_LEASE_EXPIRED,
     JOB_LEASED,
     JOB_PROGRESS,
+    JOB_RETRIED,
     QUEUE_COMMAND,
     QUEUE_COMMAND_CONSUMED,
 )
@@ -29,8 +31,24 @@ MAX_ERROR_CHARS = 8000
 
 def will_retry(job: JobState, *, no_retry: bool = False) -> bool:
     """J-4: an attempt that ends without success sends the job back to the queue unless
-    the handler said not to or the job's attempts are used up."""
-    return not no_retry and job.attempt < job.max_attempts
+    the handler said not to or the job's attempts are used up (since its latest retry)."""
+    return not no_retry and job.attempts_used < job.max_attempts
+
+
+def retry_refusal(job: JobState, *, include_canceled: bool = False) -> str | None:
+    """Why an operator may not retry `job`, as a code (None: it may). A failed job is
+    retried; a canceled one only when asked explicitly (someone stopped it on purpose); a
+    job of a Factory objective never (its objective decides what runs again); an active
+    or completed one has nothing to retry."""
+    if job.status in ACTIVE_STATUSES:
+        return "active"
+    if job.status == "completed":
+        return "completed"
+    if job.status == "canceled" and not include_canceled:
+        return "canceled"
+    if job.objective_id is not None:
+        return "objective"
+    return None
 
 
 def enqueued(
@@ -124,6 +142,21 @@ def lease_expired(job: JobState, *, reason: str | None = None) -> dict[str, Any]
         "workerId": job.worker_id,
         "attempt": job.attempt,
         "willRetry": will_retry(job),
+    }
+    return body if reason is None else {**body, "reason": reason}
+
+
+def retried(job: JobState, *, by: str, reason: str | None = None) -> dict[str, Any]:
+    """An operator's retry of a failed or canceled job: `retry` numbers the cycle (1 for
+    the first retry) and `afterAttempt` the last attempt before it; no fence fields, so
+    no reader mistakes it for a worker's write."""
+    body: dict[str, Any] = {
+        "type": JOB_RETRIED,
+        "jobId": job.job_id,
+        "retry": job.retries + 1,
+        "afterAttempt": job.attempt,
+        "fromStatus": job.status,
+        "by": by,
     }
     return body if reason is None else {**body, "reason": reason}
 

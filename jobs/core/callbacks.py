@@ -17,7 +17,8 @@ def settlement_event(before: JobState | None, after: JobState | None) -> str | N
     """`completed`, `failed` or `canceled` when this write settled the job, else None.
 
     Every settlement is a transition into a terminal status, whoever wrote it (a worker,
-    a cancel, a lease expiry that used up the attempts), and happens once per job.
+    a cancel, a lease expiry that used up the attempts), and happens once per job and
+    retry cycle: a retried job's next settlement is an event again.
     """
     if after is None or not after.is_terminal:
         return None
@@ -27,8 +28,12 @@ def settlement_event(before: JobState | None, after: JobState | None) -> str | N
 
 
 def body(event: str, job: JobState, *, at_ms: int) -> dict[str, Any]:
-    """The JSON posted, fixed when the event is recorded: a retry posts the same body."""
-    return {
+    """The JSON posted, fixed when the event is recorded: a retry posts the same body.
+    A job an operator retried adds `retries`, which tells its cycles' events apart:
+    (jobId, event, attempt, retries) names one event, since a job canceled while queued,
+    retried and canceled again keeps its attempt. A job never retried posts D-8's
+    fields exactly."""
+    posted: dict[str, Any] = {
         "event": event,
         "jobId": job.job_id,
         "stream": job.stream,
@@ -38,6 +43,7 @@ def body(event: str, job: JobState, *, at_ms: int) -> dict[str, Any]:
         "kind": job.kind,
         "at": at_ms,
     }
+    return {**posted, "retries": job.retries} if job.retries else posted
 
 
 def retry_delay_ms(failures: int) -> int:

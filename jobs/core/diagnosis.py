@@ -13,6 +13,7 @@ from typing import Any
 from jobs.core import names
 from jobs.core.contracts import routed_group
 from jobs.core.state import JobState
+from jobs.core.vocabulary import RETRYABLE_STATUSES
 
 
 @dataclass(frozen=True)
@@ -134,9 +135,24 @@ def human_ms(ms: int | float | None) -> str:
 
 
 def utc_text(ms: int) -> str:
-    """A time for people and machines alike: 2026-12-06T10:00:00.000Z."""
-    moment = datetime.fromtimestamp(ms / 1000, UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """A moment for people, in UTC to the second: 2026-12-06 12:04:10 UTC."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def retried_detail(job: JobState) -> str:
+    """'retried by alice at 2026-12-06 12:04:10 UTC after attempt 2 (boom); attempts 3 to 4
+    are its new budget': the job's latest retry, for diagnosis and the job page."""
+    if job.retried_by is None or job.retried_at is None:
+        return "never retried"
+    done = job.retried_after_attempt
+    first, last = done + 1, done + job.max_attempts
+    budget = f"attempt {first} is" if first == last else f"attempts {first} to {last} are"
+    after = f"after attempt {done}" if done else "before any attempt ran"
+    error = f" ({job.last_error})" if job.last_error else ""
+    return (
+        f"retried by {job.retried_by} at {utc_text(job.retried_at)} {after}{error}; "
+        f"{budget} its new budget"
+    )
 
 
 def diagnose(facts: Facts) -> list[Blocker]:
@@ -145,8 +161,13 @@ def diagnose(facts: Facts) -> list[Blocker]:
     out: list[Blocker] = []
     if job.is_terminal:
         reason = job.last_error or job.cancel_reason or "completed"
-        out.append(Blocker("terminal", f"job is {job.status} ({reason}); it will not run again"))
+        again = "it will not run again"
+        if job.status in RETRYABLE_STATUSES:
+            again += " unless retried"
+        out.append(Blocker("terminal", f"job is {job.status} ({reason}); {again}"))
         return out
+    if job.retried_by is not None and job.attempt == job.retried_after_attempt:
+        out.append(Blocker("retried", retried_detail(job)))
     if not facts.has_handler:
         out.append(
             Blocker(
@@ -235,9 +256,11 @@ def diagnose(facts: Facts) -> list[Blocker]:
     capacity = facts.capacity
     if capacity is not None and capacity.saturated:
         out.append(Blocker("waiting_for_capacity", capacity_detail(capacity)))
-    if job.attempt >= job.max_attempts:
+    if job.attempts_used >= job.max_attempts:
         out.append(
-            Blocker("attempts_exhausted", f"{job.attempt} of {job.max_attempts} attempts used")
+            Blocker(
+                "attempts_exhausted", f"{job.attempts_used} of {job.max_attempts} attempts used"
+            )
         )
     for promise in facts.pending:
         out.append(

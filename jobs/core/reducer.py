@@ -13,8 +13,16 @@ Rules the spec leaves open, decided here:
   events ignored on a missing job (``job.failed``, ``job.lease_expired``) return None and
   so leave no bookkeeping behind: there is no job to count them on.
 - Terminal jobs. Once ``completed``, ``failed`` or ``canceled`` nothing but bookkeeping
-  changes, so a job settles exactly once. ``settled_by`` names the receipt type that
-  settled it (``job.lease_expired`` when an expired lease used up the last attempt).
+  changes, so a job settles exactly once per retry cycle. ``settled_by`` names the receipt
+  type that settled it (``job.lease_expired`` when an expired lease used up the last attempt).
+- ``job.retried`` (an operator's retry) is the one receipt that reopens a settled job, and
+  only a ``failed`` or ``canceled`` one: back to ``queued`` with a fresh budget of
+  ``max_attempts`` attempts counted after ``afterAttempt`` (`JobState.attempts_used`);
+  attempt numbers keep rising, so no fence is ever reused. It clears the lease, the
+  result, the settlement, the cancel reason and the abort request (a retried job is not
+  still being aborted) and keeps ``last_error``. Its ``retry`` must be the job's retries
+  + 1 and its ``afterAttempt`` the job's attempt; anywhere else (an active or completed
+  job, a repeated or skipped cycle) it raises `InvariantError`, so it is never written.
 - Active lease. A write "matches the active lease" when the job is ``leased`` or
   ``running`` and the body's ``workerId`` and ``attempt`` equal the job's (see `Fence`).
   ``job.heartbeat``, ``job.progress``, ``job.completed``, ``job.failed`` and
@@ -29,7 +37,7 @@ Rules the spec leaves open, decided here:
 - ``job.failed``: only ``willRetry is True`` requeues; the queue decides it, the fold
   records it. ``last_error`` is the body's ``error`` (a non-string error is stored as its
   canonical JSON text); ``result`` is replaced only when the body has a ``result`` key.
-- ``job.lease_expired`` decides from ``attempt < max_attempts`` (J-4), not from the body's
+- ``job.lease_expired`` decides from ``attempts_used < max_attempts`` (J-4), not from the body's
   ``willRetry``, and sets ``last_error`` to ``"lease expired"`` whether it requeues or fails.
 - ``job.canceled`` on an active job. A body carrying ``workerId`` or ``attempt`` is a
   worker's (fenced) cancel: it applies only when both match the active lease, so it is
@@ -84,8 +92,10 @@ from jobs.core.vocabulary import (
     JOB_LEASE_EXPIRED,
     JOB_LEASED,
     JOB_PROGRESS,
+    JOB_RETRIED,
     QUEUE_COMMAND,
     QUEUE_COMMAND_CONSUMED,
+    RETRYABLE_STATUSES,
     job_id_from_stream,
     validate_job_id,
 )
@@ -126,8 +136,10 @@ def reduce(state: JobState | None, receipt: Receipt) -> JobState | None:
             f"Invariant: no job {job_id} for {kind}", job_id=job_id, receipt_type=kind
         )
     job = state
-    if not state.is_terminal:  # J-3: a job settles exactly once
+    if not state.is_terminal:  # J-3: a job settles exactly once (per retry cycle)
         job = _APPLY.get(kind, _unchanged)(state, receipt)
+    elif kind == JOB_RETRIED:  # the one receipt that reopens a settled job
+        job = _retried(state, receipt)
     return replace(
         job, receipt_count=state.receipt_count + 1, head=receipt.hash, updated_at=receipt.ts
     )
@@ -285,6 +297,34 @@ def _canceled(job: JobState, receipt: Receipt) -> JobState:
     )
 
 
+def _retried(job: JobState, receipt: Receipt) -> JobState:
+    if job.status not in RETRYABLE_STATUSES:
+        raise _malformed(
+            receipt, job.job_id, f"only a failed or canceled job is retried, not a {job.status} one"
+        )
+    retry = _required_int(receipt, job.job_id, "retry")
+    if retry != job.retries + 1:  # each cycle once, in order
+        raise _malformed(receipt, job.job_id, f"retry {retry} must be {job.retries + 1}")
+    after = _required_int(receipt, job.job_id, "afterAttempt")
+    if after != job.attempt:  # the fresh budget counts from the attempt that settled
+        raise _malformed(receipt, job.job_id, f"afterAttempt {after} must be {job.attempt}")
+    return replace(
+        job,
+        status="queued",
+        worker_id=None,
+        lease_until=None,
+        result=None,
+        settled_by=None,
+        cancel_reason=None,
+        abort_requested=False,
+        abort_reason=None,
+        retries=retry,
+        retried_by=_required_str(receipt, job.job_id, "by"),
+        retried_at=receipt.ts,
+        retried_after_attempt=after,
+    )
+
+
 def _command(job: JobState, receipt: Receipt) -> JobState:
     body = receipt.body
     command_id = _required_str(receipt, job.job_id, "commandId")
@@ -329,6 +369,7 @@ _APPLY: Final[dict[str, Callable[[JobState, Receipt], JobState]]] = {
     QUEUE_COMMAND: _command,
     QUEUE_COMMAND_CONSUMED: _consumed,
     JOB_LEASE_EXPIRED: _lease_expired,
+    JOB_RETRIED: _retried,  # on an active job: refused (it retries only a settled one)
 }
 
 

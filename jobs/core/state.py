@@ -72,6 +72,12 @@ class JobState:
     queue: str | None = None
     run_at: int | None = None  # G-3: not started before this (epoch ms), when it was ahead
     priority: int = 0  # G-4: -100..100 within the job's worker group
+    # Operator retries (`job.retried`): how many, the latest one's `by` and time, and the
+    # attempt it followed; attempts after that one are the fresh budget's.
+    retries: int = 0
+    retried_by: str | None = None
+    retried_at: int | None = None
+    retried_after_attempt: int = 0
 
     @property
     def stream(self) -> str:
@@ -95,6 +101,12 @@ class JobState:
         if self.status != "queued" or self.attempt > 0:
             return None
         return self.run_at if self.run_at is not None and self.run_at > now_ms else None
+
+    @property
+    def attempts_used(self) -> int:
+        """Attempts counted against `max_attempts`: those since the latest retry (attempt
+        numbers keep rising across retries, so fences never repeat)."""
+        return self.attempt - self.retried_after_attempt
 
     @property
     def pending_commands(self) -> tuple[Command, ...]:

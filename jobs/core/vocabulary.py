@@ -19,6 +19,8 @@ Status = Literal["queued", "leased", "running", "completed", "failed", "canceled
 STATUSES: Final[tuple[Status, ...]] = get_args(Status)
 ACTIVE_STATUSES: Final[frozenset[Status]] = frozenset({"queued", "leased", "running"})
 TERMINAL_STATUSES: Final[frozenset[Status]] = frozenset({"completed", "failed", "canceled"})
+# A retry (`job.retried`) reopens a job only from these: a completed job is done.
+RETRYABLE_STATUSES: Final[frozenset[Status]] = frozenset({"failed", "canceled"})
 # A lease is held (and a fence can match) only in these statuses.
 LEASED_STATUSES: Final[frozenset[Status]] = frozenset({"leased", "running"})
 
@@ -39,6 +41,8 @@ JOB_CANCELED: Final = "job.canceled"
 QUEUE_COMMAND: Final = "queue.command"
 QUEUE_COMMAND_CONSUMED: Final = "queue.command.consumed"
 JOB_LEASE_EXPIRED: Final = "job.lease_expired"
+# An operator's retry of a failed (or canceled) job: back to the queue, a fresh budget.
+JOB_RETRIED: Final = "job.retried"
 RECEIPT_TYPES: Final[tuple[str, ...]] = (
     JOB_ENQUEUED,
     JOB_LEASED,
@@ -50,6 +54,7 @@ RECEIPT_TYPES: Final[tuple[str, ...]] = (
     QUEUE_COMMAND,
     QUEUE_COMMAND_CONSUMED,
     JOB_LEASE_EXPIRED,
+    JOB_RETRIED,
 )
 
 # J-6 / J-7 / J-8 singleton modes.

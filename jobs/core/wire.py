@@ -46,10 +46,11 @@ def job_to_wire(state: JobState, *, share: bool = False) -> dict[str, Any]:
     form as JSON text, like the projector: nothing to copy for).
 
     Beyond A-2's list it carries ``abortReason``, ``settledBy``, ``cancelReason``,
-    ``organizationId``, ``objectiveId``, ``taskId`` and ``queue`` so `job_from_wire` can
-    rebuild the state exactly, and ``runAt`` and ``priority`` only when set (G-3, G-4; the
-    API shows their defaults). ``contractGroup``/``routedGroup`` are derived by the API,
-    not stored.
+    ``organizationId``, ``objectiveId``, ``taskId``, ``queue`` and the retry fields
+    (``retries``, ``retriedBy``, ``retriedAt``, ``retriedAfterAttempt``) so `job_from_wire`
+    can rebuild the state exactly, and ``runAt`` and ``priority`` only when set (G-3, G-4;
+    the API shows their defaults). ``contractGroup``/``routedGroup`` are derived by the
+    API, not stored.
     """
     keep = _same if share else _copy
     wire: dict[str, Any] = {
@@ -82,6 +83,10 @@ def job_to_wire(state: JobState, *, share: bool = False) -> dict[str, Any]:
         "objectiveId": state.objective_id,
         "taskId": state.task_id,
         "queue": state.queue,
+        "retries": state.retries,
+        "retriedBy": state.retried_by,
+        "retriedAt": state.retried_at,
+        "retriedAfterAttempt": state.retried_after_attempt,
     }
     # Only when set: rows stored before jobs had them stay equal to their fold.
     if state.run_at is not None:
@@ -108,9 +113,10 @@ def job_from_wire(wire: Mapping[str, Any]) -> JobState:
     """Rebuild a `JobState` from `job_to_wire` output; raise ValueError on a bad form.
 
     Every key `job_to_wire` writes is required except the derived ``stream``, ``queue``
-    (absent from rows written before queues existed) and the optional ``runAt`` and
-    ``priority``; keys it does not write (``contractGroup``, ``routedGroup`` ...) are
-    ignored.
+    (absent from rows written before queues existed), the optional ``runAt`` and
+    ``priority``, and the retry fields (rows written before retries existed lack them: a
+    job never retried); keys it does not write (``contractGroup``, ``routedGroup`` ...)
+    are ignored.
     """
     reader = _WireReader(wire, "job")
     status = reader.text("status")
@@ -150,7 +156,14 @@ def job_from_wire(wire: Mapping[str, Any]) -> JobState:
         queue=reader.opt_text("queue") if "queue" in wire else None,  # older rows lack it
         run_at=reader.opt_integer("runAt") if "runAt" in wire else None,
         priority=reader.integer("priority") if "priority" in wire else 0,
+        retries=reader.integer("retries", default=0),
+        retried_by=reader.opt_text("retriedBy", default=None),
+        retried_at=reader.opt_integer("retriedAt", default=None),
+        retried_after_attempt=reader.integer("retriedAfterAttempt", default=0),
     )
+
+
+_REQUIRED: Any = object()  # no default: the key must be present
 
 
 class _WireReader:
@@ -162,8 +175,10 @@ class _WireReader:
         self._wire = wire
         self._what = what
 
-    def any(self, key: str) -> Any:
+    def any(self, key: str, default: Any = _REQUIRED) -> Any:
         if key not in self._wire:
+            if default is not _REQUIRED:
+                return default
             raise ValueError(f"{self._what} wire form lacks {key!r}")
         return self._wire[key]
 
@@ -178,20 +193,20 @@ class _WireReader:
             raise self._fail(key, "a string")
         return value
 
-    def opt_text(self, key: str) -> str | None:
-        value = self.any(key)
+    def opt_text(self, key: str, default: Any = _REQUIRED) -> str | None:
+        value = self.any(key, default)
         if value is not None and not isinstance(value, str):
             raise self._fail(key, "a string or null")
         return value
 
-    def integer(self, key: str) -> int:
-        value = self.any(key)
+    def integer(self, key: str, default: Any = _REQUIRED) -> int:
+        value = self.any(key, default)
         if not is_int(value):
             raise self._fail(key, "an integer")
         return value
 
-    def opt_integer(self, key: str) -> int | None:
-        value = self.any(key)
+    def opt_integer(self, key: str, default: Any = _REQUIRED) -> int | None:
+        value = self.any(key, default)
         if value is None:
             return None
         return self.integer(key)

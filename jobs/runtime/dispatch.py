@@ -62,6 +62,11 @@ def manual_redrive_key(job_id: str, *, now_ms: int) -> str:
     return f"{job_id}:redrive:manual:{now_ms}"
 
 
+def retry_key(job: JobState) -> str:
+    """An operator's retry (`jobs.retry`): one delivery per retry cycle of the job."""
+    return f"{job.job_id}:retry:{job.retries}"
+
+
 def start_driver(
     job: JobState,
     *,

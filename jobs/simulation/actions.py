@@ -18,8 +18,11 @@ from dataclasses import dataclass
 from random import Random
 from typing import Any
 
-from jobs import queue
+from django.db import transaction
+
+from jobs import queue, selectors
 from jobs.core.contracts import routed_group
+from jobs.core.vocabulary import RETRYABLE_STATUSES
 from jobs.errors import JobsError
 from jobs.runtime import dispatch, driver, loops, recovery
 from jobs.runtime.roles import group_of
@@ -148,6 +151,40 @@ def steer(world: World) -> Result:
 
 def _has_active(world: World) -> bool:
     return bool(world.active)
+
+
+def retry(world: World) -> Result:
+    """An operator retries a failed or canceled job: its `job.retried` receipt and a
+    driver delivery under the retry's own key in one transaction, as `jobs.retry` does
+    (a service beside the simulation, not below it)."""
+    settled = [i for i in range(len(world.job_ids)) if i not in world.active]
+    states = {job.job_id: job for job in selectors.states([world.job_ids[i] for i in settled])}
+    candidates = [
+        i
+        for i in settled
+        if (job := states.get(world.job_ids[i])) is not None and job.status in RETRYABLE_STATUSES
+    ]
+    if not candidates:
+        return "nothing_to_retry", "no failed or canceled job"
+    index = world.rng.choice(candidates)
+    before = states[world.job_ids[index]]
+    now = world.clock.now_ms
+    with transaction.atomic():
+        written = queue.retry(before.job_id, by="simulate", include_canceled=True, now_ms=now)
+        if written.job is None or written.refusal is not None:
+            return f"refused_{written.refusal}", f"j{index} -> refused ({written.refusal})"
+        started = dispatch.start_driver(
+            written.job, dispatch_key=dispatch.retry_key(written.job), now_ms=now
+        )
+    world.active = sorted([*world.active, index])
+    return "retried", (
+        f"j{index} {before.status} after attempt {before.attempt} -> retry "
+        f"{written.job.retries}, {started.reason or 'driver'}"
+    )
+
+
+def _has_settled(world: World) -> bool:
+    return _room(world) and len(world.job_ids) > len(world.active)
 
 
 # ---- the broker --------------------------------------------------------------------------
@@ -369,4 +406,6 @@ ACTIONS: tuple[Action, ...] = (
     Action("outage", 0.3, outage, fault=True),
     Action("crash_after_settle", 0.7, crash_after_settle, _has_attempt, fault=True),
     Action("storage_error", 1.5, storage_error, _has_attempt, fault=True),
+    # last: the seeded draws of the actions above it come out as before it was added
+    Action("retry", 1, retry, _has_settled),
 )

@@ -7,12 +7,15 @@ so a write nobody expected is checked too):
 - `chain`: the stream verifies (S-6) and the stream row's head and count match it.
 - `read_model`: the job row equals the fold of the receipts (J-5, S-5).
 - `settles_once`: no settling receipt (completed, failed, canceled, lease_expired) is
-  appended to a job that already settled; the fold would ignore it (J-3), the stream
-  would still say the job settled twice.
-- `settled_is_final`: nothing at all is appended to a settled job.
+  appended to a job that already settled in its retry cycle; the fold would ignore it
+  (J-3), the stream would still say the job settled twice.
+- `settled_is_final`: nothing but an operator's retry (`job.retried`, which starts the
+  job's next cycle) is appended to a settled job.
+- `attempts_increase`: the attempts of the stream's leases rise strictly, across retries
+  too, so no fence is ever used twice.
 - `virtual_time`: receipt timestamps never go back, and the runtime never read the wall
   clock while given `now_ms`.
-- `attempts_bounded`: 0 <= attempt <= maxAttempts.
+- `attempts_bounded`: 0 <= attempts used since the latest retry <= maxAttempts.
 
 Per active job:
 
@@ -25,7 +28,7 @@ Per active job:
   will reach it.
 
 At the end, `liveness`: every job the run created is terminal, settled by exactly one
-receipt.
+receipt per retry cycle.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ from jobs.core.vocabulary import (
     JOB_COMPLETED,
     JOB_FAILED,
     JOB_LEASE_EXPIRED,
+    JOB_LEASED,
+    JOB_RETRIED,
     JOB_STREAM_PREFIX,
     job_id_from_stream,
     job_stream,
@@ -76,16 +81,22 @@ class Violation:
 
 def settlements(receipts: list[Receipt]) -> tuple[JobState | None, list[str], list[str]]:
     """Fold `receipts`; return the state, the types of the receipts that found the job
-    already settled and were settling types, and those of any other type."""
+    already settled and were settling types, and those of any other type but the retry
+    that starts the job's next cycle."""
     state: JobState | None = None
     again: list[str] = []
     after: list[str] = []
     for receipt in receipts:
         was_settled = state is not None and state.is_terminal
         state = reduce(state, receipt)
-        if was_settled:
+        if was_settled and receipt.type != JOB_RETRIED:
             (again if receipt.type in SETTLING_TYPES else after).append(receipt.type)
     return state, again, after
+
+
+def lease_attempts(receipts: list[Receipt]) -> list[int]:
+    """The attempt of every lease of the stream, in order."""
+    return [int(r.body["attempt"]) for r in receipts if r.type == JOB_LEASED]
 
 
 class Checker:
@@ -158,6 +169,13 @@ class Checker:
                 f"{label}: settled by {state and state.settled_by}, then {', '.join(after)}",
                 label,
             )
+        attempts = lease_attempts(receipts)
+        if any(b <= a for a, b in pairwise(attempts)):
+            return Violation(
+                "attempts_increase",
+                f"{label}: leases took attempts {attempts}, which do not rise strictly",
+                label,
+            )
         row = selectors.job_row(job_id)
         expected = row_for(state) if state is not None else None
         if row != expected:
@@ -170,10 +188,11 @@ class Checker:
                 f"receipts in {', '.join(fields)}",
                 label,
             )
-        if state is not None and not 0 <= state.attempt <= state.max_attempts:
+        if state is not None and not 0 <= state.attempts_used <= state.max_attempts:
             return Violation(
                 "attempts_bounded",
-                f"{label}: attempt {state.attempt} of {state.max_attempts}",
+                f"{label}: attempt {state.attempt}, {state.attempts_used} of "
+                f"{state.max_attempts} since its latest retry",
                 label,
             )
         return None

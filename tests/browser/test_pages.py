@@ -179,3 +179,44 @@ def test_a_finished_objective_reads_as_tables(tab: Page):
     shot(tab, "objective-finished")
     tab.locator("#rcpt-tasks").get_by_role("link").first.click()
     expect(tab.locator("h1")).to_contain_text("Job")
+
+
+def failed(kind: str = "factory.run") -> str:
+    from jobs.core.state import Fence
+
+    job_id = enqueue(kind)
+    assert queue.lease(job_id, worker_id="chat:h:1").applied
+    queue.fail(job_id, "model gateway timed out", fence=Fence("chat:h:1", 1), no_retry=True)
+    return job_id
+
+
+def test_failed_jobs_are_retried_from_the_list_after_a_confirmation(tab: Page):
+    """Issue 34 item 3: filter the failed jobs, select them, confirm how many, retry."""
+    ids = [failed() for _ in range(2)]
+    tab.goto("/admin/jobs/job/?status=failed")
+    tab.locator("#action-toggle").check()
+    tab.locator("select[name=action]").select_option("retry_selected")
+    tab.locator(".actions button[name=index]").click()
+    expect(tab.locator("#rcpt-retry-count")).to_have_text("2 failed jobs are selected.")
+    shot(tab, "retry-confirm")
+    tab.fill("#rcpt-reason", "gateway is back")
+    with tab.expect_navigation():
+        tab.get_by_role("button", name="Retry jobs").click()
+    expect(tab.locator(".messagelist")).to_contain_text("Retried 2 job(s) in 1 batch(es).")
+    expect(tab.locator("#result_list")).to_have_count(0)  # none of them is failed now
+    shot(tab, "retry-done")
+    assert {queue.get(job_id).status for job_id in ids} == {"queued"}
+
+
+def test_a_failed_job_page_retries_it_and_shows_the_retry(tab: Page):
+    job_id = failed()
+    tab.goto(f"/admin/jobs/job/{job_id}/change/")
+    form = tab.locator("#rcpt-retry-form")
+    form.locator("input[name=reason]").fill("try once more")
+    with tab.expect_navigation():
+        form.get_by_role("button", name="Retry").click()
+    expect(tab.locator(".messagelist")).to_contain_text("Job retried (retry 1)")
+    expect(tab.locator("#rcpt-retried")).to_contain_text("last retried by br-admin at")
+    rows = tab.locator("#rcpt-receipts tbody tr.rcpt-row .rcpt-type")
+    expect(rows.last).to_have_text("job.retried")
+    shot(tab, "job-retried")

@@ -104,6 +104,16 @@ def fail(job, ctx):
     )
 
 
+@register_handler("test-flaky")
+def flaky(job, ctx):
+    """Fails its attempts up to `failThrough`, then succeeds (attempt numbers keep counting
+    up across an operator's retry, so a retried job succeeds on its next attempt)."""
+    _mark(job, ctx, "start")
+    if ctx.attempt <= (job.payload or {}).get("failThrough", 1):
+        return JobResult.failure(f"flaky failure on attempt {ctx.attempt}")
+    return JobResult.success({"attempt": ctx.attempt})
+
+
 @register_handler("test-raise")
 def explode(job, ctx):
     _mark(job, ctx, "start")

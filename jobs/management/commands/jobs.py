@@ -1,5 +1,5 @@
-"""`manage.py jobs enqueue|list|show|abort|steer|follow-up|redrive|schedules` (P-4), `--json`
-for scripts.
+"""`manage.py jobs enqueue|list|show|abort|steer|follow-up|redrive|retry|schedules` (P-4),
+`--json` for scripts.
 
 Every write goes through the queue service, signed `by` the operator (`--by`, default
 `cli:<OS user>`); a redrive goes through `jobs.redrive`, the admin's own service, which
@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import queue, redrive, schedules, selectors, validation
+from jobs import queue, redrive, retry, schedules, selectors, validation
 from jobs.api.parameters import parse_limit
 from jobs.api.serializers import JobFilter
 from jobs.errors import JobsError
@@ -36,6 +36,9 @@ LIST_FILTERS = {
     "routed_group": "routedGroup",
 }
 DEFAULT_LIST_LIMIT = 20
+# `jobs retry` filter flags -> the GET /jobs filters (status is the walk's, not a filter)
+RETRY_FILTERS = {"kind": "kind", "agent": "agentId", "org": "organizationId"}
+DRY_RUN_CAP = 10_000
 
 
 def utc(ms: int) -> str:
@@ -100,6 +103,25 @@ class Command(BaseCommand):
             "verb", nargs="?", default="list", choices=["list", "pause", "resume", "run-now"]
         )
         listed.add_argument("name", nargs="?", help="the schedule (pause, resume, run-now)")
+        retrying = sub.add_parser(
+            "retry",
+            help="retry a failed job, or every job a filter matches (--status), in batches",
+        )
+        retrying.add_argument("job_id", nargs="?", help="one job; else give --status")
+        retrying.add_argument("--status", choices=["failed", "canceled"])
+        for option in ("kind", "agent", "org"):
+            retrying.add_argument("--" + option)
+        retrying.add_argument("--since", help="settled at or after: ISO 8601, ms, or 30m/2h/7d ago")
+        retrying.add_argument("--until", help="settled before; as --since")
+        retrying.add_argument(
+            "--include-canceled", action="store_true", help="one job: retry it if canceled too"
+        )
+        retrying.add_argument("--reason")
+        retrying.add_argument("--limit", type=int, help="stop after this many jobs")
+        retrying.add_argument("--batch-size", type=int, default=retry.BATCH)
+        retrying.add_argument(
+            "--dry-run", action="store_true", help="count the matching jobs, retry none"
+        )
         for name in ("steer", "follow-up"):
             cmd = sub.add_parser(name, help=f"send a {name} command to an active job")
             cmd.add_argument("job_id")
@@ -196,6 +218,59 @@ class Command(BaseCommand):
             "nextRunAt": state.next_run_at,
         }
 
+    def _retry(self, o, by):
+        bulk = [k for k in ("status", *RETRY_FILTERS, "since", "until") if o[k] is not None]
+        if o["job_id"] is not None:
+            if bulk or o["dry_run"] or o["limit"] is not None:
+                raise CommandError("give a job id or a filter (--status ...), not both")
+            done = retry.retry_job(
+                o["job_id"], by=by, include_canceled=o["include_canceled"], reason=o["reason"]
+            )
+            return {
+                "ok": True,
+                "job": job_json(done.job),
+                "retry": done.job.retries,
+                "delivery": done.started.promise_id,
+            }
+        if o["status"] is None:
+            raise CommandError("give a job id, or --status failed|canceled to retry many")
+        if o["include_canceled"]:
+            raise CommandError("--include-canceled is for one job; use --status canceled")
+        if not 1 <= o["batch_size"] <= 10_000 or (o["limit"] is not None and o["limit"] < 1):
+            raise CommandError("--batch-size must be 1 to 10000 and --limit at least 1")
+        given = {api: o[option] for option, api in RETRY_FILTERS.items() if o[option] is not None}
+        labels = {api: "--" + option for option, api in RETRY_FILTERS.items()}
+        filters = JobFilter(given, queryset=Job.objects.none()).selector_filters(labels=labels)
+        now = wall_clock_ms()
+        rows = retry.matching(
+            filters,
+            since_ms=retry.parse_moment(o["since"], name="since", now_ms=now),
+            until_ms=retry.parse_moment(o["until"], name="until", now_ms=now),
+        )
+        if o["dry_run"]:
+            found = rows.filter(status=o["status"], updated_at__lt=now).order_by()
+            count = found[: DRY_RUN_CAP + 1].count()  # bounded: never a count of every job
+            shown = f"{DRY_RUN_CAP}+" if count > DRY_RUN_CAP else str(count)
+            return {"ok": True, "dryRun": True, "matching": shown}
+
+        def progress(report: retry.BulkReport) -> None:
+            if not o["json"]:
+                self.stderr.write(
+                    f"batch {report.batches}: {report.retried} retried, "
+                    f"{report.skipped_total} skipped"
+                )
+
+        report = retry.retry_matching(
+            rows,
+            by=by,
+            statuses=(o["status"],),
+            reason=o["reason"],
+            limit=o["limit"],
+            batch_size=o["batch_size"],
+            on_batch=progress,  # each batch stamps its own time: a long walk stays honest
+        )
+        return {"ok": not report.errors, **report.to_wire(), "summary": report.describe()}
+
     def _steer(self, o, by):
         result = queue.steer(o["job_id"], _json_arg(o["payload"], "payload"), by=by)
         return {"ok": True, "command": result.command, "job": job_json(result.job)}
@@ -227,10 +302,24 @@ class Command(BaseCommand):
                 )
             self.stdout.write(f"chain: {'ok' if data['verify']['ok'] else 'BROKEN'}")
             return
+        if action == "retry" and "job" not in data:
+            if data.get("dryRun"):
+                self.stdout.write(f"retry: {data['matching']} job(s) match; none retried")
+                return
+            self.stdout.write(f"retry: {data['summary']}")
+            for skipped in data["skippedJobs"]:
+                self.stdout.write(f"  skipped {skipped['jobId']} ({skipped['refusal']})")
+            for error in data["errors"]:
+                self.stderr.write(f"  batch failed: {error}")
+            if data["nextCursor"]:
+                self.stdout.write("--limit reached; more jobs may match: run it again to go on")
+            return
         job = data["job"]
         for warning in data.get("warnings") or []:
             self.stderr.write(f"warning: {warning}")
         extra = f" command {data['command']['id']}" if data.get("command") else ""
+        if data.get("retry"):
+            extra = f" (retry {data['retry']}, delivery {data['delivery']})"
         if data.get("promiseId"):
             extra = f" delivery {data['promiseId']} ({'started' if data['ok'] else data['reason']})"
         self.stdout.write(f"{action}: job {job['id']} is {job['status']}{extra}")

@@ -252,3 +252,56 @@ def test_an_enqueued_body_names_a_queue_only_when_one_was_chosen():
     routed = bodies.enqueued("j-1", **common, queue="emails")
     assert list(routed)[-1] == "queue" and routed["queue"] == "emails"
     assert {k: v for k, v in routed.items() if k != "queue"} == plain
+
+
+# ---- an operator's retry (issue 34 item 3) ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("attempt", "retried_after", "max_attempts", "expected"),
+    [
+        (3, 3, 3, True),  # retried after attempt 3: none of the fresh budget used yet
+        (4, 3, 3, True),
+        (5, 3, 3, True),
+        (6, 3, 3, False),  # the fresh budget used up too
+        (2, 1, 1, False),
+    ],
+)
+def test_will_retry_counts_the_attempts_since_the_latest_retry(
+    attempt: int, retried_after: int, max_attempts: int, expected: bool
+) -> None:
+    state = job(attempt=attempt, max_attempts=max_attempts, retried_after_attempt=retried_after)
+    assert bodies.will_retry(state) is expected
+
+
+@pytest.mark.parametrize(
+    ("changes", "include_canceled", "refusal"),
+    [
+        ({"status": "failed"}, False, None),
+        ({"status": "failed"}, True, None),
+        ({"status": "canceled"}, False, "canceled"),
+        ({"status": "canceled"}, True, None),
+        ({"status": "completed"}, True, "completed"),
+        ({"status": "queued"}, True, "active"),
+        ({"status": "leased"}, True, "active"),
+        ({"status": "running"}, True, "active"),
+        ({"status": "failed", "objective_id": "obj-1"}, True, "objective"),
+    ],
+)
+def test_retry_refusal(
+    changes: dict[str, Any], include_canceled: bool, refusal: str | None
+) -> None:
+    assert bodies.retry_refusal(job(**changes), include_canceled=include_canceled) == refusal
+
+
+def test_a_retry_body_numbers_its_cycle_and_the_attempt_it_follows() -> None:
+    failed = job(status="failed", attempt=3, retries=1)
+    assert bodies.retried(failed, by="alice") == {
+        "type": "job.retried",
+        "jobId": "job-1",
+        "retry": 2,
+        "afterAttempt": 3,
+        "fromStatus": "failed",
+        "by": "alice",
+    }
+    assert bodies.retried(failed, by="alice", reason="why")["reason"] == "why"

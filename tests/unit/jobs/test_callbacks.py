@@ -97,3 +97,23 @@ def test_the_last_try_lands_on_the_deadline_then_it_gives_up():
     assert callbacks.next_try_ms(8, now_ms=T, give_up_at_ms=T + 60_000) == T + 60_000
     assert callbacks.next_try_ms(8, now_ms=T + 60_000, give_up_at_ms=T + 60_000) is None
     assert callbacks.next_try_ms(1, now_ms=T + 61_000, give_up_at_ms=T + 60_000) is None
+
+
+def test_a_retried_job_posts_its_retries_so_its_cycles_can_be_told_apart():
+    """Issue 34 item 3: a job never retried posts D-8's fields exactly (above); after a
+    retry the body adds `retries`."""
+    retried = replace(job("failed", 2), retries=1)
+    body = callbacks.body("failed", retried, at_ms=T)
+    assert body["retries"] == 1
+    assert set(body) == {
+        "event",
+        "jobId",
+        "stream",
+        "status",
+        "attempt",
+        "agentId",
+        "kind",
+        "at",
+        "retries",
+    }
+    assert callbacks.settlement_event(job("queued", 1), retried) == "failed"

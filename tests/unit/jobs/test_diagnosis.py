@@ -84,3 +84,45 @@ def test_long_waits_read_in_human_units():
     assert [
         human_ms(ms) for ms in (850, 1500, 250_000, 3 * 3_600_000 + 120_000, 5 * 86_400_000, None)
     ] == ["850 ms", "1.5 s", "4m 10s", "3h 02m", "5d 0h", "—"]
+
+
+def test_a_failed_job_says_a_retry_would_run_it_and_a_completed_one_does_not():
+    """Issue 34 item 3."""
+    failed = diagnose(
+        Facts(
+            job=job(status="failed", last_error="boom"),
+            now_ms=NOW,
+            has_handler=True,
+            live_processes=LIVE,
+        )
+    )
+    assert failed[0].detail == "job is failed (boom); it will not run again unless retried"
+    done = diagnose(
+        Facts(job=job(status="completed"), now_ms=NOW, has_handler=True, live_processes=LIVE)
+    )
+    assert done[0].detail == "job is completed (completed); it will not run again"
+
+
+def test_a_retried_job_names_its_retry_until_its_next_attempt_starts():
+    retried = job(
+        attempt=2,
+        max_attempts=2,
+        last_error="boom",
+        retries=1,
+        retried_by="alice",
+        retried_at=1_765_022_650_000,  # 2025-12-06 12:04:10 UTC
+        retried_after_attempt=2,
+    )
+    blockers = diagnose(Facts(job=retried, now_ms=NOW, has_handler=True, live_processes=LIVE))
+    assert blockers[0].code == "retried"
+    assert blockers[0].detail == (
+        "retried by alice at 2025-12-06 12:04:10 UTC after attempt 2 (boom); attempts 3 to 4 "
+        "are its new budget"
+    )
+    assert "attempts_exhausted" not in [b.code for b in blockers]  # a fresh budget
+    running = replace(
+        retried, status="running", attempt=3, worker_id="chat:h:1", lease_until=NOW + 9_000
+    )
+    assert codes(job=running) == ["running"]
+    again = replace(retried, attempt=4, retried_after_attempt=2)
+    assert "attempts_exhausted" in codes(job=again)

@@ -154,6 +154,22 @@ def lease_expired(worker: str = "w1", attempt: int = 1) -> dict[str, Any]:
     }
 
 
+def retried(
+    retry: int = 1, after: int = 1, *, by: str = "ops@example.com", reason: str | None = None
+) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "type": "job.retried",
+        "jobId": JOB,
+        "retry": retry,
+        "afterAttempt": after,
+        "fromStatus": "failed",
+        "by": by,
+    }
+    if reason is not None:
+        body["reason"] = reason
+    return body
+
+
 def chain(*bodies: dict[str, Any], start_ts: int = 1_000, step: int = 10) -> list[Receipt]:
     receipts: list[Receipt] = []
     prev: str | None = None
@@ -337,7 +353,8 @@ def test_fold_of_no_receipts_is_no_job() -> None:
 
 
 def test_every_j2_receipt_type_is_handled_by_the_fold() -> None:
-    """J-2: ten types; each one folds onto a leased job without raising."""
+    """J-2: ten types; each one folds onto a leased job without raising. The eleventh,
+    `job.retried`, folds onto a failed job (issue 34 item 3; refused on a leased one, below)."""
     bodies = {
         "job.enqueued": enqueued(),
         "job.leased": leased(),
@@ -350,10 +367,12 @@ def test_every_j2_receipt_type_is_handled_by_the_fold() -> None:
         "queue.command.consumed": consumed("c1"),
         "job.lease_expired": lease_expired(),
     }
-    assert set(bodies) == set(RECEIPT_TYPES)
+    assert set(bodies) | {"job.retried"} == set(RECEIPT_TYPES)
     base = fold(enqueued(), leased())
     for body in bodies.values():
         assert then(base, body).receipt_count == 3
+    failed_job = fold(enqueued(maxAttempts=1), leased(), failed())
+    assert then(failed_job, retried()).receipt_count == 4
 
 
 # --- job.leased (J-3) ------------------------------------------------------------------
@@ -912,3 +931,205 @@ def test_the_queue_of_an_enqueue_is_folded_and_kept_through_the_attempts():
 def test_a_malformed_queue_is_refused_by_the_fold():
     with pytest.raises(InvariantError, match="queue must be a string"):
         fold(enqueued(queue=7))
+
+
+# --- job.retried (issue 34 item 3: retrying failed jobs) ----------------------------------
+
+_RETRYABLE = {
+    "failed by its handler": [leased(), failed(error="boom")],
+    "failed by lease expiry": [leased(), lease_expired()],
+    "canceled while queued": [canceled("stop")],
+    "canceled by an abort": [
+        leased(),
+        command("a1", "abort", {"reason": "halt"}),
+        canceled("halt", worker="w1", attempt=1),
+    ],
+}
+
+
+@pytest.mark.parametrize("history", list(_RETRYABLE.values()), ids=list(_RETRYABLE))
+def test_a_retry_returns_a_failed_or_canceled_job_to_the_queue(
+    history: list[dict[str, Any]],
+) -> None:
+    settled = fold(enqueued(maxAttempts=1), *history)
+    assert settled.status in ("failed", "canceled")
+    job = then(settled, retried(after=settled.attempt), ts=50_000)
+    assert (job.status, job.attempt, job.attempts_used) == ("queued", settled.attempt, 0)
+    assert (job.retries, job.retried_by, job.retried_at) == (1, "ops@example.com", 50_000)
+    assert job.retried_after_attempt == settled.attempt
+    assert (job.worker_id, job.lease_until, job.result, job.settled_by) == (None, None, None, None)
+    assert (job.cancel_reason, job.abort_requested, job.abort_reason) == (None, False, None)
+    assert job.last_error == settled.last_error  # why it needed a retry stays in view
+    assert job.commands == settled.commands  # the history of commands is kept
+
+
+@pytest.mark.parametrize(
+    ("history", "status"),
+    [
+        ([], "queued"),
+        ([leased()], "leased"),
+        ([leased(), heartbeat()], "running"),
+        ([leased(), completed()], "completed"),
+    ],
+    ids=["queued", "leased", "running", "completed"],
+)
+def test_a_retry_of_a_job_that_is_not_failed_or_canceled_is_refused(
+    history: list[dict[str, Any]], status: str
+) -> None:
+    job = fold(enqueued(), *history)
+    with pytest.raises(InvariantError) as err:
+        then(job, retried(after=job.attempt))
+    assert str(err.value) == (
+        f"Invariant: malformed job.retried for job {JOB}: only a failed or canceled job is "
+        f"retried, not a {status} one"
+    )
+    assert err.value.receipt_type == "job.retried"
+
+
+@pytest.mark.parametrize(
+    ("body", "problem"),
+    [
+        (retried(retry=2), "retry 2 must be 1"),
+        (retried(retry=0), "retry 0 must be 1"),
+        ({**retried(), "retry": "1"}, "retry must be an integer, got '1'"),
+        (retried(after=0), "afterAttempt 0 must be 1"),
+        (retried(after=2), "afterAttempt 2 must be 1"),
+        ({**retried(), "by": None}, "by must be a string, got None"),
+    ],
+    ids=[
+        "skips-a-cycle",
+        "repeats-a-cycle",
+        "retry-not-int",
+        "after-behind",
+        "after-ahead",
+        "no-by",
+    ],
+)
+def test_a_malformed_retry_is_refused_naming_the_field(body: dict[str, Any], problem: str) -> None:
+    job = fold(enqueued(maxAttempts=1), leased(), failed())
+    with pytest.raises(InvariantError, match=f"job.retried for job {JOB}: {problem}$"):
+        then(job, body)
+
+
+def test_a_retried_job_gets_a_fresh_budget_and_its_attempts_keep_counting_up() -> None:
+    """maxAttempts 2: attempts 1-2 fail, the retry allows attempts 3-4; lease expiry
+    decides from the attempts since the retry."""
+    job = fold(
+        enqueued(maxAttempts=2),
+        leased("w1", 1),
+        failed("w1", 1, will_retry=True),
+        leased("w2", 2),
+        failed("w2", 2, error="second"),
+        retried(after=2),
+    )
+    assert (job.status, job.attempt, job.attempts_used, job.last_error) == (
+        "queued",
+        2,
+        0,
+        "second",
+    )
+    with pytest.raises(InvariantError, match="attempt 2 must exceed the job's attempt 2"):
+        then(job, leased("w3", 2))  # a fence of the last cycle is never reused
+    job = then(job, leased("w3", 3))
+    job = then(job, lease_expired("w3", 3))
+    assert (job.status, job.attempts_used) == ("queued", 1)  # one attempt of two used
+    job = then(job, leased("w4", 4))
+    job = then(job, lease_expired("w4", 4))
+    assert (job.status, job.attempts_used, job.settled_by) == ("failed", 2, "job.lease_expired")
+
+
+def test_writes_of_an_attempt_before_the_retry_stay_inert() -> None:
+    job = fold(enqueued(maxAttempts=1), leased("w1", 1), failed("w1", 1), retried())
+    for late in (heartbeat("w1", 1), completed("w1", 1), failed("w1", 1), lease_expired("w1", 1)):
+        assert_inert(job, then(job, late))
+    job = then(job, leased("w2", 2))
+    assert_inert(job, then(job, completed("w1", 1)))
+    assert then(job, completed("w2", 2)).status == "completed"
+
+
+def test_a_retried_job_settles_once_per_cycle_and_may_be_retried_again() -> None:
+    job = fold(
+        enqueued(maxAttempts=1),
+        leased("w1", 1),
+        failed("w1", 1, error="first"),
+        retried(by="alice"),
+        leased("w2", 2),
+        failed("w2", 2, error="second"),
+    )
+    assert (job.status, job.settled_by, job.last_error) == ("failed", "job.failed", "second")
+    assert_inert(job, then(job, completed("w2", 2)))  # settled: once in this cycle
+    again = then(job, retried(retry=2, after=2, by="bob"), ts=70_000)
+    assert (again.status, again.retries, again.retried_by, again.retried_at) == (
+        "queued",
+        2,
+        "bob",
+        70_000,
+    )
+    done = then(then(again, leased("w3", 3)), completed("w3", 3, result="third"))
+    assert (done.status, done.result, done.attempt) == ("completed", "third", 3)
+    with pytest.raises(InvariantError, match="not a completed one"):
+        then(done, retried(retry=3, after=3))
+
+
+# Filled in from the state when folded: the next valid retry, the next attempt's lease, and
+# a settlement under the live fence, so random histories reach retries often.
+_RETRY_NEXT: dict[str, Any] = {"type": "retry-next"}
+_LEASE_NEXT: dict[str, Any] = {"type": "lease-next"}
+_FAIL_LIVE: dict[str, Any] = {"type": "fail-live"}
+_retry_event = st.one_of(
+    st.just(_RETRY_NEXT),
+    st.builds(
+        lambda n, a: retried(retry=n, after=a), st.integers(0, 4), st.integers(0, 5)
+    ),  # mostly malformed
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    history=st.lists(
+        st.one_of(_event, _retry_event, _retry_event, st.sampled_from([_LEASE_NEXT, _FAIL_LIVE])),
+        max_size=30,
+    ),
+    max_attempts=st.integers(1, 3),
+)
+def test_random_histories_with_retries_keep_the_chain_invariants(
+    history: list[dict[str, Any]], max_attempts: int
+) -> None:
+    """Over arbitrary histories with retries: a retry applies only to a failed or canceled
+    job and starts the next cycle; each cycle settles at most once; leases take strictly
+    increasing attempts across every cycle. A refused receipt is dropped, as the store
+    rolls back its append (S-5)."""
+    state = fold(enqueued(maxAttempts=max_attempts))
+    leased_attempts: list[int] = []
+    settlements = 0
+    for ts, event in enumerate(history, start=2_000):
+        if event is _RETRY_NEXT:
+            event = retried(retry=state.retries + 1, after=state.attempt)
+        elif event is _LEASE_NEXT:
+            event = leased("w1", state.attempt + 1)
+        elif event is _FAIL_LIVE:
+            event = failed(state.worker_id or "w1", state.attempt)
+        receipt = seal(stream=STREAM, prev=state.head, body=event, ts=ts, random_hex16="0" * 16)
+        try:
+            after = reduce(state, receipt)
+        except InvariantError:
+            assert receipt.type in ("job.leased", "job.retried")
+            if receipt.type == "job.retried":
+                assert (
+                    state.status not in ("failed", "canceled")
+                    or event["retry"] != state.retries + 1
+                    or event["afterAttempt"] != state.attempt
+                )
+            continue
+        assert after is not None
+        if receipt.type == "job.retried":
+            assert state.status in ("failed", "canceled") and after.status == "queued"
+            assert (after.retries, after.attempts_used) == (state.retries + 1, 0)
+            settlements = 0
+        if after.attempt != state.attempt:
+            leased_attempts.append(after.attempt)
+        if after.is_terminal and not state.is_terminal:
+            settlements += 1
+        assert settlements <= 1
+        state = after
+    assert leased_attempts == sorted(set(leased_attempts))

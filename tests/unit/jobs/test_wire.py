@@ -54,6 +54,9 @@ EXTRA_FIELDS = {
     "taskId",
     "queue",  # the worker group an enqueue chose (issue 33 item 5)
 }
+# A job's operator retries (issue 34 item 3): optional, since rows stored before retries
+# existed lack them (a job never retried).
+RETRY_FIELDS = {"retries", "retriedBy", "retriedAt", "retriedAfterAttempt"}
 COMMAND_FIELDS = {"id", "command", "lane", "payload", "by", "createdAt", "consumedAt"}
 
 
@@ -123,7 +126,7 @@ def busy_job() -> JobState:
 
 def test_wire_form_has_the_a2_names_plus_the_rebuild_fields() -> None:
     wire = job_to_wire(busy_job())
-    assert set(wire) == A2_FIELDS | EXTRA_FIELDS
+    assert set(wire) == A2_FIELDS | EXTRA_FIELDS | RETRY_FIELDS
     assert {k for c in wire["commands"] for k in c} == COMMAND_FIELDS
     assert wire["stream"] == "jobs/job-wire"
     assert (wire["status"], wire["abortRequested"], wire["abortReason"]) == (
@@ -197,6 +200,36 @@ def test_every_stored_key_is_required(key: str) -> None:
     del wire[key]
     with pytest.raises(ValueError, match=f"^job wire form lacks '{key}'$"):
         job_from_wire(wire)
+
+
+def test_a_form_stored_before_retries_existed_reads_as_never_retried() -> None:
+    """Issue 34 item 3: job rows written before the retry fields still read."""
+    job = busy_job()
+    wire = {k: v for k, v in job_to_wire(job).items() if k not in RETRY_FIELDS}
+    read = job_from_wire(wire)
+    assert read == job
+    assert (read.retries, read.retried_by, read.retried_at, read.retried_after_attempt) == (
+        0,
+        None,
+        None,
+        0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"retries": "1"}, "job wire form: 'retries' must be an integer, got '1'"),
+        ({"retriedBy": 7}, "job wire form: 'retriedBy' must be a string or null, got 7"),
+        ({"retriedAt": 1.5}, "job wire form: 'retriedAt' must be an integer, got 1.5"),
+    ],
+)
+def test_a_malformed_retry_field_is_refused_with_the_key_named(
+    change: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError) as err:
+        job_from_wire({**job_to_wire(busy_job()), **change})
+    assert str(err.value) == message
 
 
 def test_stream_is_derived_and_may_be_absent() -> None:
@@ -275,6 +308,10 @@ _states = st.builds(
     queue=st.none() | st.sampled_from(["emails", "reports"]),
     run_at=_opt_int,
     priority=st.integers(min_value=-100, max_value=100),
+    retries=st.integers(min_value=0, max_value=50),
+    retried_by=_opt_text,
+    retried_at=_opt_int,
+    retried_after_attempt=st.integers(min_value=0, max_value=8),
 )
 
 
