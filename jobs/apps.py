@@ -9,7 +9,7 @@ class JobsConfig(AppConfig):
     def ready(self) -> None:
         from access import failures
         from jobs import metrics, projector, queue, retention
-        from jobs.runtime import counters, dispatch, loops, redelivery
+        from jobs.runtime import counters, dispatch, loops, redelivery, store_log
         from receipts import retention as receipt_retention
         from receipts import store
 
@@ -27,3 +27,5 @@ class JobsConfig(AppConfig):
             queue.joined_dispatch.append(dispatch.joined_promises)
         if redelivery.loops not in loops.providers:
             loops.providers.append(redelivery.loops)  # Redis: re-push what Redis lost
+        if store_log.loops not in loops.providers:
+            loops.providers.append(store_log.loops)  # the store-wide log and its checkpoints
