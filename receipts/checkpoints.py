@@ -32,6 +32,7 @@ STREAM = "checkpoints/log"
 MADE = "log.checkpoint"  # body.type of a checkpoint's receipt
 
 _HEX64 = re.compile("[0-9a-f]{64}")
+_NUMBER = re.compile("[0-9]{1,15}")
 _keys: dict[bytes, Ed25519PrivateKey] = {}
 
 
@@ -148,7 +149,7 @@ def resolve(ref: str | int | None, *, field: str = "checkpoint") -> Stored:
             raise CheckpointNotFound("the store has made no checkpoint yet")
         return found
     text = str(ref).strip()
-    if text.isdigit() and len(text) < 19:
+    if _NUMBER.fullmatch(text):
         number = int(text)
         if number < 1:
             raise InvalidReference(f"{field}: checkpoint numbers start at 1, not {text}")

@@ -59,3 +59,7 @@ class CheckpointKeyError(ReceiptsError):
     unsigned instead, so that nobody mistakes a broken key for no key."""
 
     code, status = "checkpoint_key_error", 500
+
+
+class NoSigningKey(ReceiptsError):
+    code, status = "no_signing_key", 404

@@ -37,6 +37,8 @@ class Located:
 def locate(ref: str, *, field: str = "receipt") -> Located:
     """The leaf of the receipt `ref` names (see the module's doc)."""
     text = ref.strip()
+    if any(ord(c) < 32 or 0xD800 <= ord(c) < 0xE000 for c in text) or len(text) > 600:
+        raise InvalidReference(f"{field}: not a receipt hash, <stream>#<n> or a receipt id")
     if _HEX64.fullmatch(text):
         row = ReceiptRow.objects.filter(hash=text).values_list("stream", "stream_seq", "seq")
         found = row.first()
