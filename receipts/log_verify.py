@@ -16,7 +16,7 @@ A walk over the whole log: an audit, not a hot path (keyset pages of 64 tiles).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +32,7 @@ from receipts.models import Receipt as ReceiptRow
 from receipts.models import Stream as StreamRow
 from receipts.models import Tombstone as TombstoneRow
 
+BATCH_LEAVES = 2048  # leaves whose receipt rows one query reads
 FINDING_LIMIT = 1000  # enough to act on; the count says how many more
 
 
@@ -154,14 +155,15 @@ def against(cp: Checkpoint, *, keys: Sequence[Ed25519PublicKey] = ()) -> Against
     streams: dict[str, tuple[int, str]] = {}  # stream -> (stream_seq, name) seen last
     names: dict[str, str] = {}  # gone hash -> `<stream>#<n>`, from the receipt after it
     last_seq = 0
-    for tile in log.leaf_tiles(size):
-        expected = min(1 << log_tiles.TILE_HEIGHT, size - tile.first_index)
-        if len(tile.leaves) != expected or len(tile.seqs) != len(tile.leaves):
-            first, end = tile.first_index + len(tile.leaves), tile.first_index + expected
-            out.add(f"leaves {first}..{end - 1}", "are missing from the log: removed")
-        top = tile.seqs[-1] if tile.seqs else last_seq
+    for batch in _batches(log.leaf_tiles(size)):
+        for tile in batch:
+            expected = min(log_tiles.TILE_WIDTH, size - tile.first_index)
+            if len(tile.leaves) != expected or len(tile.seqs) != len(tile.leaves):
+                first, end = tile.first_index + len(tile.leaves), tile.first_index + expected
+                out.add(f"leaves {first}..{end - 1}", "are missing from the log: removed")
+        in_log = {seq for tile in batch for seq in tile.seqs}
+        top = max(in_log, default=last_seq)
         rows = {r.seq: r for r in append.read_seq_range(last_seq, top, stored=True)}
-        in_log = set(tile.seqs)
         for extra in rows.values():
             if extra.seq not in in_log:
                 out.add(
@@ -169,8 +171,12 @@ def against(cp: Checkpoint, *, keys: Sequence[Ed25519PublicKey] = ()) -> Against
                     f"seq {extra.seq} lies among the checkpoint's leaves but is none of them: "
                     "inserted",
                 )
-        for offset, (leaf, seq) in enumerate(zip(tile.leaves, tile.seqs, strict=False)):
-            index = tile.first_index + offset
+        leaves = [
+            (tile.first_index + offset, leaf, seq)
+            for tile in batch
+            for offset, (leaf, seq) in enumerate(zip(tile.leaves, tile.seqs, strict=False))
+        ]
+        for index, leaf, seq in leaves:
             out.leaves += 1
             from_log.append(leaf_hash(leaf))
             row = rows.get(seq)
@@ -200,12 +206,24 @@ def against(cp: Checkpoint, *, keys: Sequence[Ed25519PublicKey] = ()) -> Against
             if before is not None and row.stream_seq is not None and row.stream_seq <= before[0]:
                 out.add(name, f"leaf {index}: comes after {before[1]} in the log: reordered")
             streams[row.stream] = (row.stream_seq or 0, name)
-        last_seq = top
+        last_seq = max(last_seq, top)
     _name_displaced(displaced, gone, out)
     _name_gone(gone, names, out)
     _check_tombstone_heads(pruned, size, out)
     _check_roots(cp, from_rows.root(), from_log.root(), out)
     return out
+
+
+def _batches(tiles: Iterable[log.LeafTile]) -> Iterator[list[log.LeafTile]]:
+    """Consecutive tiles, about BATCH_LEAVES leaves at a time: one query for their rows."""
+    batch: list[log.LeafTile] = []
+    for tile in tiles:
+        batch.append(tile)
+        if len(batch) * log_tiles.TILE_WIDTH >= BATCH_LEAVES:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def _check_own_checkpoint(cp: Checkpoint, out: Against) -> None:

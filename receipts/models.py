@@ -131,9 +131,9 @@ class LogHead(models.Model):
 
 
 class LogTile(models.Model):
-    """Up to 256 entries of one level of the log's tree (receipts.core.log_tiles): level
+    """Up to 32 entries of one level of the log's tree (receipts.core.log_tiles): level
     0 holds the leaves (receipt hashes) and their receipts' seqs, level t the hashes of
-    complete 256**t-leaf subtrees. Only the rightmost tile of a level is ever rewritten."""
+    complete 32**t-leaf subtrees. Only the rightmost tile of a level is ever rewritten."""
 
     pk = models.CompositePrimaryKey("level", "number")
     level = models.SmallIntegerField()

@@ -22,4 +22,5 @@ def loops(config: Any, role: str) -> list[Loop]:
         done = checkpoints.log_pass(now_ms=now_ms, interval_ms=interval_ms)
         return Report("log", examined=done.extension.added, acted=1 if done.made else 0)
 
-    return [Loop("log", config.log_interval_ms, config.queued_redrive_startup_delay_ms, run)]
+    # the first pass after one interval: the log catches up with what came before at once
+    return [Loop("log", config.log_interval_ms, config.log_interval_ms, run)]

@@ -1,12 +1,18 @@
 """The store-wide log's tree as tiles (issue 36): how it is stored, grown and read.
 
-A tile holds up to 256 consecutive entries of one tile level, as in the Go checksum
-database's tiled log. Level-0 entries are the leaves themselves (receipt hashes, raw);
-an entry of tile level t >= 1 is the hash of the complete subtree of 256**t leaves at
-its position. So the tree costs one hash per leaf plus 1/255 of that, and the hash of
-any complete subtree (merkle.Subtree) is a fold of at most 128 consecutive entries of
-one tile: a proof reads a few tiles in one query, whatever the tree's size, and
-nothing rebuilds the tree.
+A tile holds up to 32 consecutive entries of one tile level, as in the Go checksum
+database's tiled log (whose tiles are 256 wide). Level-0 entries are the leaves
+themselves (receipt hashes, raw); an entry of tile level t >= 1 is the hash of the
+complete subtree of 32**t leaves at its position. So the tree costs one hash per leaf
+plus 1/31 of that, and the hash of any complete subtree (merkle.Subtree) is a fold of
+at most 16 consecutive entries of one tile: a proof reads a few tiles in one query,
+whatever the tree's size, and nothing rebuilds the tree.
+
+Why 32: a proof hashes every other entry of each tile on its path, so narrow tiles
+keep a proof to a few hundred hashes (256-wide tiles cost Python ~2 ms a proof, 32-wide
+~0.4 ms); a tile row (1 KB of hashes) stays below PostgreSQL's 2 KB TOAST threshold,
+so rewriting the rightmost tiles on every extension stays cheap; and the row overhead
+is still about a byte a leaf.
 
 Level-0 tiles also carry each leaf's receipt position (the store's global seq, strictly
 increasing with the leaf index) as deltas in varints, about a byte a leaf: how a
@@ -22,7 +28,7 @@ from dataclasses import dataclass
 
 from receipts.core.merkle import HASH_SIZE, ProofError, Subtree, leaf_hash, node_hash
 
-TILE_HEIGHT = 8
+TILE_HEIGHT = 5
 TILE_WIDTH = 1 << TILE_HEIGHT  # entries in a full tile
 
 TileKey = tuple[int, int]  # (tile level, tile index within the level)
@@ -57,7 +63,7 @@ def _span(subtree: Subtree) -> tuple[int, int, int]:
 
 def tiles_for(subtrees: Iterable[Subtree]) -> set[TileKey]:
     """The tiles the hashes of `subtrees` are folded from: one each, as a subtree of
-    fewer than 256**(t+1) leaves never crosses a tile of level t."""
+    fewer than 32**(t+1) leaves never crosses a tile of level t."""
     return {tile_of(level, first) for level, first, _ in map(_span, subtrees)}
 
 

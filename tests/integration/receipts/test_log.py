@@ -31,14 +31,17 @@ def reference() -> MemoryTree:
 
 
 def test_every_receipt_becomes_a_leaf_in_seq_order_and_the_root_is_rfc_9162s():
-    append_many(3, 100)  # 300 leaves: a full tile and a partial one
+    append_many(3, 100)  # 300 leaves: 9 full level-0 tiles, a partial one, and above
     extension = log.extend(now_ms=NOW)
     assert (extension.added, extension.size) == (300, 300)
     assert extension.covered_seq == store.last_seq()
     tree = reference()
     assert log.root(300) == tree.root()
     assert log.root(17) == tree.root(17)
-    assert set(LogTile.objects.values_list("level", "number")) == {(0, 0), (0, 1), (1, 0)}
+    assert set(LogTile.objects.values_list("level", "number")) == {
+        *((0, n) for n in range(10)),
+        (1, 0),
+    }
 
 
 def test_extending_again_appends_only_what_is_new_and_keeps_the_old_roots():
@@ -65,10 +68,10 @@ def test_each_receipt_finds_its_leaf_by_its_seq():
     append_many(2, 150)
     log.extend(now_ms=NOW)
     seqs = list(ReceiptRow.objects.order_by("seq").values_list("seq", flat=True))
-    assert [log.leaf_index(s) for s in (seqs[0], seqs[255], seqs[256], seqs[-1])] == [
+    assert [log.leaf_index(s) for s in (seqs[0], seqs[31], seqs[32], seqs[-1])] == [
         0,
-        255,
-        256,
+        31,
+        32,
         299,
     ]
     assert log.leaf_indexes(seqs[250:260]) == {s: 250 + i for i, s in enumerate(seqs[250:260])}

@@ -21,6 +21,7 @@ from jobs import queue
 from jobs.models import Job
 from receipts import checkpoints, log, store
 from receipts.core.chain import seal
+from receipts.core.log_tiles import TILE_WIDTH
 from receipts.models import LogTile
 from receipts.models import Receipt as ReceiptRow
 from receipts.models import Stream as StreamRow
@@ -190,9 +191,9 @@ def _rewrite_rows_and_leaves(w: dict) -> str:
         StreamRow.objects.filter(name=stream).update(head=head)
         index = log.leaf_index(newest.seq)
         assert index is not None
-        tile = LogTile.objects.get(level=0, number=index >> 8)
+        tile = LogTile.objects.get(level=0, number=index // TILE_WIDTH)
         hashes = bytearray(tile.hashes)
-        at = (index % 256) * 32
+        at = (index % TILE_WIDTH) * 32
         hashes[at : at + 32] = bytes.fromhex(head)
         LogTile.objects.filter(level=0, number=tile.number).update(hashes=bytes(hashes))
     assert store.verify(stream).ok

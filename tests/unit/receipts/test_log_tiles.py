@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from receipts.core import log_tiles, merkle
-from receipts.core.log_tiles import TILE_WIDTH, Tile, TileKey
+from receipts.core.log_tiles import TILE_HEIGHT, TILE_WIDTH, Tile, TileKey
 from receipts.core.merkle import Frontier, MemoryTree, ProofError, Subtree, leaf_hash
 
 
@@ -55,7 +55,7 @@ def test_a_full_tile_of_leaves_makes_one_entry_of_the_next_level() -> None:
     tiles, memory = grown([TILE_WIDTH + 3])
     assert set(tiles.tiles) == {(0, 0), (0, 1), (1, 0)}
     assert len(tiles.tiles[(0, 0)].hashes) == TILE_WIDTH * 32
-    assert bytes(tiles.tiles[(1, 0)].hashes) == memory.subtree_hashes([Subtree(8, 0)])[0]
+    assert bytes(tiles.tiles[(1, 0)].hashes) == memory.subtree_hashes([Subtree(TILE_HEIGHT, 0)])[0]
     assert log_tiles.rightmost(tiles.size) == [(0, 1), (1, 0)]
 
 
@@ -86,7 +86,7 @@ def test_tiles_grown_in_any_batches_give_the_reference_tree(
 def test_a_subtree_beyond_the_tree_is_refused() -> None:
     tiles, _ = grown([300])
     with pytest.raises(ProofError):
-        tiles.subtree_hashes([Subtree(8, 1)])  # leaves 256..511: only 44 of them
+        tiles.subtree_hashes([Subtree(TILE_HEIGHT + 3, 1)])  # leaves 256..511: only 44
     with pytest.raises(ProofError):
         tiles.subtree_hashes([Subtree(0, 300)])
 
@@ -118,9 +118,10 @@ def test_positions_must_increase_and_end_whole() -> None:
 
 
 @pytest.mark.parametrize(
-    ("seq", "expected"), [(1, 512), (4, 514), (9, 517), (2, None), (10, None), (0, None)]
+    ("seq", "offset"), [(1, 0), (4, 2), (9, 5), (2, None), (10, None), (0, None)]
 )
-def test_a_position_finds_its_leaf_index(seq: int, expected: int | None) -> None:
+def test_a_position_finds_its_leaf_index(seq: int, offset: int | None) -> None:
+    expected = None if offset is None else 2 * TILE_WIDTH + offset
     assert log_tiles.leaf_position(2, [1, 3, 4, 5, 7, 9], seq) == expected
 
 
