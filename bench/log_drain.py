@@ -86,7 +86,9 @@ def storage() -> dict[str, Any]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--database-url", default="postgres://root@127.0.0.1:5432/receipt_log_bench")
+    parser.add_argument(
+        "--database-url", default="postgres://root@127.0.0.1:5432/receipt_log_bench"
+    )
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--variants", default="off,on,busy")
