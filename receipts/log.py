@@ -215,22 +215,33 @@ def leaf_index(seq: int) -> int | None:
     return log_tiles.leaf_position(number, log_tiles.decode_seqs(bytes(seqs)), seq)
 
 
+# The level-0 tile of each of a set of seqs (the greatest first_seq <= it, on the
+# partial index), then those tiles: two statements for any number of receipts.
+_TILE_OF_PG = (
+    "SELECT s.seq, (SELECT number FROM receipt_log_tile WHERE level = 0 AND first_seq <= s.seq "
+    "ORDER BY first_seq DESC LIMIT 1) FROM unnest(%s::bigint[]) AS s(seq)"
+)
+_TILE_OF_SQLITE = (
+    "WITH s(seq) AS (VALUES {}) SELECT s.seq, (SELECT number FROM receipt_log_tile "
+    "WHERE level = 0 AND first_seq <= s.seq ORDER BY first_seq DESC LIMIT 1) FROM s"
+)
+
+
 def leaf_indexes(seqs: Iterable[int]) -> dict[int, int]:
-    """The leaf of each of `seqs` that is in the log: one query per tile they touch."""
-    found: dict[int, int] = {}
-    tile: tuple[int, list[int]] | None = None
-    for seq in sorted(seqs):
-        if tile is None or not tile[1] or not tile[1][0] <= seq <= tile[1][-1]:
-            row = (
-                LogTile.objects.filter(level=0, first_seq__lte=seq)
-                .order_by("-first_seq")
-                .values_list("number", "seqs")
-                .first()
-            )
-            if row is None:
-                continue
-            tile = (row[0], log_tiles.decode_seqs(bytes(row[1])))
-        index = log_tiles.leaf_position(tile[0], tile[1], seq)
+    """The leaf of each of `seqs` that is in the log."""
+    wanted = sorted(set(seqs))
+    if not wanted:
+        return {}
+    if connection.vendor == "postgresql":
+        rows, _ = db.prepared(_TILE_OF_PG, [wanted])
+    else:
+        rows, _ = db.prepared(_TILE_OF_SQLITE.format(",".join(["(%s)"] * len(wanted))), wanted)
+    tile_of = {seq: number for seq, number in rows if number is not None}
+    tiles = _load((0, number) for number in set(tile_of.values()))
+    found = {}
+    for seq, number in tile_of.items():
+        tile = tiles.get((0, number))
+        index = log_tiles.leaf_position(number, tile.seqs or [], seq) if tile else None
         if index is not None:
             found[seq] = index
     return found
