@@ -180,6 +180,9 @@ def make(*, now_ms: int, interval_ms: int = 0, force: bool = False) -> Stored | 
     checkpoint (other than that checkpoint's own receipt) and `interval_ms` have passed
     since it (`force`: whatever the time). None when none was due."""
     key = signing_key()  # before the lock: a broken key makes nothing
+    size = log.head().size
+    if not _due(latest(), size, now_ms=now_ms, interval_ms=interval_ms, force=force):
+        return None  # most passes: decided without taking the stream's lock
     with transaction.atomic(), append.open_stream(STREAM, savepoint=False) as handle:
         last = _stored(handle.count) if handle.count else None
         size = log.head().size

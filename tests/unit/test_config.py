@@ -100,3 +100,20 @@ def test_asgi_processes_use_a_connection_pool_on_postgres(tmp_path):
     pooled = database_from_url("postgres://u@h/db", data_dir=tmp_path, pool=True)
     assert pooled["OPTIONS"]["pool"]["max_size"] >= 1 and pooled["CONN_MAX_AGE"] == 0
     assert "pool" not in database_from_url("postgres://u@h/db", data_dir=tmp_path)["OPTIONS"]
+
+
+def test_the_checkpoint_key_is_one_setting_or_the_other_and_shown_masked():
+    """Issue 36 item 2: the signing key comes from a file or a setting, never both."""
+    config = load({})
+    assert (config.log_enabled, config.log_interval_ms, config.checkpoint_interval_ms) == (
+        True,
+        5_000,
+        60_000,
+    )
+    assert config.checkpoint_key_file is None and config.checkpoint_key is None
+    with pytest.raises(ConfigError, match="RECEIPT_CHECKPOINT_KEY"):
+        load({"RECEIPT_CHECKPOINT_KEY_FILE": "/k.pem", "RECEIPT_CHECKPOINT_KEY": "pem"})
+    shown = dict(load({"RECEIPT_CHECKPOINT_KEY": "-----BEGIN PRIVATE KEY-----"}).shown())
+    assert shown["RECEIPT_CHECKPOINT_KEY"] == "•••• (set)"
+    with pytest.raises(ConfigError, match="RECEIPT_CHECKPOINT_INTERVAL_MS"):
+        load({"RECEIPT_CHECKPOINT_INTERVAL_MS": "10"})
