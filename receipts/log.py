@@ -131,8 +131,8 @@ def ensure_covered(seq: int, *, now_ms: int, wait_s: float = 2.0) -> None:
             return
         if time.monotonic() >= deadline:
             raise LogBehind(
-                f"the log reaches seq {extension.covered_seq}, not yet {seq}: "
-                "transactions that write receipts are still open"
+                f"the log reaches seq {extension.covered_seq}, not yet {seq}: it is still "
+                "catching up, or transactions that write receipts are still open"
             )
 
 
