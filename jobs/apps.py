@@ -18,7 +18,7 @@ class JobsConfig(AppConfig):
             schedules,
         )
         from jobs.core import contracts
-        from jobs.runtime import counters, dispatch, loops, redelivery
+        from jobs.runtime import counters, dispatch, loops, redelivery, store_log
         from jobs.tasks import handler as task_handler
         from receipts import retention as receipt_retention
         from receipts import store
@@ -42,3 +42,5 @@ class JobsConfig(AppConfig):
         task_handler.register_if_configured()  # Django's task framework: agent django-task
         if schedules.loops not in loops.providers:
             loops.providers.append(schedules.loops)  # every runworker fires due ticks
+        if store_log.loops not in loops.providers:
+            loops.providers.append(store_log.loops)  # the store-wide log and its checkpoints

@@ -45,6 +45,8 @@ from jobs.core.vocabulary import ACTIVE_STATUSES, LANES, STATUSES
 from jobs.runtime import loops, processes, promises, sandbox
 from jobs.runtime.roles import connection_budget, connections_per_runworker
 from jobs.timing_config import current_timing
+from receipts import admin_log
+from receipts import log as receipt_log
 from receipts.clock import now_ms as wall_clock_ms
 
 RECENT_MS = 60 * 60_000  # terminal counts and throughput: the last 60 minutes
@@ -352,6 +354,23 @@ def config_rows() -> list[dict[str, str]]:
     return rows
 
 
+def log_block(*, now_ms: int) -> dict[str, Any]:
+    """The store-wide log: how many receipts it holds, and its latest checkpoint's number,
+    size and age (a checkpoint every minute with new receipts, by default)."""
+    latest = admin_log.latest(now_ms=now_ms)
+    block: dict[str, Any] = {"leaves": receipt_log.head().size, "checkpoint": None}
+    if latest is not None:
+        seconds = latest.age_ms // 1000
+        block["checkpoint"] = {
+            "number": latest.number,
+            "treeSize": latest.tree_size,
+            "ageMs": latest.age_ms,
+            "ageText": f"{seconds} s" if seconds < 120 else f"{seconds // 60} min",
+            "signed": latest.signed,
+        }
+    return block
+
+
 def snapshot(*, now_ms: int | None = None, include_config: bool = True) -> dict[str, Any]:
     """Everything the dashboard shows, as JSON."""
     now = wall_clock_ms() if now_ms is None else now_ms
@@ -371,6 +390,7 @@ def snapshot(*, now_ms: int | None = None, include_config: bool = True) -> dict[
         "heldByGone": processes.held_by_gone(now_ms=now),
         "callbacks": callbacks_block(now_ms=now),
         "commands": sandbox.status(),  # Q-5: how task commands run in this process's host
+        "log": log_block(now_ms=now),
     }
     if include_config:
         out["config"] = config_rows()

@@ -21,7 +21,7 @@ from jobs.core import groups as worker_groups
 from jobs.core.groups import GroupSettings
 from jobs.core.schedules import Schedule, ScheduleError, parse_many
 
-SECRET_NAMES = ("SECRET_KEY", "RECEIPT_CALLBACK_TOKEN")
+SECRET_NAMES = ("SECRET_KEY", "RECEIPT_CALLBACK_TOKEN", "RECEIPT_CHECKPOINT_KEY")
 
 
 class ConfigError(ValueError):
@@ -92,6 +92,11 @@ class Config:
     retention_days: int
     retention_watchdog_days: int
     retention_control_days: int
+    log_enabled: bool
+    log_interval_ms: int
+    checkpoint_interval_ms: int
+    checkpoint_key_file: str | None
+    checkpoint_key: str | None
     max_payload_bytes: int
     max_json_depth: int
     schedules: tuple[Schedule, ...]
@@ -323,6 +328,12 @@ _SPECS = (
     _Spec("RECEIPT_RETENTION_DAYS", "retention_days", "int", 30, 1, 36_500),
     _Spec("RECEIPT_RETENTION_WATCHDOG_DAYS", "retention_watchdog_days", "int", 2, 1, 36_500),
     _Spec("RECEIPT_RETENTION_CONTROL_DAYS", "retention_control_days", "int", 7, 1, 36_500),
+    # The store-wide log and its signed checkpoints (receipts.log, receipts.checkpoints)
+    _Spec("RECEIPT_LOG_ENABLED", "log_enabled", "bool", True),
+    _Spec("RECEIPT_LOG_INTERVAL_MS", "log_interval_ms", "int", 5_000, 100, _MS),
+    _Spec("RECEIPT_CHECKPOINT_INTERVAL_MS", "checkpoint_interval_ms", "int", 60_000, 1000, _MS),
+    _Spec("RECEIPT_CHECKPOINT_KEY_FILE", "checkpoint_key_file", "optstr"),
+    _Spec("RECEIPT_CHECKPOINT_KEY", "checkpoint_key", "optstr"),
     _Spec("RECEIPT_MAX_PAYLOAD_BYTES", "max_payload_bytes", "int", 1_048_576, 1024, 64 * 1_048_576),
     _Spec("RECEIPT_MAX_JSON_DEPTH", "max_json_depth", "int", 32, 2, 256),
     # a JSON array of schedules (jobs.core.schedules.from_wire): name, agentId, payload,
@@ -494,6 +505,10 @@ def _checked(values: dict[str, Any], names: Mapping[str, str]) -> Config:
     if len(cron.split()) != 5:
         raise ConfigError(
             names["watchdog_cron"], f"must be a 5-field cron expression, got {cron!r}"
+        )
+    if values["checkpoint_key_file"] and values["checkpoint_key"]:
+        raise ConfigError(
+            "RECEIPT_CHECKPOINT_KEY", "and RECEIPT_CHECKPOINT_KEY_FILE are exclusive: set one"
         )
     return Config(**values)
 

@@ -17,15 +17,16 @@ from functools import cached_property
 from typing import Any
 
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import Q, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseBadRequest
-from django.urls import reverse
+from django.urls import path, reverse
 from django.utils.html import format_html
 
 from observability.logs import log_event
-from receipts import audit, registry, store
+from receipts import admin_log, audit, registry, store
 from receipts.admin_kit import (
     NONE_HTML,
     OwnChangePage,
@@ -181,6 +182,7 @@ class ReceiptLine:
     context_json: str | None
     hints_json: str | None
     admin_url: str
+    inclusion: admin_log.Inclusion | None = None  # None: not in the store-wide log yet
 
 
 def chain_marks(name: str, page: list[Receipt], *, after: int) -> tuple[dict[int, bool], int]:
@@ -220,6 +222,7 @@ def receipt_lines(
         if verification and not verification.ok and verification.index is not None
         else None
     )
+    included = admin_log.inclusions(page)
     return [
         ReceiptLine(
             receipt=r,
@@ -231,6 +234,7 @@ def receipt_lines(
             context_json=None if r.context is None else pretty_json(r.context),
             hints_json=None if r.hints is None else pretty_json(r.hints),
             admin_url=reverse("admin:receipts_receipt_change", args=(r.seq,)),
+            inclusion=included.get(r.seq or 0),
         )
         for r in page
     ]
@@ -463,6 +467,21 @@ class ReceiptAdmin(StoreAdmin):
         "event_id",
     )
     readonly_fields = fields
+
+    def get_urls(self) -> list[Any]:
+        def download(request: HttpRequest, seq: str) -> HttpResponse:
+            if not self.has_view_permission(request):
+                raise PermissionDenied
+            return admin_log.proof_download(request, seq)
+
+        return [
+            path(
+                "<path:seq>/inclusion/",
+                self.admin_site.admin_view(download),
+                name="receipts_receipt_inclusion",
+            ),
+            *super().get_urls(),
+        ]
 
     def with_prefix(self, queryset: QuerySet[ReceiptRow], prefix: str) -> QuerySet[ReceiptRow]:
         # Through the stream table's name index, then the (stream, stream_seq) unique

@@ -402,6 +402,12 @@ def read_global(*, after_seq: int = 0, prefix: str = "", limit: int = 500) -> li
     return _receipts(rows.order_by("seq")[:limit])
 
 
+def read_seq_range(after_seq: int, until_seq: int, *, stored: bool = False) -> list[Receipt]:
+    """Receipts across streams with after_seq < seq <= until_seq, by global sequence."""
+    rows = ReceiptRow.objects.filter(seq__gt=after_seq, seq__lte=until_seq).order_by("seq")
+    return _receipts(rows, stored=stored)
+
+
 def last_seq() -> int:
     row = ReceiptRow.objects.order_by("-seq").values_list("seq", flat=True).first()
     return row or 0

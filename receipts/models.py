@@ -100,6 +100,8 @@ class Tombstone(models.Model):
     kind = models.CharField(max_length=64, null=True)
     retention_stream = NameField(max_length=255)
     batch = models.BigIntegerField()  # stream_seq of the retention receipt committing to it
+    # the stream's leaves in the store-wide log, as ranges ("3-5,9"); None before the log
+    leaves = models.TextField(null=True)
 
     class Meta:
         db_table = "receipt_tombstone"
@@ -112,3 +114,53 @@ class Tombstone(models.Model):
 
     def __str__(self) -> str:
         return f"{self.stream} (pruned)"
+
+
+class LogHead(models.Model):
+    """The store-wide log's size and reach (receipts.log). Its one row is the lock an
+    extension holds, so extensions from several processes follow one another."""
+
+    id = models.SmallIntegerField(primary_key=True, default=1)
+    size = models.BigIntegerField(default=0)  # leaves
+    # every receipt with seq <= covered_seq is a leaf (or was rolled back, or pruned)
+    covered_seq = models.BigIntegerField(default=0)
+    updated_at = models.BigIntegerField(default=0)  # ms since epoch
+
+    class Meta:
+        db_table = "receipt_log_head"
+
+
+class LogTile(models.Model):
+    """Up to 32 entries of one level of the log's tree (receipts.core.log_tiles): level
+    0 holds the leaves (receipt hashes) and their receipts' seqs, level t the hashes of
+    complete 32**t-leaf subtrees. Only the rightmost tile of a level is ever rewritten."""
+
+    pk = models.CompositePrimaryKey("level", "number")
+    level = models.SmallIntegerField()
+    number = models.BigIntegerField()  # the tile's position within its level
+    hashes = models.BinaryField()  # 32 bytes an entry
+    seqs = models.BinaryField(null=True)  # level 0: the leaves' seqs, varint deltas
+    first_seq = models.BigIntegerField(null=True)  # level 0: its first leaf's seq
+
+    class Meta:
+        db_table = "receipt_log_tile"
+        indexes = [
+            # a receipt's leaf: the level-0 tile with the greatest first_seq <= its seq
+            models.Index(
+                fields=["first_seq"], name="log_tile_first_seq", condition=models.Q(level=0)
+            ),
+        ]
+
+
+class LogCheckpoint(models.Model):
+    """Where each checkpoint of the log is on the `checkpoints/log` stream, by tree size
+    and by hash. The signed checkpoint itself is that stream's receipt."""
+
+    number = models.BigIntegerField(primary_key=True)  # its stream_seq on checkpoints/log
+    tree_size = models.BigIntegerField(unique=True)
+    hash = NameField(max_length=64, unique=True)  # receipts.core.checkpoint.checkpoint_hash
+    timestamp_ms = models.BigIntegerField()
+    key_id = models.CharField(max_length=16, null=True)  # None: unsigned
+
+    class Meta:
+        db_table = "receipt_log_checkpoint"

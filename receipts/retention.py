@@ -19,7 +19,8 @@ from typing import Any
 from django.db import transaction
 from django.db.models import Exists, OuterRef
 
-from receipts import append, replay
+from receipts import append, log, replay
+from receipts.core import log_tiles
 from receipts.core.chain import Receipt
 from receipts.core.retention import PREFIX, PRUNED, Tombstone, batch_body, batch_fault, covers
 from receipts.models import Receipt as ReceiptRow
@@ -60,9 +61,34 @@ def remove_streams(
     receipt rows."""
     names = [t.stream for t in tombstones]
     with transaction.atomic(savepoint=False):
+        tombstones = _with_leaves(tombstones, now_ms=now_ms)
         ReceiptRow.objects.filter(stream__in=names).delete()
         StreamRow.objects.filter(name__in=names).delete()
         return record(retention_stream, tombstones, windows_days=windows_days, now_ms=now_ms, by=by)
+
+
+def _with_leaves(tombstones: Sequence[Tombstone], *, now_ms: int) -> list[Tombstone]:
+    """The tombstones naming their streams' leaves. The log is extended over the
+    streams' receipts first, so that removing them never removes a leaf: proofs of
+    other receipts, and of every checkpoint, go on verifying (log.LogBehind when open
+    transactions keep the log from reaching them: the prune is retried later)."""
+    positions = list(
+        ReceiptRow.objects.filter(stream__in=[t.stream for t in tombstones]).values_list(
+            "stream", "seq"
+        )
+    )
+    if not positions:
+        return [replace(t, leaves="") for t in tombstones]
+    log.ensure_covered(max(seq for _, seq in positions), now_ms=now_ms)
+    index_of = log.leaf_indexes(seq for _, seq in positions)
+    by_stream: dict[str, list[int]] = {}
+    for stream, seq in positions:
+        if seq in index_of:
+            by_stream.setdefault(stream, []).append(index_of[seq])
+    return [
+        replace(t, leaves=log_tiles.ranges_text(log_tiles.ranges(by_stream.get(t.stream, []))))
+        for t in tombstones
+    ]
 
 
 def record(
@@ -100,6 +126,7 @@ def _row(t: Tombstone, retention_stream: str) -> TombstoneRow:
         kind=t.kind,
         retention_stream=retention_stream,
         batch=t.batch,
+        leaves=t.leaves,
     )
 
 
@@ -116,6 +143,7 @@ def _tombstone(row: TombstoneRow) -> Tombstone:
         agent_id=row.agent_id,
         kind=row.kind,
         batch=row.batch,
+        leaves=row.leaves,
     )
 
 

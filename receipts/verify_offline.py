@@ -125,8 +125,10 @@ def receipt_hash(receipt: Any) -> str:
 
 
 def check_checkpoint(args: argparse.Namespace) -> str:
+    """Names the checkpoint by its whole hash: what the store's API takes to find it."""
     cp = _checkpoint(args.checkpoint)
-    return f"{_describe(cp)}, {_check_signatures(args.key, (args.checkpoint, cp))}"
+    described = f"checkpoint {checkpoint_hash(cp)} ({cp.tree_size} leaves, {_when(cp)})"
+    return f"{described}, {_check_signatures(args.key, (args.checkpoint, cp))}"
 
 
 def check_inclusion(args: argparse.Namespace) -> str:

@@ -3,7 +3,7 @@
 
 from django.urls import path
 
-from jobs.api import batch, retry, schedules, views
+from jobs.api import batch, log_views, retry, schedules, views
 
 urlpatterns = [
     path("agents/<str:agent_id>/jobs", views.EnqueueView.as_view(), name="job-enqueue"),
@@ -26,4 +26,13 @@ urlpatterns = [
     path("jobs/<str:job_id>/follow-up", views.FollowUpView.as_view(), name="job-follow-up"),
     path("jobs/<str:job_id>/abort", views.AbortView.as_view(), name="job-abort"),
     path("jobs/<str:job_id>/retry", retry.RetryJobView.as_view(), name="job-retry"),
+    path(
+        "jobs/<str:job_id>/receipts/<str:n>/inclusion",
+        log_views.JobReceiptInclusionView.as_view(),
+        name="job-receipt-inclusion",
+    ),
+    path("log/checkpoint", log_views.CheckpointView.as_view(), name="log-checkpoint"),
+    path("log/consistency", log_views.ConsistencyView.as_view(), name="log-consistency"),
+    path("log/inclusion", log_views.LogInclusionView.as_view(), name="log-inclusion"),
+    path("log/key", log_views.PublicKeyView.as_view(), name="log-key"),
 ]

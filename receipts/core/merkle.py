@@ -318,3 +318,26 @@ class MemoryTree:
         if not 0 <= size <= self.size:
             raise ProofError(f"the tree has {self.size} leaves, not {size}")
         return size
+
+
+class Frontier:
+    """The root of leaves given one at a time, in O(log n) memory: the hashes of the
+    complete subtrees the leaves so far split into, largest first (RFC 9162's split)."""
+
+    def __init__(self) -> None:
+        self._stack: list[tuple[int, bytes]] = []  # (level, hash), levels decreasing
+        self.size = 0
+
+    def append(self, leaf: bytes) -> None:
+        """Add a leaf hash (`leaf_hash(...)`)."""
+        level, folded = 0, leaf
+        while self._stack and self._stack[-1][0] == level:
+            folded = node_hash(self._stack.pop()[1], folded)
+            level += 1
+        self._stack.append((level, folded))
+        self.size += 1
+
+    def root(self) -> bytes:
+        if not self._stack:
+            return EMPTY_ROOT
+        return _fold([h for _, h in self._stack])

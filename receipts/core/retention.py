@@ -39,9 +39,11 @@ class Tombstone:
     agent_id: str | None = None
     kind: str | None = None
     batch: int = 0
+    # its receipts' leaves in the store-wide log, as ranges ("3-5,9"); None before the log
+    leaves: str | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {
+        wire = {
             "stream": self.stream,
             "family": self.family,
             "receiptCount": self.receipt_count,
@@ -54,6 +56,9 @@ class Tombstone:
             "kind": self.kind,
             "batch": self.batch,
         }
+        if self.leaves is not None:  # absent from tombstones older than the log
+            wire["leaves"] = self.leaves
+        return wire
 
 
 def batch_hash(tombstones: Iterable[Tombstone]) -> str:

@@ -240,3 +240,20 @@ def test_a_bad_settings_block_names_the_key(block, said):
 def test_a_settings_block_must_be_a_dict():
     with pytest.raises(ConfigError, match="RECEIPT must be a dict, got list"):
         from_settings([("job_lease_ms", 4000)])  # type: ignore[arg-type]
+
+
+def test_the_checkpoint_key_is_one_setting_or_the_other_and_shown_masked():
+    """Issue 36 item 2: the signing key comes from a file or a setting, never both."""
+    config = load({})
+    assert (config.log_enabled, config.log_interval_ms, config.checkpoint_interval_ms) == (
+        True,
+        5_000,
+        60_000,
+    )
+    assert config.checkpoint_key_file is None and config.checkpoint_key is None
+    with pytest.raises(ConfigError, match="RECEIPT_CHECKPOINT_KEY"):
+        load({"RECEIPT_CHECKPOINT_KEY_FILE": "/k.pem", "RECEIPT_CHECKPOINT_KEY": "pem"})
+    shown = dict(load({"RECEIPT_CHECKPOINT_KEY": "-----BEGIN PRIVATE KEY-----"}).shown())
+    assert shown["RECEIPT_CHECKPOINT_KEY"] == "•••• (set)"
+    with pytest.raises(ConfigError, match="RECEIPT_CHECKPOINT_INTERVAL_MS"):
+        load({"RECEIPT_CHECKPOINT_INTERVAL_MS": "10"})

@@ -165,7 +165,7 @@
       var value = pick(data, el.getAttribute("data-field"));
       if (value === undefined) { return; }
       var format = el.getAttribute("data-format");
-      el.textContent = format === "utc" ? utc(value) : (typeof value === "number" ? value.toLocaleString("en-US") : String(value));
+      el.textContent = format === "utc" ? utc(value) : format === "ms" ? human(value) : (typeof value === "number" ? value.toLocaleString("en-US") : String(value));
     });
   }
 

@@ -1,7 +1,8 @@
-"""`manage.py receipts verify [prefix] [--strict] [--json]` and
-`manage.py receipts replay <stream|prefix> [--dry-run] [--json]` (S-8) and
+"""`manage.py receipts verify [prefix] [--strict] [--json] [--against cp.json [--key pub.pem]]`,
+`manage.py receipts replay <stream|prefix> [--dry-run] [--json]` (S-8),
 `manage.py receipts prune [--dry-run] [--json] [--older-than-days N] [--pause-ms N]` (retention: the
-service the retention loop runs; verify also checks what retention removed).
+service the retention loop runs; verify also checks what retention removed), and the
+store-wide log's `checkpoint`, `prove` and `consistency` (receipts.log_cli).
 
 Each run is put on record (U-3) with `by` (`--by`, default `cli:<OS user>`): on the
 stream's audit stream for one stream, on `audit/<prefix>*` for a prefix."""
@@ -10,10 +11,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from receipts import audit, retention, store
+from receipts import audit, log_cli, retention, store
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.errors import ReplayRefused
 
@@ -31,6 +33,7 @@ class Command(BaseCommand):
             help="exit non-zero on a broken chain, or when the prefix matches no stream",
         )
         verify.add_argument("--json", action="store_true")
+        log_cli.add_verify_arguments(verify)
         replay = sub.add_parser("replay", help="rebuild read models of a stream or a prefix")
         replay.add_argument("target")
         replay.add_argument("--dry-run", action="store_true", help="report drift, change nothing")
@@ -50,12 +53,16 @@ class Command(BaseCommand):
             default=0,
             help="pause between batches, so a large prune leaves the database to other work",
         )
+        log_cli.add_arguments(sub)
         for command in (verify, replay, prune):
             command.add_argument(
                 "--by", default=None, help="who is acting (default: cli:<OS user>)"
             )
 
     def handle(self, *args, action, **options):
+        if action in ("checkpoint", "prove", "consistency"):
+            self.stdout.write(getattr(log_cli, action)(options))
+            return
         by = options["by"] or audit.cli_actor()
         if action == "prune":
             return self._prune(
@@ -67,13 +74,29 @@ class Command(BaseCommand):
             )
         if action == "verify":
             return self._verify(
-                options["prefix"], strict=options["strict"], as_json=options["json"], by=by
+                options["prefix"],
+                strict=options["strict"],
+                as_json=options["json"],
+                by=by,
+                against=options["against"],
+                keys=options["key"],
             )
         return self._replay(
             options["target"], dry_run=options["dry_run"], as_json=options["json"], by=by
         )
 
-    def _verify(self, prefix: str, *, strict: bool, as_json: bool, by: str) -> None:
+    def _verify(
+        self,
+        prefix: str,
+        *,
+        strict: bool,
+        as_json: bool,
+        by: str,
+        against: Path | None = None,
+        keys: list[Path] | None = None,
+    ) -> None:
+        # the kept checkpoint first: a file that is not one stops before anything is written
+        log_check = log_cli.against(against, keys or []) if against else None
         single = store.stream_info(prefix) is not None if prefix else False
         checked, broken, last = 0, [], None
         for name in self._to_verify(prefix, single=single):
@@ -101,6 +124,7 @@ class Command(BaseCommand):
                         "checked": checked,
                         "broken": [r.to_wire() for r in broken],
                         "retention": [i.to_wire() for i in issues],
+                        **({"against": log_check.to_wire()} if log_check else {}),
                     }
                 )
             )
@@ -113,6 +137,13 @@ class Command(BaseCommand):
                 f"verified {checked} stream(s), {len(broken)} broken"
                 + (f", {len(issues)} retention issue(s)" if issues else "")
             )
+            for line in log_cli.describe(log_check) if log_check else []:
+                self.stdout.write(line)
+        if log_check and not log_check.ok:
+            # a kept checkpoint the store no longer extends fails with or without --strict
+            raise CommandError(f"{len(log_check.findings)} log finding(s)", returncode=1)
+        if log_check and (broken or issues):
+            strict = True
         if strict and broken:
             raise CommandError(f"{len(broken)} broken chain(s)", returncode=1)
         if strict and issues:

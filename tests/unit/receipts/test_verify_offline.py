@@ -92,6 +92,8 @@ def test_a_kept_checkpoint_and_its_signature_check(log: dict[str, Any]) -> None:
     code, out = run("checkpoint", "--key", "pub.pem", "old.json", cwd=log["dir"])
     assert (code, out.count("\n")) == (0, 0)
     assert out.startswith("ok: checkpoint ") and "(7 leaves, " in out and "signature valid" in out
+    # the whole hash (issue 36 item 3): what the store's API takes as `checkpoint`
+    assert out.split()[2] == checkpoint_hash(log["old"])
 
 
 def test_without_a_key_the_signature_is_named_but_not_checked(log: dict[str, Any]) -> None:
