@@ -37,8 +37,10 @@ INSTALLED_APPS += [
     "receipts",
     "access",
     "jobs",
+    "django_tasks",
     "shop",
 ]
+TASKS = {"default": {"BACKEND": "jobs.tasks.ReceiptBackend"}}
 RECEIPT = {
     "broker_poll_ms": 20,
     "startup_settle_ms": 100,
@@ -57,29 +59,31 @@ urlpatterns = [
     path("orders/<int:order_id>/receipt", views.send_receipt),
 ]
 """
-# The task, and how the host enqueues it and reads its result. The one hook to swap when
-# Receipt's `@task` backend lands: `send_receipt_email` becomes a `@task` function, and the
-# two helpers `send_receipt_email.enqueue(order_id).id` and `.get_result(job_id)`.
+# The task (Django's task framework, its `django-tasks` backport on Django 5.2), and how
+# the host enqueues it and reads its result.
 TASKS = """
-from jobs import queue
-from jobs.handler_contract import JobResult
-from jobs.handlers import register_handler, register_kind
-
-register_kind("shop.send-receipt")
+from django_tasks import task
+from django_tasks.exceptions import TaskResultDoesNotExist
 
 
-@register_handler("shop")
-def send_receipt_email(job, ctx):
-    return JobResult.success({"sent": True, "orderId": job.payload["orderId"]})
+@task
+def send_receipt_email(order_id):
+    return {"sent": True, "orderId": order_id}
 
 
 def enqueue_receipt(order_id):
-    return queue.enqueue("shop", {"kind": "shop.send-receipt", "orderId": order_id}).job.job_id
+    return send_receipt_email.enqueue(order_id).id
 
 
 def receipt_result(job_id):
-    job = queue.get(job_id)
-    return None if job is None else {"status": job.status, "result": job.result}
+    try:
+        result = send_receipt_email.get_result(job_id)
+    except TaskResultDoesNotExist:
+        return None
+    if not result.is_finished:
+        return {"status": result.status.name, "result": None}
+    value = result.return_value if result.status.name == "SUCCESSFUL" else None
+    return {"status": result.status.name, "result": value}
 """
 APPS = """
 from django.apps import AppConfig
@@ -88,9 +92,6 @@ from django.apps import AppConfig
 class ShopConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "shop"
-
-    def ready(self):
-        from shop import tasks  # noqa: F401  (registers the task in every process)
 """
 VIEWS = """
 from django.contrib.auth.models import User
@@ -139,7 +140,7 @@ job_id = client.post("/orders/7/receipt").json()["job"]
 declined = client.post("/orders/8/receipt?decline=1")
 out["declined"] = [declined.status_code, receipt_result(declined.json()["job"])]
 deadline = time.monotonic() + 45
-while (done := receipt_result(job_id))["status"] not in ("completed", "failed"):
+while (done := receipt_result(job_id))["status"] not in ("SUCCESSFUL", "FAILED"):
     assert time.monotonic() < deadline, f"job {job_id} is still {done}"
     time.sleep(0.05)
 out["job"] = done
@@ -172,8 +173,9 @@ out["kinds"] = [row["kind"] for row in client.get("/receipt/kinds").json()["kind
 factory = client.post("/receipt/agents/factory/jobs", {"payload": {"kind": "factory.dispatch"}},
                       content_type="application/json")
 out["factory_enqueue"] = [factory.status_code, factory.json().get("error")]
-enqueued = client.post("/receipt/agents/shop/jobs", {"payload": {"kind": "shop.send-receipt",
-                       "orderId": 9}}, content_type="application/json")
+enqueued = client.post("/receipt/agents/django-task/jobs", {"payload": {"kind": "django.task",
+                       "task": "shop.tasks.send_receipt_email", "args": [9], "kwargs": {}}},
+                       content_type="application/json")
 out["api_enqueue"] = [enqueued.status_code, enqueued.json().get("async", {}).get("events")]
 out["static"] = {name: bool(finders.find(name)) for name in
                  ("receipt/admin.css", "receipt/jobs.css", "receipt/job_live.js")}
@@ -244,7 +246,7 @@ def test_a_host_project_runs_a_task_with_receipts_apps(installed, host_database,
     for role, log in logs.items():
         assert "Traceback" not in log, (role, log[-3000:])
 
-    assert out["job"] == {"status": "completed", "result": {"sent": True, "orderId": 7}}
+    assert out["job"] == {"status": "SUCCESSFUL", "result": {"sent": True, "orderId": 7}}
     assert out["declined"] == [409, None]  # rolled back with the view's transaction
     assert out["burst"] == [200] * 50, out["burst"]
     assert all(status == 200 for status in out["pages"].values()), out["pages"]
@@ -257,7 +259,7 @@ def test_a_host_project_runs_a_task_with_receipts_apps(installed, host_database,
     assert out["api_enqueue"][1]["receipt"] == "/receipt/receipt/stream"
     assert all(out["static"].values()), out["static"]
     # Factory is optional: no kind, model, column or watchdog of its own without it.
-    assert out["kinds"] == ["shop.send-receipt"]
+    assert out["kinds"] == ["django.task"]
     assert out["factory_enqueue"] == [400, "unknown_kind"]
     assert "/admin/objectives/" not in out["index"] and "/admin/jobs/job/" in out["index"]
     assert "column-kind_col" in out["changelist"]
