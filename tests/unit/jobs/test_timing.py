@@ -293,5 +293,6 @@ DEFAULTS_AS_CONFIG = {
         "chat_job_concurrency",
         "orchestration_job_concurrency",
         "codex_job_concurrency",
+        "priority_aging_ms",
     )
 }
