@@ -13,8 +13,11 @@ real rest) and retries of many jobs that failed together still spread out.
 Errors: ``never_retry`` and ``retry_on`` are exception class paths (``module.Class``),
 matched against the exception's class and its bases (tasks raise exceptions);
 ``never_retry_matching`` and ``retry_matching`` are regular expressions searched in the
-error text (handlers fail with text). A "never" rule wins; a policy with ``retry_on`` or
-``retry_matching`` retries only what one of them matches.
+error text (handlers fail with text). A "never" rule wins; a policy with
+``retry_matching`` retries only what it (or ``retry_on``) matches, and one with
+``retry_on`` retries only the exceptions it names (a failure that raised nothing is judged
+by its text alone). A task's handler applies its policy to the exception it caught; the
+worker applies a kind's policy to the failure's error text.
 
 Policies are registered per kind (`register_retry_policy`, or ``register_kind(...,
 retry=...)``); a task carries its own in its job's payload (`to_wire`/`from_wire`).
@@ -180,7 +183,8 @@ def retries_error(policy: RetryPolicy, error: str, class_paths: Sequence[str] = 
         return False
     if policy.never_retry_matching is not None and re.search(policy.never_retry_matching, error):
         return False
-    only = bool(policy.retry_on) or policy.retry_matching is not None
+    # class rules speak only of failures that raised; a text failure is judged by its text
+    only = (bool(policy.retry_on) and bool(class_paths)) or policy.retry_matching is not None
     if not only:
         return True
     if any(path in policy.retry_on for path in class_paths):
@@ -214,6 +218,12 @@ def unregister_retry_policy(kind: str) -> None:
 
 
 PAYLOAD_KEY: Final = "retryPolicy"  # a task's own policy, in its job's payload
+
+
+def has_own_policy(payload: object) -> bool:
+    """Whether a job carries its own (a task's) policy: its handler, which holds the
+    exception, has then judged the error already."""
+    return isinstance(payload, Mapping) and isinstance(payload.get(PAYLOAD_KEY), Mapping)
 
 
 def policy_for(kind: str | None, payload: object) -> RetryPolicy | None:

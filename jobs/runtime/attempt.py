@@ -271,7 +271,8 @@ def retry_decision(
     policy = retry_policy.policy_for(job.kind, job.payload)
     if policy is None:
         return no_retry, None
-    no_retry = no_retry or not retry_policy.retries_error(policy, error)
+    if not retry_policy.has_own_policy(job.payload):  # a task's handler judged its exception
+        no_retry = no_retry or not retry_policy.retries_error(policy, error)
     if not bodies.will_retry(job, no_retry=no_retry):
         return no_retry, None
     return no_retry, retry_policy.retry_at(policy, job.job_id, job.attempt, failed_at_ms=now_ms)

@@ -100,6 +100,8 @@ _P = f"{__name__}.Permanent"
         ),
         (RetryPolicy(retry_on=(_T,)), "x", retry_policy.exception_paths(Transient()), True),
         (RetryPolicy(retry_on=(_T,)), "x", retry_policy.exception_paths(Permanent()), False),
+        # a failure that raised nothing is judged by its text: class rules do not apply
+        (RetryPolicy(retry_on=(_T,)), "x", (), True),
         (RetryPolicy(never_retry_matching=r"^invalid_"), "invalid_input: no", (), False),
         (RetryPolicy(never_retry_matching=r"^invalid_"), "timeout talking to it", (), True),
         (RetryPolicy(retry_matching=r"timeout|429"), "HTTP 429 from provider", (), True),
