@@ -50,7 +50,8 @@ def test_a_policy_in_code_may_allow_more_attempts_than_the_clamp(receipt_worker)
     assert present(queue.get(result.id)).max_attempts == 10
     receipt_worker.run()
     result.refresh()
-    assert (result.status, result.return_value["attempt"]) == (TaskResultStatus.SUCCESSFUL, 10)
+    assert result.status == TaskResultStatus.SUCCESSFUL
+    assert present(result.return_value)["attempt"] == 10
     clamped = receipt_options(defs.add, retry=many, max_attempts=20).enqueue(1, 2)
     assert present(queue.get(clamped.id)).max_attempts == 8  # an explicit one is clamped
 
@@ -71,4 +72,4 @@ def test_a_failed_attempt_waits_for_its_backoff_before_the_next(receipt_worker):
 
 def test_the_option_is_checked_where_it_is_set():
     with pytest.raises(InvalidTask, match="retry must be a RetryPolicy"):
-        receipt_options(defs.add, retry={"baseMs": 1})
+        receipt_options(defs.add, retry={"baseMs": 1})  # type: ignore[arg-type]
