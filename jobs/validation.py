@@ -106,13 +106,15 @@ def build_request(
     run_at: Any = None,
     priority: Any = None,
     policy_max_attempts: int | None = None,
+    code_policy: bool = False,
 ) -> EnqueueRequest:
     """Validate an enqueue (J-6, K-1, K-2, Q-3); raise InvalidRequest naming the problem.
 
     `queue`: the worker group to run on instead of the default route (the kind's
     contract); a built-in or declared group. `policy_max_attempts`: a task's retry policy
     (code, not a client): with the kind's registered policy, it sets the attempts when
-    the caller gave none, beyond the clamp."""
+    the caller gave none, beyond the clamp. `code_policy`: the payload's `retryPolicy`
+    was put there by code (the task backend); a client's payload may not carry one."""
     check_text("invalid_agent_id", "agentId", agent_id, MAX_AGENT_ID, required=True)
     if _NOT_IN_AGENT_ID.search(agent_id):
         raise InvalidRequest("invalid_agent_id", "agentId must not contain whitespace or '/'")
@@ -156,6 +158,12 @@ def build_request(
     except contracts.ContractError as error:
         raise InvalidRequest(error.code, str(error)) from None
     check_payload_size(payload)
+    if retry_policy.PAYLOAD_KEY in payload and not code_policy:
+        raise InvalidRequest(
+            "invalid_payload",
+            f"payload.{retry_policy.PAYLOAD_KEY} is set by a task's retry option, not by "
+            "a client; a kind's retry policy is declared in code",
+        )
     check_route(agent_id, payload["kind"], queue)
     if asked_attempts is None:  # a policy declared in code may allow more than the clamp
         declared = policy_max_attempts or _kind_policy_attempts(payload["kind"])

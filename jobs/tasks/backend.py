@@ -84,6 +84,7 @@ class ReceiptBackend(BaseTaskBackend):
                 singleton_mode=options.singleton,
                 max_attempts=options.max_attempts,
                 policy_max_attempts=options.retry.max_attempts if options.retry else None,
+                code_policy=options.retry is not None,
                 **_scheduling(task),
             )
         except InvalidRequest as error:  # payload too large or too deep: nothing written

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from jobs.core.diagnosis import utc_text
+from tests.integration.api.conftest import payload, written
 from tests.integration.jobs.retry_policy_builders import policy_kind, waiting_job
 
 pytestmark = pytest.mark.django_db
@@ -34,3 +35,12 @@ def test_a_job_waiting_for_its_retry_shows_retry_at_and_diagnosis_says_why(api):
 def test_a_job_without_a_backoff_reads_retry_at_null(api):
     job = api.enqueue()["job"]
     assert job["retryAt"] is None
+
+
+def test_a_clients_payload_may_not_carry_a_retry_policy(api):
+    before = written()
+    body = {"payload": payload(retryPolicy={"maxAttempts": 100})}
+    status, out = api.post("/agents/factory/jobs", body)
+    assert (status, out["error"]) == (400, "invalid_payload"), out
+    assert "payload.retryPolicy" in out["detail"]
+    assert written() == before
