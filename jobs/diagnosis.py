@@ -118,6 +118,7 @@ def diagnosis(job_id: str, *, now_ms: int | None = None) -> dict[str, Any]:
             "retriedAt": facts.job.retried_at,
             "leaseUntil": facts.job.lease_until,
             "runAt": facts.job.run_at,
+            "retryAt": facts.job.retry_at,
             "priority": facts.job.priority,
             "workerId": facts.job.worker_id,
             "hasHandler": facts.has_handler,

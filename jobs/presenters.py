@@ -17,6 +17,7 @@ def job_json(job: JobState) -> dict[str, Any]:
     wire = job_to_wire(job)
     wire.setdefault("runAt", None)  # stored only when set (jobs.core.wire)
     wire.setdefault("priority", 0)
+    wire.setdefault("retryAt", None)  # a retry policy's backoff, while the job waits for it
     contract = contract_group(job.kind)
     routed = routed_group(job.agent_id, job.kind, job.queue)
     wire["contractGroup"] = contract

@@ -866,9 +866,11 @@ def fail(
     result: Any = None,
     now_ms: int | None = None,
     known: JobState | None = None,
+    retry_at: int | None = None,
 ) -> WriteResult:
-    """Fail the attempt; it is retried (J-4) unless `no_retry` or attempts are used up.
-    `known`: as for `complete`."""
+    """Fail the attempt; it is retried (J-4) unless `no_retry` or attempts are used up,
+    no sooner than `retry_at` when given (a retry policy's backoff). `known`: as for
+    `complete`."""
     if result is not None:
         check_payload_size(result)
 
@@ -876,7 +878,9 @@ def fail(
         job_id,
         fence,
         now_ms,
-        lambda job, now: bodies.failed(job, fence, error, no_retry=no_retry, result=result),
+        lambda job, now: bodies.failed(
+            job, fence, error, no_retry=no_retry, result=result, retry_at=retry_at
+        ),
         known,
     )
 

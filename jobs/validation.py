@@ -15,7 +15,7 @@ from typing import Any
 from django.conf import settings
 
 from jobs import handlers
-from jobs.core import contracts
+from jobs.core import contracts, retry_policy
 from jobs.core.scheduling import (
     DEFAULT_PRIORITY,
     MAX_PRIORITY,
@@ -105,11 +105,16 @@ def build_request(
     queue: Any = None,
     run_at: Any = None,
     priority: Any = None,
+    policy_max_attempts: int | None = None,
+    code_policy: bool = False,
 ) -> EnqueueRequest:
     """Validate an enqueue (J-6, K-1, K-2, Q-3); raise InvalidRequest naming the problem.
 
     `queue`: the worker group to run on instead of the default route (the kind's
-    contract); a built-in or declared group."""
+    contract); a built-in or declared group. `policy_max_attempts`: a task's retry policy
+    (code, not a client): with the kind's registered policy, it sets the attempts when
+    the caller gave none, beyond the clamp. `code_policy`: the payload's `retryPolicy`
+    was put there by code (the task backend); a client's payload may not carry one."""
     check_text("invalid_agent_id", "agentId", agent_id, MAX_AGENT_ID, required=True)
     if _NOT_IN_AGENT_ID.search(agent_id):
         raise InvalidRequest("invalid_agent_id", "agentId must not contain whitespace or '/'")
@@ -124,6 +129,7 @@ def build_request(
         raise InvalidRequest(
             "invalid_lane", f"lane must be one of {', '.join(LANES)}; got {lane!r}"
         )
+    asked_attempts = max_attempts
     if max_attempts is None:
         max_attempts = DEFAULT_MAX_ATTEMPTS
     if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
@@ -152,7 +158,16 @@ def build_request(
     except contracts.ContractError as error:
         raise InvalidRequest(error.code, str(error)) from None
     check_payload_size(payload)
+    if retry_policy.PAYLOAD_KEY in payload and not code_policy:
+        raise InvalidRequest(
+            "invalid_payload",
+            f"payload.{retry_policy.PAYLOAD_KEY} is set by a task's retry option, not by "
+            "a client; a kind's retry policy is declared in code",
+        )
     check_route(agent_id, payload["kind"], queue)
+    if asked_attempts is None:  # a policy declared in code may allow more than the clamp
+        declared = policy_max_attempts or _kind_policy_attempts(payload["kind"])
+        max_attempts = declared or max_attempts
     return EnqueueRequest(
         agent_id=agent_id,
         payload=payload,
@@ -166,6 +181,11 @@ def build_request(
         run_at=run_at,
         priority=priority,
     )
+
+
+def _kind_policy_attempts(kind: str) -> int | None:
+    policy = retry_policy.policy_for(kind, None)
+    return policy.max_attempts if policy is not None else None
 
 
 def check_priority(priority: Any) -> int:

@@ -197,6 +197,7 @@ class JobChangeList(ChangeList):
         self.result_list = rows.annotate(
             max_attempts=KT("state__maxAttempts"),
             run_at=KT("state__runAt"),  # G-3: a delayed job shows when it is due
+            retry_at=KT("state__retryAt"),  # a retry policy's backoff: when it retries
             retried_after=KT("state__retriedAfterAttempt"),  # absent: never retried
             last_error_text=KT("state__lastError"),
             last_error=Case(When(known, then=Substr("last_error_text", 1, ERROR_TOOLTIP_CHARS))),
@@ -234,14 +235,22 @@ def ago_cell(at_ms: int, *, now_ms: int) -> str:
 
 
 def scheduled_note(obj: Job, *, now_ms: int) -> str:
-    """G-3: "due in 5 min" beside a queued delayed job whose time is still ahead, its UTC
-    time in the tooltip; nothing otherwise."""
-    raw = getattr(obj, "run_at", None)  # JSON text of the fold's runAt, or its number
-    if raw is None or raw == "" or obj.status != "queued" or obj.attempt > 0:
+    """G-3: "due in 5 min" beside a queued delayed job whose time is still ahead, "retry
+    in 2 min" beside one waiting for its retry policy's backoff, the UTC time in the
+    tooltip; nothing otherwise."""
+    retrying = obj.attempt > 0  # after a failed attempt: its retry policy's backoff
+    raw = getattr(obj, "retry_at" if retrying else "run_at", None)  # JSON text, or a number
+    if raw is None or raw == "" or obj.status != "queued":
         return ""
     due = int(raw)
     if due <= now_ms:
         return ""
+    if retrying:
+        return format_html(
+            ' <span class="rcpt-scheduled" title="retrying at {}">retry in {}</span>',
+            utc(due),
+            ago_text(due - now_ms),
+        )
     return format_html(
         ' <span class="rcpt-scheduled" title="scheduled for {}">due in {}</span>',
         utc(due),

@@ -14,7 +14,7 @@ from jobs import callbacks, dashboard, page_sections, queue, selectors
 from jobs.admin.actions import JobActions
 from jobs.core.bodies import retry_refusal
 from jobs.core.contracts import contract_for, routing_by_design
-from jobs.core.diagnosis import retried_detail
+from jobs.core.diagnosis import retried_detail, retrying_detail
 from jobs.core.state import JobState
 from jobs.core.vocabulary import job_stream
 from jobs.dashboard_tables import status_badge
@@ -136,6 +136,7 @@ class JobPage(OwnChangePage, JobActions):
         count = info.count if info else 0
         wire = job_json(job)
         contract = contract_for(job.kind)
+        due = job.scheduled_for(now)  # a delayed job's runAt, or a retry's backoff
         diagnosed = diagnosis(job_id, now_ms=now)
         page_links, page_parts, page_errors = page_sections.collect(job)
         at_raw = request.GET.get("at")
@@ -162,7 +163,8 @@ class JobPage(OwnChangePage, JobActions):
             "updated_utc": utc(job.updated_at),
             "lease_utc": utc(job.lease_until) if job.lease_until else None,
             "run_at_utc": utc(job.run_at) if job.run_at is not None else None,
-            "scheduled": job.scheduled_for(now) is not None,
+            "scheduled": job.attempt == 0 and due is not None,
+            "retrying": retrying_detail(job, due, now) if job.attempt and due else None,
             **chain_page(
                 request, stream, count, default_after=max(0, count - PAGE_SIZE), panels=panels
             ),

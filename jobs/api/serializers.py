@@ -93,6 +93,11 @@ class JobSerializer(serializers.Serializer):
         allow_null=True,
         help_text="ms since epoch: not started before this (a delayed job); null: at once",
     )
+    retryAt = serializers.IntegerField(
+        allow_null=True,
+        help_text="ms since epoch: a failed attempt's retry policy holds the next one "
+        "until then; null: no backoff pending",
+    )
     priority = serializers.IntegerField(
         help_text="-100..100, higher first within the worker group (default 0)"
     )

@@ -110,10 +110,17 @@ def completed(job_id: str, fence: Fence, result: Any) -> dict[str, Any]:
 
 
 def failed(
-    job: JobState, fence: Fence, error: str, *, no_retry: bool, result: Any = None
+    job: JobState,
+    fence: Fence,
+    error: str,
+    *,
+    no_retry: bool,
+    result: Any = None,
+    retry_at: int | None = None,
 ) -> dict[str, Any]:
-    """A failed attempt, with whether it is retried; `result` only when there is one."""
-    body = {
+    """A failed attempt, with whether it is retried; `result` only when there is one;
+    `retryAt` (a retry policy's backoff) only when it is retried after a wait."""
+    body: dict[str, Any] = {
         "type": JOB_FAILED,
         "jobId": job.job_id,
         **fence.body(),
@@ -123,6 +130,8 @@ def failed(
     }
     if result is not None:
         body["result"] = result
+    if retry_at is not None and body["willRetry"]:
+        body["retryAt"] = retry_at
     return body
 
 

@@ -25,6 +25,7 @@ from types import MappingProxyType
 from typing import Any, Final, Literal, get_args
 
 from jobs.core.groups import BUILTIN_GROUPS, GroupsError, check_name
+from jobs.core.retry_policy import RetryPolicy, register_retry_policy, unregister_retry_policy
 from receipts.core.errors import AppError
 
 # K-1: the nine kinds, in the spec's order.
@@ -168,6 +169,7 @@ def register_kind(
     worker_group: str = "chat",
     auth_context_required: bool = False,
     live_execution: bool = False,
+    retry: RetryPolicy | None = None,
 ) -> KindContract:
     """Add a payload kind of the deployment's own (its handler is registered separately by
     agent id). Factory's flags stay off: they describe Factory's own kinds, and so does a
@@ -177,7 +179,8 @@ def register_kind(
     `worker_group` is a built-in group or one the deployment declares. Registration may
     run before the settings are read (a module imported by an app), so only the name's
     form is checked here; an enqueue of the kind is refused while its group is not
-    declared, and a system check names such a kind (`jobs.routing_checks`)."""
+    declared, and a system check names such a kind (`jobs.routing_checks`). `retry`: the
+    kind's retry policy (`jobs.core.retry_policy`)."""
     if (
         not isinstance(kind, str)
         or len(kind) > MAX_KIND_LENGTH
@@ -209,12 +212,15 @@ def register_kind(
     existing = _CUSTOM.setdefault(kind, contract)
     if existing != contract:
         raise ValueError(f"kind {kind!r} is already registered with another contract")
+    if retry is not None:
+        register_retry_policy(kind, retry)
     return contract
 
 
 def unregister_kind(kind: str) -> None:
-    """Tests only: forget a custom kind."""
+    """Tests only: forget a custom kind (and its retry policy)."""
     _CUSTOM.pop(kind, None)
+    unregister_retry_policy(kind)
 
 
 # The built-in kinds are Factory's: offered only where Factory (the `objectives` app) is

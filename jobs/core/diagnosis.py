@@ -155,6 +155,15 @@ def retried_detail(job: JobState) -> str:
     )
 
 
+def retrying_detail(job: JobState, due: int, now: int) -> str:
+    """'retrying at 2026-12-06 12:04:10 UTC (in 8s) after attempt 2 failed: boom'."""
+    error = f": {job.last_error}" if job.last_error else ""
+    return (
+        f"retrying at {utc_text(due)} (in {human_ms(due - now)}) "
+        f"after attempt {job.attempt} failed{error}"
+    )
+
+
 def diagnose(facts: Facts) -> list[Blocker]:
     job, now = facts.job, facts.now_ms
     group = routed_group(job.agent_id, job.kind, job.queue)
@@ -242,6 +251,9 @@ def diagnose(facts: Facts) -> list[Blocker]:
             )
         return out
     due = job.scheduled_for(now)
+    if due is not None and job.attempt > 0:  # a retry policy's backoff
+        out.append(Blocker("retrying", retrying_detail(job, due, now)))
+        return out
     if due is not None:  # G-3: nothing below matters before its time
         out.append(
             Blocker(

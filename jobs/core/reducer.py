@@ -35,7 +35,8 @@ Rules the spec leaves open, decided here:
   A requeue (``job.failed`` with ``willRetry``, or ``job.lease_expired`` with attempts
   left) clears both. ``job.completed`` keeps an earlier attempt's ``last_error``.
 - ``job.failed``: only ``willRetry is True`` requeues; the queue decides it, the fold
-  records it. ``last_error`` is the body's ``error`` (a non-string error is stored as its
+  records it, with the body's ``retryAt`` (a retry policy's backoff; absent: none) as
+  ``retry_at``, which the next lease clears. ``last_error`` is the body's ``error`` (a non-string error is stored as its
   canonical JSON text); ``result`` is replaced only when the body has a ``result`` key.
 - ``job.lease_expired`` decides from ``attempts_used < max_attempts`` (J-4), not from the body's
   ``willRetry``, and sets ``last_error`` to ``"lease expired"`` whether it requeues or fails.
@@ -220,6 +221,7 @@ def _leased(job: JobState, receipt: Receipt) -> JobState:
         attempt=attempt,
         worker_id=_required_str(receipt, job.job_id, "workerId"),
         lease_until=_required_int(receipt, job.job_id, "leaseUntil"),
+        retry_at=None,  # waited for: this is the attempt it held back
     )
 
 
@@ -256,7 +258,14 @@ def _failed(job: JobState, receipt: Receipt) -> JobState:
     body = receipt.body
     error = _error_text(body.get("error"))
     if body.get("willRetry") is True:  # J-4: back to the queue, attempt kept
-        return replace(job, status="queued", worker_id=None, lease_until=None, last_error=error)
+        return replace(
+            job,
+            status="queued",
+            worker_id=None,
+            lease_until=None,
+            last_error=error,
+            retry_at=_optional_int(receipt, job.job_id, "retryAt"),  # a policy's backoff
+        )
     return replace(
         job,
         status="failed",
@@ -322,6 +331,7 @@ def _retried(job: JobState, receipt: Receipt) -> JobState:
         retried_by=_required_str(receipt, job.job_id, "by"),
         retried_at=receipt.ts,
         retried_after_attempt=after,
+        retry_at=None,  # an operator's retry runs now
     )
 
 

@@ -78,6 +78,8 @@ class JobState:
     retried_by: str | None = None
     retried_at: int | None = None
     retried_after_attempt: int = 0
+    # A retry policy's backoff: the failed attempt's next one starts no sooner (epoch ms).
+    retry_at: int | None = None
 
     @property
     def stream(self) -> str:
@@ -96,11 +98,13 @@ class JobState:
         return self.status in LEASED_STATUSES
 
     def scheduled_for(self, now_ms: int) -> int | None:
-        """The time a queued job waits for before its first attempt (G-3), None when it
-        may start now."""
-        if self.status != "queued" or self.attempt > 0:
+        """The time a queued job waits for before its next attempt, None when it may
+        start now: its `run_at` before the first attempt (G-3), a retry policy's
+        `retry_at` after a failed one."""
+        if self.status != "queued":
             return None
-        return self.run_at if self.run_at is not None and self.run_at > now_ms else None
+        wait = self.run_at if self.attempt == 0 else self.retry_at
+        return wait if wait is not None and wait > now_ms else None
 
     @property
     def attempts_used(self) -> int:

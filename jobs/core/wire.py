@@ -93,6 +93,8 @@ def job_to_wire(state: JobState, *, share: bool = False) -> dict[str, Any]:
         wire["runAt"] = state.run_at
     if state.priority:
         wire["priority"] = state.priority
+    if state.retry_at is not None:
+        wire["retryAt"] = state.retry_at
     return wire
 
 
@@ -160,6 +162,7 @@ def job_from_wire(wire: Mapping[str, Any]) -> JobState:
         retried_by=reader.opt_text("retriedBy", default=None),
         retried_at=reader.opt_integer("retriedAt", default=None),
         retried_after_attempt=reader.integer("retriedAfterAttempt", default=0),
+        retry_at=reader.opt_integer("retryAt") if "retryAt" in wire else None,
     )
 
 

@@ -13,6 +13,7 @@ deterministic simulation (`jobs.simulation`) drive these same functions.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,13 +21,16 @@ from typing import Any
 from django.db import OperationalError, connection
 
 from jobs import handlers, queue
-from jobs.core import bodies
+from jobs.core import bodies, retry_policy
 from jobs.core.state import Fence, JobState
 from jobs.queue import Outcome, Start
-from jobs.runtime import faults, promises
+from jobs.runtime import dispatch, faults, promises
 from jobs.runtime.storage_retry import with_storage_retry
+from observability.logs import log_event
 from receipts.core.storable import storable
 from receipts.db import AssumptionRefused, pipelined_transaction
+
+logger = logging.getLogger("receipt.delivery")
 
 _START_STATUS = {
     Start.MISSING: ("failed", "rejected"),
@@ -224,7 +228,29 @@ def settle(
         )
 
     kwargs = {"sleep": sleep} if sleep is not None else {}
-    return with_storage_retry(f"settle {running.job.job_id}", once, **kwargs)
+    ended = with_storage_retry(f"settle {running.job.job_id}", once, **kwargs)
+    _open_backoff_delivery(ended)
+    return ended
+
+
+def _open_backoff_delivery(ended: Ended) -> None:
+    """A failed attempt retried after a backoff: open its next delivery now, scheduled
+    for `retry_at` (the due loop releases it then), instead of waiting for the queued
+    redrive to find the job. The redrive's own key, so the two never both open one; if
+    this fails, the redrive opens it later, scheduled just the same."""
+    job = ended.job
+    if job is None or job.status != "queued" or job.retry_at is None:
+        return
+    try:
+        dispatch.start_driver(job, dispatch_key=dispatch.redrive_key(job))
+    except Exception as error:  # the queued redrive (L-1) owns the rest
+        log_event(
+            logger,
+            "delivery.retry_schedule_error",
+            f"scheduling the retry of {job.job_id} failed: {error}",
+            level=logging.WARNING,
+            jobId=job.job_id,
+        )
 
 
 def _final_result(job: JobState, status: str, result: Any, no_retry: bool) -> Any:
@@ -235,6 +261,21 @@ def _final_result(job: JobState, status: str, result: Any, no_retry: bool) -> An
     if result is not None and not isinstance(result, dict):
         final["value"] = result
     return final
+
+
+def retry_decision(
+    job: JobState, error: str, no_retry: bool, *, now_ms: int
+) -> tuple[bool, int | None]:
+    """The job's retry policy applied to a failed attempt: whether its error is not to be
+    retried, and when the next attempt may start (None: at once, or never)."""
+    policy = retry_policy.policy_for(job.kind, job.payload)
+    if policy is None:
+        return no_retry, None
+    if not retry_policy.has_own_policy(job.payload):  # a task's handler judged its exception
+        no_retry = no_retry or not retry_policy.retries_error(policy, error)
+    if not bodies.will_retry(job, no_retry=no_retry):
+        return no_retry, None
+    return no_retry, retry_policy.retry_at(policy, job.job_id, job.attempt, failed_at_ms=now_ms)
 
 
 def _write_settlement(
@@ -265,6 +306,7 @@ def _write_settlement(
                 known=job,
             )
         else:
+            no_retry, retry_at = retry_decision(job, error or status, no_retry, now_ms=now_ms)
             written = queue.fail(
                 job_id,
                 error or status,
@@ -273,6 +315,7 @@ def _write_settlement(
                 result=_final_result(job, status, result, no_retry),
                 now_ms=now_ms,
                 known=job,
+                retry_at=retry_at,
             )
         if written.outcome is Outcome.TERMINAL:
             status, state, settled = "terminal_state", "rejected", None

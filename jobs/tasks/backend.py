@@ -14,9 +14,11 @@ name must be a declared worker group.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from jobs import queue
+from jobs.core import retry_policy
 from jobs.core.attempts import History
 from jobs.errors import InvalidRequest
 from jobs.tasks import payload, results
@@ -71,6 +73,8 @@ class ReceiptBackend(BaseTaskBackend):
         self.validate_task(task)
         body = payload.build(task, args, kwargs, backend=self.alias)
         options = self._options(task)
+        if options.retry is not None:  # the worker reads the task's policy from its job
+            body[retry_policy.PAYLOAD_KEY] = options.retry.to_wire()
         try:
             enqueued = queue.enqueue(
                 payload.AGENT_ID,
@@ -79,6 +83,8 @@ class ReceiptBackend(BaseTaskBackend):
                 session_key=options.session_key,
                 singleton_mode=options.singleton,
                 max_attempts=options.max_attempts,
+                policy_max_attempts=options.retry.max_attempts if options.retry else None,
+                code_policy=options.retry is not None,
                 **_scheduling(task),
             )
         except InvalidRequest as error:  # payload too large or too deep: nothing written
@@ -104,12 +110,7 @@ class ReceiptBackend(BaseTaskBackend):
     def _options(self, task: Task) -> ReceiptOptions:
         own = options_of(task)
         if own.max_attempts is None and self.defaults.max_attempts is not None:
-            return ReceiptOptions(
-                job_id=own.job_id,
-                session_key=own.session_key,
-                singleton=own.singleton,
-                max_attempts=self.defaults.max_attempts,
-            )
+            return dataclasses.replace(own, max_attempts=self.defaults.max_attempts)
         return own
 
 

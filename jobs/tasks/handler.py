@@ -23,7 +23,7 @@ from django.conf import settings
 from django.utils.module_loading import import_string
 
 from jobs import handlers
-from jobs.core import bodies, contracts
+from jobs.core import bodies, contracts, retry_policy
 from jobs.core.attempts import Attempt, History
 from jobs.core.state import JobState
 from jobs.errors import InvalidRequest
@@ -96,6 +96,10 @@ def _ended_failed(
     *,
     no_retry: bool = False,
 ) -> JobResult:
+    policy = retry_policy.policy_for(job.kind, job.payload)
+    if policy is not None and not no_retry:  # its exception class (and bases) decide
+        text = f"{type(error).__module__}.{type(error).__qualname__}: {error}"
+        no_retry = not retry_policy.retries_error(policy, text, retry_policy.exception_paths(error))
     failure = _failure(error, no_retry=no_retry)
     if no_retry or not bodies.will_retry(job):
         detail = failure.result

@@ -8,6 +8,8 @@ travel on the task itself: the Receipt backend's task class (`ReceiptTask`) carr
     send_receipt_email.enqueue(7)                                   # backend defaults
     receipt_options(send_receipt_email, job_id="receipt-email-7").enqueue(7)
     receipt_options(send_receipt_email, max_attempts=5).using(priority=10).enqueue(7)
+    receipt_options(call_provider, retry=RetryPolicy(max_attempts=12, base_ms=2_000,
+                    never_retry=("myapp.errors.BadRequest",))).enqueue(7)
 
 Backend-wide defaults come from `TASKS[alias]["OPTIONS"]` (`MAX_ATTEMPTS`). Options are
 checked when they are set, so a bad one fails where it is written.
@@ -19,6 +21,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from jobs.core.retry_policy import RetryPolicy
 from jobs.core.vocabulary import SINGLETON_MODES, validate_job_id
 from jobs.tasks.framework import InvalidTask, InvalidTaskBackend, Task
 from jobs.validation import MAX_SESSION_KEY
@@ -33,12 +36,15 @@ T = TypeVar("T", bound=Task)
 class ReceiptOptions:
     """`singleton`: `allow` (the default: the key only groups jobs), `cancel` (cancel or
     abort the key's active jobs, then enqueue) or `steer` (an active job on the key is
-    returned instead of a new one). `max_attempts` is clamped to 1..8 like every enqueue."""
+    returned instead of a new one). `max_attempts` is clamped to 1..8 like every enqueue.
+    `retry`: the task's `RetryPolicy` (backoff, which exceptions retry, and attempts: a
+    policy's `max_attempts` may exceed 8; an explicit `max_attempts` still wins)."""
 
     job_id: str | None = None
     session_key: str | None = None
     singleton: str | None = None
     max_attempts: int | None = None
+    retry: RetryPolicy | None = None
 
     def __post_init__(self) -> None:
         if self.job_id is not None:
@@ -68,6 +74,8 @@ class ReceiptOptions:
             isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int)
         ):
             raise InvalidTask(f"max_attempts must be an integer; got {self.max_attempts!r}")
+        if self.retry is not None and not isinstance(self.retry, RetryPolicy):
+            raise InvalidTask(f"retry must be a RetryPolicy; got {self.retry!r}")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,6 +95,7 @@ def receipt_options(
     session_key: str | None = _UNSET,
     singleton: str | None = _UNSET,
     max_attempts: int | None = _UNSET,
+    retry: RetryPolicy | None = _UNSET,
 ) -> ReceiptTask:
     """`task` with Receipt's enqueue options set (the ones not given are kept); the task
     must run on a Receipt backend. Chains with `.using()` either way round."""
@@ -100,6 +109,7 @@ def receipt_options(
         "session_key": session_key,
         "singleton": singleton,
         "max_attempts": max_attempts,
+        "retry": retry,
     }
     current = task.receipt if isinstance(task, ReceiptTask) else ReceiptOptions()
     options = dataclasses.replace(
