@@ -53,7 +53,10 @@ class QueueListView(ApiView):
         summary="List queues",
         description="Every worker group of the deployment, as declared, and whether it is "
         "paused, by whom and since when.",
-        responses={200: OpenApiResponse(QueueListSerializer), **schema.errors()},
+        responses={
+            200: OpenApiResponse(QueueListSerializer, description="every worker group"),
+            **schema.errors(),
+        },
     )
     def get(self, request: Request) -> Response:
         return Response({"queues": queues.listing()})
