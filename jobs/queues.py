@@ -22,6 +22,8 @@ from django.db import transaction
 
 from jobs.core import queue_state
 from jobs.core.queue_state import PAUSED, RESUMED, QueueState, group_from_stream, stream_of
+
+__all__ = ["QueueNotFound", "is_paused", "listing", "pause", "resume", "stream_of"]
 from jobs.core.timing import TimingSettings
 from jobs.errors import JobsError
 from jobs.models import Queue
