@@ -327,11 +327,11 @@ class JobList(OperatorAdmin):
 
     @admin.display(description="agent")
     def agent_col(self, obj: Job) -> str:
-        return clipped(obj.agent_id)
+        return clipped(obj.agent_id, "rcpt-clip rcpt-agent")
 
     @admin.display(description="kind")
     def kind_col(self, obj: Job) -> str:
-        return clipped(obj.kind)
+        return clipped(obj.kind, "rcpt-clip rcpt-kind")
 
     @admin.display(description="group")
     def group_col(self, obj: Job) -> str:
