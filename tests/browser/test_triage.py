@@ -227,7 +227,7 @@ def test_last_error_stays_in_view_beside_a_long_kind(open_at, mixed_jobs):
     page.screenshot(path=str(SHOTS / "jobs-list-long-kind-1280.png"))
     found = page.evaluate(LONG_KIND_ROW)
     assert found["header"].upper() == "LAST ERROR", found
-    assert 0 <= found["left"] and found["right"] <= found["width"], found
+    assert found["left"] >= 0 and found["right"] <= found["width"], found
     assert found["right"] <= found["resultsRight"] + 1 and not found["labelCut"], found
     assert found["errorWidth"] >= 120, found  # room to read the start of an error
     assert "factory.objective.control" in found["kindTitles"], found  # whole in its tooltip
