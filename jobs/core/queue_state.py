@@ -42,20 +42,16 @@ def group_from_stream(stream: str) -> str | None:
 
 def reduce(state: QueueState | None, receipt: Receipt) -> QueueState | None:
     body = receipt.body
-    if receipt.type == PAUSED:
-        paused = dict(paused=True, paused_by=body.get("by"), paused_at=receipt.ts)
-    elif receipt.type == RESUMED:
-        paused = dict(paused=False, resumed_by=body.get("by"), resumed_at=receipt.ts)
-    else:
+    if receipt.type not in (PAUSED, RESUMED):
         return state
     if state is None:
         state = QueueState(body["group"], False, None, None, None, None, receipt.ts, 0, "")
+    if receipt.type == PAUSED:
+        state = replace(state, paused=True, paused_by=body.get("by"), paused_at=receipt.ts)
+    else:
+        state = replace(state, paused=False, resumed_by=body.get("by"), resumed_at=receipt.ts)
     return replace(
-        state,
-        **paused,
-        updated_at=receipt.ts,
-        receipt_count=state.receipt_count + 1,
-        head=receipt.hash,
+        state, updated_at=receipt.ts, receipt_count=state.receipt_count + 1, head=receipt.hash
     )
 
 
@@ -84,4 +80,5 @@ def to_wire(state: QueueState) -> dict[str, Any]:
 
 
 def from_wire(wire: dict[str, Any]) -> QueueState:
-    return QueueState(**{k: wire.get(w) for k, w in _WIRE.items()})
+    values: dict[str, Any] = {k: wire.get(w) for k, w in _WIRE.items()}
+    return QueueState(**values)

@@ -117,8 +117,8 @@ def test_diagnosis_says_who_paused_the_queue_and_when():
         "queue paused by alice at 2030-03-17 17:46:40 UTC"
     ), blockers
     queues.resume(GROUP, by="alice")
-    blockers = {b["code"] for b in diagnosis.diagnosis(job.job_id)["blockers"]}
-    assert "queue_paused" not in blockers
+    codes = {b["code"] for b in diagnosis.diagnosis(job.job_id)["blockers"]}
+    assert "queue_paused" not in codes
 
 
 def _cli(*args: str) -> str:
