@@ -12,6 +12,7 @@ class JobsConfig(AppConfig):
             metrics,
             projector,
             queue,
+            queues,
             retention,
             routing_checks,
             schedule_projector,
@@ -26,6 +27,7 @@ class JobsConfig(AppConfig):
         projector.register()
         contracts.offer_factory_kinds(apps.is_installed("objectives"))  # Factory is optional
         schedule_projector.register()  # schedules/<name> (issue 34)
+        queues.register()  # queues/<group>: pausing a worker group (issue 34)
         if metrics.count_auth_failure not in failures.observers:
             failures.observers.append(metrics.count_auth_failure)  # /metrics, issue 31
         if counters.observe_append not in store.append_observers:

@@ -36,7 +36,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Q
 
-from jobs import callbacks, counts, selectors
+from jobs import callbacks, counts, queues, selectors
 from jobs.core.diagnosis import slot_state
 from jobs.core.groups import BUILTIN_GROUPS
 from jobs.core.names import worker_cluster
@@ -255,6 +255,7 @@ def capacity(depth: dict[str, Any], *, now_ms: int) -> list[dict[str, Any]]:
             live[process.group] += 1
     busy = {group: counts.Count(0) for group in groups}
     queued = {group: counts.Count(0) for group in groups}
+    paused = {row.name: row.paused_by for row in queues.paused_groups()}  # a handful of rows
     for cell in depth["cells"]:
         into = queued if cell["status"] == "queued" else busy  # depth: active statuses only
         if cell["group"] in into:
@@ -268,7 +269,11 @@ def capacity(depth: dict[str, Any], *, now_ms: int) -> list[dict[str, Any]]:
             "queued": queued[group].value,
             "queuedShown": queued[group].shown,
             "processes": live[group],
-            "state": slot_state(busy=busy[group].value, slots=slots[group]),
+            # a paused group starts nothing: that is its state, whatever its slots
+            "state": f"paused by {paused[group]}"
+            if group in paused
+            else slot_state(busy=busy[group].value, slots=slots[group]),
+            "paused": group in paused,
         }
         for group in groups
     ]

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.conf import settings
 
-from jobs import handlers, queue, selectors
+from jobs import handlers, queue, queues, selectors
 from jobs.core.contracts import routed_group
 from jobs.core.diagnosis import BUSY_SHOWN, COUNT_CAP, Capacity, Facts, PendingDelivery, diagnose
 from jobs.core.names import recovery_generation_id
@@ -64,7 +64,15 @@ def facts_for(job_id: str, *, now_ms: int | None = None) -> Facts:
         capacity=capacity_of(job, slots=_slots(live_rows, job)),
         holder_gone=_holder_gone(job, live_rows, now),
         groups=current_timing().group_names(),
+        paused=_paused(job),
     )
+
+
+def _paused(job: JobState) -> tuple[str, int] | None:
+    if job.is_terminal:
+        return None
+    row = queues.paused(routed_group(job.agent_id, job.kind, job.queue))
+    return (row.paused_by or "?", row.paused_at or 0) if row is not None else None
 
 
 def _holder_gone(job: JobState, live_rows: list[WorkerProcess], now: int) -> tuple[str, int] | None:

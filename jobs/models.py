@@ -284,3 +284,24 @@ class Schedule(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.status})"
+
+
+class Queue(models.Model):
+    """A worker group's pause state: one row per `queues/<group>` stream (a group never
+    paused has none), written only by `jobs.queues`' projector inside the append of its
+    receipts; rebuildable from them. The database broker's take reads it by key."""
+
+    name = models.CharField(max_length=32, primary_key=True)  # the worker group
+    paused = models.BooleanField(default=False)
+    paused_by = models.CharField(max_length=200, null=True)
+    paused_at = models.BigIntegerField(null=True)  # ms since epoch
+    updated_at = models.BigIntegerField()
+    receipt_count = models.IntegerField(default=0)
+    head = models.CharField(max_length=64)
+    state = JSONTextField()  # the fold, camelCase (jobs.core.queue_state)
+
+    class Meta:
+        db_table = "jobs_queue"
+
+    def __str__(self) -> str:
+        return f"{self.name} ({'paused' if self.paused else 'running'})"

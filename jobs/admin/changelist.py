@@ -69,12 +69,27 @@ def group_cell(routed: str, contract: str | None, *, by_design: bool = False) ->
     )
 
 
+# `error:<start>`: failed and retrying (queued) jobs whose last error starts with the text,
+# case as written, at most ERROR_PREFIX_CHARS of it; on PostgreSQL a range of the partial
+# index job_error_prefix (migration 0020), whose expression this one is, to the letter.
+ERROR_PREFIX_CHARS = 100
+ERROR_STATUSES = ("failed", "queued")
+
+
+def error_prefix() -> Substr:
+    return Substr(KT("state__lastError"), 1, ERROR_PREFIX_CHARS)
+
+
 def parse_search(term: str) -> Q | None:
-    """`org:acme` -> one exact column; a bare term -> id, session key or objective id."""
+    """`org:acme` -> one exact column; `error:Timeout` -> the start of the last error; a
+    bare term -> id, session key or objective id."""
     term = term.strip()
     if not term:
         return None
     prefix, sep, value = term.partition(":")
+    if sep and prefix.lower() == "error" and value.strip():
+        start = value.strip()[:ERROR_PREFIX_CHARS]
+        return Q(status__in=ERROR_STATUSES, error_prefix__startswith=start)
     if sep and prefix.lower() in SEARCH_PREFIXES and value.strip():
         return Q(**{SEARCH_PREFIXES[prefix.lower()]: value.strip()})
     return Q(pk=term) | Q(session_key=term) | Q(objective_id=term)
@@ -285,7 +300,8 @@ class JobList(OperatorAdmin):
     )
     search_fields = ("id",)  # shows the box; get_search_results makes every term exact
     search_help_text = (
-        "Exact match. One column: id:, session:, objective:, org: or agent: before the value."
+        "Exact match. One column: id:, session:, objective:, org: or agent: before the value; "
+        "error: finds failed and retrying jobs whose last error starts with the text."
     )
     ordering = ("-created_at", "-id")
     sortable_by = ()  # any other order would sort the whole table
@@ -322,7 +338,9 @@ class JobList(OperatorAdmin):
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
     ) -> tuple[QuerySet[Job], bool]:
         condition = parse_search(search_term)
-        return (queryset if condition is None else queryset.filter(condition)), False
+        if condition is None:
+            return queryset, False
+        return queryset.alias(error_prefix=error_prefix()).filter(condition), False
 
     @admin.display(description="id")
     def id_col(self, obj: Job) -> str:
@@ -336,11 +354,11 @@ class JobList(OperatorAdmin):
 
     @admin.display(description="agent")
     def agent_col(self, obj: Job) -> str:
-        return clipped(obj.agent_id)
+        return clipped(obj.agent_id, "rcpt-clip rcpt-agent")
 
     @admin.display(description="kind")
     def kind_col(self, obj: Job) -> str:
-        return clipped(obj.kind)
+        return clipped(obj.kind, "rcpt-clip rcpt-kind")
 
     @admin.display(description="group")
     def group_col(self, obj: Job) -> str:

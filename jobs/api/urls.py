@@ -3,7 +3,7 @@
 
 from django.urls import path
 
-from jobs.api import batch, log_views, retry, schedules, views
+from jobs.api import batch, log_views, queues, retry, schedules, views
 
 urlpatterns = [
     path("agents/<str:agent_id>/jobs", views.EnqueueView.as_view(), name="job-enqueue"),
@@ -15,6 +15,9 @@ urlpatterns = [
     path("jobs", views.JobListView.as_view(), name="job-list"),
     path("kinds", views.KindsView.as_view(), name="kind-list"),
     path("schedules", schedules.ScheduleListView.as_view(), name="schedule-list"),
+    path("queues", queues.QueueListView.as_view(), name="queue-list"),
+    path("queues/<str:group>/pause", queues.QueuePauseView.as_view(), name="queue-pause"),
+    path("queues/<str:group>/resume", queues.QueueResumeView.as_view(), name="queue-resume"),
     # before the job detail: POST retries many; GET still reads a job named "retry"
     path("jobs/retry", retry.RetryJobsView.as_view(), name="job-retry-many"),
     path("jobs/<str:job_id>", views.JobDetailView.as_view(), name="job-detail"),

@@ -102,6 +102,8 @@ class Facts:
     holder_gone: tuple[str, int] | None = None
     # Every worker group the deployment has (built-in and declared); None: not gathered.
     groups: tuple[str, ...] | None = None
+    # The routed group's pause, when it is paused: (by, at ms).
+    paused: tuple[str, int] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -263,7 +265,17 @@ def diagnose(facts: Facts) -> list[Blocker]:
             )
         )
         return out
-    # queued. A saturated group comes first: it is why a pending delivery does not move.
+    # queued. A paused queue comes first: nothing of the group starts until it is resumed.
+    if facts.paused is not None:
+        who, since = facts.paused
+        out.append(
+            Blocker(
+                "queue_paused",
+                f"queue paused by {who} at {utc_text(since)}: the group's jobs stay queued "
+                f"until it is resumed (`manage.py jobs queues resume {group}`)",
+            )
+        )
+    # A saturated group comes next: it is why a pending delivery does not move.
     # Without a live process the group has no slots and `no_live_process` already says so.
     capacity = facts.capacity
     if capacity is not None and capacity.saturated:

@@ -155,16 +155,29 @@ _DELIVERABLE = (
 )
 # A cluster's take (PostgreSQL): its deliverable promises first in take order (G-4:
 # priority, aged), hidden for the visibility window; replicas skip each other's rows.
-TAKE_PG = (
+_TAKE = (
     f"UPDATE {TABLE} SET available_at = %s WHERE id IN ("
-    f"SELECT id FROM {TABLE} WHERE {_DELIVERABLE} "
+    f"SELECT id FROM {TABLE} WHERE {_DELIVERABLE}{{paused}} "
     "ORDER BY ordered_at LIMIT %s FOR UPDATE SKIP LOCKED) "
     "RETURNING id, job_id, attempt, dispatch_key, available_at"
 )
-# A worker cluster's take: each promise with its job's state, which its worker begins on.
-TAKE_WITH_JOB_PG = TAKE_PG + f", (SELECT j.state FROM jobs_job j WHERE j.id = {TABLE}.job_id)"
-# A cluster's deliverable promises (SQLite's look before it takes; the queue size).
+# A paused worker group's cluster takes nothing (`jobs.queues`): the group's row, read by
+# key once a statement (it names no column of the promise), is the whole cost.
+_UNPAUSED = " AND NOT EXISTS (SELECT 1 FROM jobs_queue q WHERE q.name = %s AND q.paused)"
+# The driver's take (the driver hop runs whatever group is paused): visible until, the
+# group, now, limit.
+TAKE_PG = _TAKE.format(paused="")
+# A worker cluster's take: each promise with its job's state, which its worker begins on;
+# visible until, the group, now, the group again (its pause), limit.
+TAKE_WITH_JOB_PG = (
+    _TAKE.format(paused=_UNPAUSED)
+    + f", (SELECT j.state FROM jobs_job j WHERE j.id = {TABLE}.job_id)"
+)
+# A cluster's deliverable promises (the queue size).
 PEEK = f"SELECT id FROM {TABLE} WHERE {_DELIVERABLE} ORDER BY ordered_at LIMIT %s"
+# SQLite's look before it takes: PEEK, and nothing for a paused worker group (group, now,
+# the group again, limit).
+PEEK_TAKE = f"SELECT id FROM {TABLE} WHERE {_DELIVERABLE}{_UNPAUSED} ORDER BY ordered_at LIMIT %s"
 
 
 @cache

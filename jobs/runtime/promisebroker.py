@@ -149,9 +149,16 @@ class PromiseBroker(Broker):
     def _take(self) -> list[tuple[Any, ...]]:
         now = _now_ms()
         if self._postgres():
-            take = sql.TAKE_PG if self.group == "driver" else sql.TAKE_WITH_JOB_PG
-            return self._select(take, [now + VISIBILITY_MS, self.group, now, self._limit()])
-        ids = [row[0] for row in self._select(sql.PEEK, [self.group, now, self._limit()])]
+            if self.group == "driver":
+                return self._select(
+                    sql.TAKE_PG, [now + VISIBILITY_MS, self.group, now, self._limit()]
+                )
+            return self._select(
+                sql.TAKE_WITH_JOB_PG,
+                [now + VISIBILITY_MS, self.group, now, self.group, self._limit()],
+            )
+        peek = [self.group, now, self.group, self._limit()]
+        ids = [row[0] for row in self._select(sql.PEEK_TAKE, peek)]
         if not ids:
             return []
         return self._select(sql.take_ids_sqlite(len(ids)), [now + VISIBILITY_MS, *ids, now])

@@ -24,6 +24,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from jobs import queues
 from jobs.runtime import counters, promises, transport
 from jobs.runtime.dispatch import DRIVE_TASK
 from jobs.runtime.loops import Loop, Report
@@ -57,6 +58,8 @@ def repush_lost(cluster: str, *, now_ms: int, limit: int = BATCH) -> Report:
     if not transport.drained(cluster):  # tasks wait (or Redis is down): nothing doubles
         return report
     group = group_of(cluster) or "driver"
+    if group != "driver" and queues.is_paused(group):  # pushed again once it is resumed
+        return report
     with transaction.atomic():
         rows = promises.take_unclaimed(
             group, now_ms=now_ms, pushed_before_ms=now_ms - REPUSH_AFTER_MS, limit=limit

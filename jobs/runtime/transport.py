@@ -69,6 +69,13 @@ def _push_after_commit(
     transaction.on_commit(lambda: _push(cluster, [signed_task(func, args, kwargs, cluster)[1]]))
 
 
+def wake(cluster: str) -> None:
+    """Wake `cluster`'s pushers with the current transaction (the database broker on
+    PostgreSQL; a resumed group's promises are taken at once, not at the next poll)."""
+    if wakes_by_notify():
+        _wake(cluster)
+
+
 def wakes_by_notify() -> bool:
     """The database broker on PostgreSQL: a cluster is woken by `pg_notify`."""
     return bool(settings.Q_CLUSTER.get("orm")) and connection.vendor == "postgresql"

@@ -29,7 +29,7 @@ from typing import Any
 from django.conf import settings
 from django.db import DatabaseError, OperationalError, close_old_connections, connection
 
-from jobs import handlers, queue
+from jobs import handlers, queue, queues
 from jobs.core.contracts import routed_group
 from jobs.core.state import Command, Fence, JobState
 from jobs.core.timing import TimingSettings, execution_timeout_ms, heartbeat_interval_ms
@@ -83,6 +83,10 @@ def execute(
         if known is None:
             return {"status": "failed", "error": f"unknown execute promise {promise_id}"}
         job_id, attempt, group, dispatch_key = known
+    if not settings.Q_CLUSTER.get("orm") and queues.is_paused(group):
+        # Redis: the task left the list before the pause; its promise stays unclaimed
+        # and the redelivery pass pushes it again once the group is resumed.
+        return _count({"status": "paused", "jobId": job_id, "group": group})
     key = (job_id, attempt)
     with _running_lock:
         if key in _running:

@@ -199,3 +199,35 @@ def test_dashboard_chart_and_capacity_refresh_live(open_at, mixed_jobs):
     config.locator("summary").click()
     expect(config.locator("#rcpt-config")).to_be_visible()
     expect(config.locator("#rcpt-config")).to_contain_text("JOB_LEASE_MS")
+
+
+LONG_KIND_ROW = """() => {
+  const header = document.querySelector('#result_list thead th.column-error_col');
+  const r = header.getBoundingClientRect();
+  const box = document.querySelector('#changelist .results').getBoundingClientRect();
+  const label = header.querySelector('.text span, .text a') || header;
+  const kinds = [...document.querySelectorAll('#result_list tbody td.field-kind_col')];
+  return {left: r.left, right: r.right, width: window.innerWidth, resultsRight: box.right,
+          header: header.innerText.trim(), labelCut: label.scrollWidth > label.clientWidth,
+          errorWidth: document.querySelector('#result_list tbody td.field-error_col')
+                        .getBoundingClientRect().width,
+          kindWidest: Math.max(...kinds.map(td => td.getBoundingClientRect().width)),
+          kindTitles: kinds.map(td => (td.querySelector('[title]') || {}).title || '')};
+}"""
+
+
+def test_last_error_stays_in_view_beside_a_long_kind(open_at, mixed_jobs):
+    """Issue 34 item 6: a `factory.objective.control` row once pushed the last-error
+    column out of view at 1280 px (its header read "LAST E")."""
+    long_kind = enqueue("factory-control", "factory.objective.control")
+    fail(long_kind, ERROR)
+    page = open_at(LAPTOP["width"], LAPTOP["height"])
+    page.goto("/admin/jobs/job/")
+    expect(page.locator("#result_list tbody tr", has_text=long_kind)).to_be_visible()
+    page.screenshot(path=str(SHOTS / "jobs-list-long-kind-1280.png"))
+    found = page.evaluate(LONG_KIND_ROW)
+    assert found["header"].upper() == "LAST ERROR", found
+    assert found["left"] >= 0 and found["right"] <= found["width"], found
+    assert found["right"] <= found["resultsRight"] + 1 and not found["labelCut"], found
+    assert found["errorWidth"] >= 120, found  # room to read the start of an error
+    assert "factory.objective.control" in found["kindTitles"], found  # whole in its tooltip

@@ -1,4 +1,5 @@
-"""`manage.py jobs enqueue|list|show|abort|steer|follow-up|redrive|retry|schedules` (P-4),
+"""`manage.py jobs enqueue|list|show|abort|steer|follow-up|redrive|retry|schedules|queues`
+(P-4),
 `--json` for scripts.
 
 Every write goes through the queue service, signed `by` the operator (`--by`, default
@@ -14,7 +15,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import queue, redrive, retry, schedules, selectors, validation
+from jobs import queue, queues, redrive, retry, schedules, selectors, validation
 from jobs.api.parameters import parse_limit
 from jobs.api.serializers import JobFilter
 from jobs.errors import JobsError
@@ -103,6 +104,9 @@ class Command(BaseCommand):
             "verb", nargs="?", default="list", choices=["list", "pause", "resume", "run-now"]
         )
         listed.add_argument("name", nargs="?", help="the schedule (pause, resume, run-now)")
+        queued = sub.add_parser("queues", help="list worker groups, or pause or resume one")
+        queued.add_argument("verb", nargs="?", default="list", choices=["list", "pause", "resume"])
+        queued.add_argument("group", nargs="?", help="the worker group (pause, resume)")
         retrying = sub.add_parser(
             "retry",
             help="retry a failed job, or every job a filter matches (--status), in batches",
@@ -218,6 +222,23 @@ class Command(BaseCommand):
             "nextRunAt": state.next_run_at,
         }
 
+    def _queues(self, o, by):
+        verb, group = o["verb"], o["group"]
+        if verb == "list":
+            if group:
+                raise CommandError("jobs queues list takes no group")
+            return {"queues": queues.listing()}
+        if not group:
+            raise CommandError(f"jobs queues {verb} needs the worker group's name")
+        state = (queues.pause if verb == "pause" else queues.resume)(group, by=by)
+        return {
+            "ok": True,
+            **queues.queue_json(group, None),
+            "paused": state.paused,
+            "pausedBy": state.paused_by if state.paused else None,
+            "pausedAt": state.paused_at if state.paused else None,
+        }
+
     def _retry(self, o, by):
         bulk = [k for k in ("status", *RETRY_FILTERS, "since", "until") if o[k] is not None]
         if o["job_id"] is not None:
@@ -282,6 +303,13 @@ class Command(BaseCommand):
     def _print(self, action: str, data: dict[str, Any]) -> None:
         if action == "schedules":
             self._print_schedules(data)
+            return
+        if action == "queues":
+            for q in data.get("queues") or [data]:
+                since = f" by {q['pausedBy']} at {utc(q['pausedAt'])}" if q["paused"] else ""
+                self.stdout.write(
+                    f"{q['group']:<24} {'paused' if q['paused'] else 'running'}{since}"
+                )
             return
         if action == "list":
             for job in data["jobs"]:

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from jobs import counts, dashboard, queue
+from jobs import counts, dashboard, queue, queues
 from jobs.core.state import Fence
 from jobs.models import WorkerProcess
 from jobs.runtime import loops, processes, recovery
@@ -265,6 +265,16 @@ def test_capacity_counts_slots_of_live_processes_only(admin_client, seeded):
     processes.stopped(processes.process_id("worker-codex"), now_ms=T - 500)
     rows = {c["group"]: c for c in dashboard.snapshot(now_ms=T)["capacity"]}
     assert (rows["codex"]["slots"], rows["codex"]["state"]) == (0, "no live process")
+
+
+def test_a_paused_group_shows_who_paused_it(admin_client):
+    """Issue 34 item 5: the dashboard shows paused groups."""
+    queues.pause("codex", by="alice")
+    page = text(admin_client.get(DASHBOARD))
+    states = {row[0]: row[-1] for row in table(page, "capacity")}
+    assert states["codex"] == "paused by alice" and states["chat"] == "no live process"
+    rows = {c["group"]: c for c in dashboard.snapshot(now_ms=T)["capacity"]}
+    assert rows["codex"]["paused"] is True and rows["chat"]["paused"] is False
 
 
 def test_empty_dashboard_renders(admin_client):

@@ -35,7 +35,12 @@ def test_index_puts_dashboard_and_jobs_first_then_objectives(admin_client):
     assert apps(main)[:2] == ["jobs", "objectives"]
     jobs = main.split("</table>", 1)[0]
     rows = re.findall(r'<th scope="row"[^>]*>\s*<a href="([^"]+)"', jobs)
-    assert rows == ["/admin/jobs/job/dashboard/", "/admin/jobs/job/", "/admin/jobs/schedule/"]
+    assert rows == [
+        "/admin/jobs/job/dashboard/",
+        "/admin/jobs/job/",
+        "/admin/jobs/queue/",
+        "/admin/jobs/schedule/",
+    ]
     objectives = main.split("</table>", 2)[1]
     assert 'href="/admin/objectives/objectivesummary/"' in objectives
     for ledger in ("workflow", "signal", "activity", "activityattempt"):

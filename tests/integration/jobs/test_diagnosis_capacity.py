@@ -179,6 +179,7 @@ def test_dashboard_shows_busy_against_slots_per_group(codex_full, admin_client, 
             "queuedShown": "1",
             "processes": 1,
             "state": "4 free",
+            "paused": False,
         },
         "control": {
             "group": "control",
@@ -189,6 +190,7 @@ def test_dashboard_shows_busy_against_slots_per_group(codex_full, admin_client, 
             "queuedShown": "0",
             "processes": 0,
             "state": "no live process",
+            "paused": False,
         },
         "codex": {
             "group": "codex",
@@ -199,6 +201,7 @@ def test_dashboard_shows_busy_against_slots_per_group(codex_full, admin_client, 
             "queuedShown": "2",
             "processes": 1,
             "state": "saturated",
+            "paused": False,
         },
     }
     dashboard.reset_shared()
