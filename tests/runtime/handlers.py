@@ -10,9 +10,9 @@ import json
 import os
 import time
 
-from jobs.core.retry_policy import RetryPolicy
 from jobs.handler_contract import JobResult
 from jobs.handlers import register_handler, register_kind
+from tests.runtime.policies import BACKOFF_POLICY
 
 
 def _mark(job, ctx, event: str) -> None:
@@ -47,7 +47,6 @@ register_handler("test-echo")(_echo)
 register_kind("test.report", worker_group="codex")
 
 # A kind with a retry policy (issue 34 item 2): waits of 0.5-1 s, then 1-2 s.
-BACKOFF_POLICY = RetryPolicy(max_attempts=3, base_ms=1_000, factor=2, cap_ms=4_000)
 register_kind("test.backoff", worker_group="chat", retry=BACKOFF_POLICY)
 
 

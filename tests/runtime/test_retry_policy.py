@@ -8,8 +8,8 @@ import pytest
 
 from jobs.core import retry_policy
 from receipts import store
-from tests.runtime.handlers import BACKOFF_POLICY
 from tests.runtime.helpers import assert_settled_once, enqueue, wait_status
+from tests.runtime.policies import BACKOFF_POLICY
 
 pytestmark = [pytest.mark.runtime, pytest.mark.django_db(transaction=True)]
 
