@@ -1,7 +1,10 @@
-"""The no-op handler the delivery benchmark runs (RECEIPT_HANDLER_MODULES=bench.handlers).
+"""The no-op handler the delivery benchmark runs (RECEIPT_HANDLER_MODULES=bench.handlers),
+and the same no-op as a `@task` of Django's task framework for the task figures.
 
 Its body does what every peer's task body does in ../shared/bench/peers: one 31-byte
-O_APPEND write "<job index:09d> <time.monotonic():020.6f>\\n" to $BENCH_MARKER.
+O_APPEND write "<job index:09d> <time.monotonic():020.6f>\\n" to $BENCH_MARKER. The task
+lives here because a task payload may only name a module the worker has loaded (or one
+inside an installed app), and the workers load this one.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import time
 
 from jobs.handler_contract import JobResult
 from jobs.handlers import register_handler
+from jobs.tasks.framework import task
 
 _fd: dict[int, int] = {}
 
@@ -28,3 +32,8 @@ def mark(index: int) -> None:
 def noop(job, ctx):
     mark(int(job.payload["i"]))
     return JobResult.success()
+
+
+@task
+def noop_task(i: int) -> None:
+    mark(i)
