@@ -36,7 +36,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-LOGS = Path("/tmp/receipt-bench-logs")  # the runworkers' logs and the bodies' marker files
+LOGS = Path(
+    os.environ.get("BENCH_LOGS", "/tmp/receipt-bench-logs")
+)  # the runworkers' logs and the bodies' marker files
 DRAIN_MARKER = "drain-marker.log"  # in the logs directory: one line per body the drain ran
 LINE = 31
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -70,9 +70,11 @@ def enqueue_single(n: int, kind: str, path: str = "native") -> dict:
     noise = _warmed_up(kind, path)
     started = time.perf_counter()
     t_mono = time.monotonic()
+    cpu = time.process_time()
     for i in range(n):
         enqueue(i)
     caller = time.perf_counter() - started
+    cpu = time.process_time() - cpu
     t_done = delivery.wait_dispatched(n + WARMUP, 300)
     total = t_done - t_mono
     fields = noise.done()
@@ -83,6 +85,7 @@ def enqueue_single(n: int, kind: str, path: str = "native") -> dict:
         "kind": "django.task" if path == "task" else kind,
         "elapsed_s": caller,
         "caller_per_s": n / caller,
+        "caller_cpu_us": 1e6 * cpu / n,
         "dispatched_per_s": n / total,
         "dispatch_lag_s": total - caller,
         "expected": n + WARMUP,

@@ -69,6 +69,7 @@ FIGURES = [
     ("drain, launch → 1st body (s)", "drain", "first_start_s", "first_start_s"),
     ("drain, last body → all recorded (s)", "drain", "bookkeeping_lag_s", "bookkeeping_lag_s"),
     ("enqueue 1-by-1, caller (jobs/s)", "enqueue_single", "caller_per_s", "jobs_per_s"),
+    ("enqueue 1-by-1, caller CPU (µs/job)", "enqueue_single", "caller_cpu_us", None),
     (
         "enqueue 1-by-1, until dispatched (jobs/s; peers: = caller)",
         "enqueue_single",
@@ -193,6 +194,16 @@ RATIOS = [
         "dispatched_per_s",
         0.9,
         TASK_API,
+    ),
+    Ratio(
+        "task API / native: enqueue 1-by-1 caller CPU per job",
+        "enqueue_single",
+        "caller_cpu_us",
+        "receipt",
+        "caller_cpu_us",
+        None,
+        TASK_API,
+        at_most=True,
     ),
     Ratio(
         "task API / native: latency p50",
