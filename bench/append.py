@@ -178,12 +178,12 @@ def run_multi(n: int, tag: str) -> int:
 
 
 def run_enqueue(n: int, tag: str) -> int:
-    from delivery_figures import enqueue_payload
+    from delivery import payload
 
     from jobs import queue
 
     for i in range(n):
-        queue.enqueue("bench-noop", enqueue_payload("factory.dispatch", i))
+        queue.enqueue("bench-noop", payload(i, "factory.dispatch"))
     return n
 
 

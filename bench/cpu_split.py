@@ -1,10 +1,12 @@
 """CPU per drained job, by process class: PostgreSQL and the runworkers (docs/scaling.md).
 
     .venv/bin/python bench/cpu_split.py [--database-url URL] [--n 3000] [--reps 3]
+                                        [--path native|task]
 
-Runs `bench/delivery.py --tests drain` and, beside it, samples the CPU time of every
-PostgreSQL process and of every `runworker` process (their clusters' workers included)
-from /proc every 0.1 s. The window is the stretch in which the 10th to the 90th percent
+Runs `bench/delivery.py --tests drain` and, beside it, samples the CPU time of the
+PostgreSQL server's processes (the postmaster's children) and of the runworkers that run
+started (their clusters' workers included) from /proc every 0.1 s; other sessions'
+backends and other runworkers on a shared machine stay out. The window is the stretch in which the 10th to the 90th percent
 of the bodies ran (counted from the drain's marker file), so the runworkers' start and
 the last stragglers stay out of it. A process that ends between two samples loses at
 most its last 0.1 s, which the window does not include anyway. Same machine only: the
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -23,35 +24,49 @@ import time
 from pathlib import Path
 
 import delivery
+import noise
 
 HERE = Path(__file__).resolve().parent
 MARKER = delivery.LOGS / delivery.DRAIN_MARKER  # where `delivery.py --tests drain` marks bodies
-TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _class_of(pid: str) -> tuple[str, float] | None:
-    """('pg' | 'worker', CPU seconds so far) of one process, None for any other."""
+def postmaster(url: str) -> int:
+    """The pid of the server's postmaster (the server must run on this machine)."""
+    import psycopg
+
+    with psycopg.connect(url.replace("postgres://", "postgresql://", 1)) as conn:
+        row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    found = noise.parent_of(row[0]) if row else None
+    if found is None:
+        sys.exit("cpu_split: the PostgreSQL server must run on this machine")
+    return found
+
+
+ROLES = ("driver", "chat")
+
+
+def _role(pid: int) -> str:
+    """The runworker role in a process's command line (its cluster's forks keep it)."""
     try:
-        with open(f"/proc/{pid}/stat") as handle:
-            stat = handle.read()
         with open(f"/proc/{pid}/cmdline", "rb") as handle:
-            cmdline = handle.read()
+            argv = handle.read().split(b"\0")
     except OSError:
-        return None
-    comm, rest = stat.split("(", 1)[1].rsplit(")", 1)
-    fields = rest.split()
-    cpu = (int(fields[11]) + int(fields[12])) / TICK
-    if comm.startswith("postgres"):
-        return "pg", cpu
-    if b"runworker" in cmdline:
-        return "worker", cpu
-    return None
+        return "worker"
+    for role in ROLES:
+        if b"--role" in argv and role.encode() in argv:
+            return role
+    return "worker"
 
 
 class Sampler:
-    """(time, bodies run, CPU seconds by class) every `period` s, in a thread."""
+    """(time, bodies run, CPU seconds by class) every `period` s, in a thread. A process is
+    of class 'pg' below the postmaster; below the bench process that launches the
+    runworkers (itself excluded: it only watches the marker file), of its runworker's
+    role, 'driver' or 'chat'."""
 
-    def __init__(self, period: float = 0.1) -> None:
+    def __init__(self, server: int, bench: int, period: float = 0.1) -> None:
+        self.roots = {server: "pg", bench: "worker"}
+        self.bench = bench
         self.period = period
         self.latest: dict[int, tuple[str, float]] = {}
         self.samples: list[tuple[float, int, dict[str, float]]] = []
@@ -60,12 +75,20 @@ class Sampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            for pid in os.listdir("/proc"):
-                if pid.isdigit() and (found := _class_of(pid)) is not None:
-                    self.latest[int(pid)] = found
-            totals = {"pg": 0.0, "worker": 0.0}
+            table = noise._table()
+            for pid, (_, cpu) in table.items():
+                root = noise.ancestor_in(pid, table, set(self.roots))
+                if root is not None and pid != self.bench:
+                    known = self.latest.get(pid)
+                    cls = known[0] if known else self.roots[root]
+                    if cls == "worker":
+                        cls = _role(pid)
+                    self.latest[pid] = (cls, cpu)
+            totals = dict.fromkeys(("pg", "worker", *ROLES), 0.0)
             for cls, cpu in self.latest.values():
                 totals[cls] += cpu
+                if cls in ROLES:
+                    totals["worker"] += cpu
             self.samples.append((time.monotonic(), delivery.marker_count(MARKER), totals))
             self._stop.wait(self.period)
 
@@ -78,32 +101,23 @@ class Sampler:
         self._thread.join()
 
 
-def one_rep(url: str, n: int) -> dict:
+def one_rep(url: str, n: int, path: str) -> dict:
     MARKER.unlink(missing_ok=True)
-    with Sampler() as sampler:
-        done = subprocess.run(
-            [
-                sys.executable,
-                str(HERE / "delivery.py"),
-                "--tests",
-                "drain",
-                "--n",
-                str(n),
-                "--database-url",
-                url,
-            ],
-            capture_output=True,
-            text=True,
-        )
-    if done.returncode != 0:
-        sys.exit(f"delivery.py failed:\n{done.stderr[-2000:]}")
+    command = [sys.executable, str(HERE / "delivery.py"), "--tests", "drain", "--n", str(n)]
+    command += ["--database-url", url, "--path", path]
+    server = postmaster(url)
+    bench = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with Sampler(server, bench.pid) as sampler:
+        _, stderr = bench.communicate()
+    if bench.returncode != 0:
+        sys.exit(f"delivery.py failed:\n{stderr[-2000:]}")
     samples = sampler.samples
     low = next(s for s in samples if s[1] >= 0.1 * n)
     high = next(s for s in samples if s[1] >= 0.9 * n)
     jobs, wall = high[1] - low[1], high[0] - low[0]
-    rec: dict = {"n": n, "window_jobs": jobs, "window_s": round(wall, 2)}
+    rec: dict = {"n": n, "path": path, "window_jobs": jobs, "window_s": round(wall, 2)}
     rec["jobs_per_s"] = round(jobs / wall)
-    for cls in ("pg", "worker"):
+    for cls in ("pg", "worker", *ROLES):
         cpu = high[2][cls] - low[2][cls]
         rec[f"{cls}_core_ms_per_job"] = round(1000 * cpu / jobs, 2)
         rec[f"{cls}_cores"] = round(cpu / wall, 2)
@@ -117,9 +131,11 @@ def main() -> None:
     parser.add_argument("--database-url", default="postgres://root@127.0.0.1:5432/receipt_bench")
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--path", choices=delivery.PATHS, default="native")
     args = parser.parse_args()
     for rep in range(1, args.reps + 1):
-        print(json.dumps({"rep": rep, **one_rep(args.database_url, args.n)}), flush=True)
+        rec = one_rep(args.database_url, args.n, args.path)
+        print(json.dumps({"rep": rep, **rec}), flush=True)
 
 
 if __name__ == "__main__":

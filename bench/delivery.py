@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/delivery.py [--database-url URL] [--n 3000] [--latency-n 100]
                                        [--reps 1] [--tests drain,latency] [--broker orm|redis://...]
+                                       [--path native|task]
 
 drain:   N no-op jobs enqueued and dispatched first (untimed: every job has its driver
          promise), CHECKPOINT, then a driver and a chat runworker are launched with 2
@@ -11,6 +12,9 @@ drain:   N no-op jobs enqueued and dispatched first (untimed: every job has its 
 latency: an idle stack, 5 warm-up jobs, then N jobs one at a time; latency = task body's
          time.monotonic() - monotonic() just before queue.enqueue(); 20-120 ms random pause
          between jobs. Reported: p50 / p95 (nearest rank, as the peers' runner.py).
+Both run on one of two paths: native (`jobs.queue.enqueue` of the `bench-noop` agent) or
+task (`.enqueue(i)` of the bench's `@task`, bench/handlers.py, through Receipt's backend of
+Django's task framework); the workers, the marker and the clocks are the same.
 Run the peers harness in the same sitting against the same PostgreSQL to get ratios:
 bench/run_delivery does both (and the enqueue figures) in one command.
 """
@@ -18,6 +22,7 @@ bench/run_delivery does both (and the enqueue figures) in one command.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import math
 import os
@@ -26,11 +31,14 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
-LOGS = Path("/tmp/receipt-bench-logs")  # the runworkers' logs and the bodies' marker files
+LOGS = Path(
+    os.environ.get("BENCH_LOGS", "/tmp/receipt-bench-logs")
+)  # the runworkers' logs and the bodies' marker files
 DRAIN_MARKER = "drain-marker.log"  # in the logs directory: one line per body the drain ran
 LINE = 31
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -79,7 +87,7 @@ def setup_django(url: str, broker: str) -> None:
     os.environ["DATABASE_URL"] = url
     os.environ["RECEIPT_BROKER"] = broker
     os.environ.setdefault("RECEIPT_DATA_DIR", "/tmp/receipt-bench")
-    os.environ["RECEIPT_HANDLER_MODULES"] = "bench.handlers"
+    os.environ["RECEIPT_HANDLER_MODULES"] = "bench.handlers"  # the agent and the @task
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "receipt_site.settings")
     sys.path.insert(0, str(ROOT))
     ensure_database(url)
@@ -190,13 +198,25 @@ def percentile(sorted_values: list[float], p: float) -> float:
 
 
 KIND = os.environ.get("BENCH_JOB_KIND", "factory.dispatch")
+PATHS = ("native", "task")
 
 
-def payload(i: int) -> dict:
+def payload(i: int, kind: str = KIND) -> dict:
     # The agent routes to the chat group: the driver hop, then the chat worker hop. The
     # kind is one without Factory's durable ledger (factory.run adds a ledger upsert
     # after each of the job's writes): a plain job, as the peers' no-op tasks are.
-    return {"kind": KIND, "authContext": {"userId": "bench", "organizationId": "bench"}, "i": i}
+    return {"kind": kind, "authContext": {"userId": "bench", "organizationId": "bench"}, "i": i}
+
+
+def enqueuer(path: str, kind: str = KIND) -> Callable[[int], object]:
+    """One enqueue of job i, in its own transaction: native, `jobs.queue.enqueue` of the
+    `bench-noop` agent; task, `noop_task.enqueue(i)` (a `django.task` job of agent
+    `django-task`, also on the chat group)."""
+    if path == "task":  # by name: the task's module path must be bench.handlers
+        return importlib.import_module("bench.handlers").noop_task.enqueue
+    from jobs import queue
+
+    return lambda i: queue.enqueue("bench-noop", payload(i, kind))
 
 
 def launch(marker: Path, logs: Path) -> list[subprocess.Popen]:
@@ -241,29 +261,35 @@ def stop(procs: list[subprocess.Popen]) -> None:
             proc.wait(timeout=10)
 
 
-def fill(n: int) -> float:
-    """Enqueue n drain jobs (500 per enqueue_many) and wait until all are dispatched."""
+def fill(n: int, path: str = "native") -> float:
+    """Enqueue n drain jobs, 500 per transaction, and wait until all are dispatched. Native:
+    one enqueue_many per 500; task: the task API has no bulk enqueue, so 500 `.enqueue()`
+    calls inside one `transaction.atomic()` (untimed either way)."""
+    from django.db import transaction
+
     from jobs import queue
 
+    enqueue = enqueuer(path)
     started = time.monotonic()
     for start in range(0, n, 500):
-        queue.enqueue_many(
-            [
-                queue.build_request("bench-noop", payload(i))
-                for i in range(start, min(n, start + 500))
-            ]
-        )
+        ids = range(start, min(n, start + 500))
+        if path == "task":
+            with transaction.atomic():
+                for i in ids:
+                    enqueue(i)
+        else:
+            queue.enqueue_many([queue.build_request("bench-noop", payload(i)) for i in ids])
     wait_dispatched(n, 300)
     return time.monotonic() - started
 
 
-def drain(n: int, logs: Path, timeout_s: float = 600.0) -> dict:
+def drain(n: int, logs: Path, timeout_s: float = 600.0, path: str = "native") -> dict:
     from jobs.models import Job
 
     reset()
     marker = logs / DRAIN_MARKER
     marker.unlink(missing_ok=True)
-    fill_s = fill(n)
+    fill_s = fill(n, path)
     sql("CHECKPOINT")
     noise = Noise(server_roots())
     launched = time.monotonic()
@@ -295,6 +321,7 @@ def drain(n: int, logs: Path, timeout_s: float = 600.0) -> dict:
     first, last = min(t for _, t in times), max(t for _, t in times)
     return {
         "test": "drain",
+        "path": path,
         "n": n,
         "concurrency": 2,
         "fill_s": round(fill_s, 3),
@@ -310,9 +337,8 @@ def drain(n: int, logs: Path, timeout_s: float = 600.0) -> dict:
     }
 
 
-def latency(n: int, logs: Path, seed: int = 1001, warmup: int = 5) -> dict:
-    from jobs import queue
-
+def latency(n: int, logs: Path, seed: int = 1001, warmup: int = 5, path: str = "native") -> dict:
+    enqueue = enqueuer(path)
     reset()
     marker = logs / "latency-marker.log"
     marker.unlink(missing_ok=True)
@@ -325,7 +351,7 @@ def latency(n: int, logs: Path, seed: int = 1001, warmup: int = 5) -> dict:
         for i in range(n + warmup):
             seen = marker_count(marker)
             t0 = time.monotonic()
-            queue.enqueue("bench-noop", payload(i))
+            enqueue(i)
             deadline = time.monotonic() + (60 if i == 0 else 10)
             while marker_count(marker) == seen:
                 if time.monotonic() > deadline:
@@ -342,6 +368,7 @@ def latency(n: int, logs: Path, seed: int = 1001, warmup: int = 5) -> dict:
     samples.sort()
     return {
         "test": "latency",
+        "path": path,
         "n": n,
         "p50_ms": percentile(samples, 50),
         "p95_ms": percentile(samples, 95),
@@ -361,6 +388,7 @@ def main() -> None:
     parser.add_argument("--latency-n", type=int, default=100)
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--tests", default="drain,latency")
+    parser.add_argument("--path", choices=PATHS, default="native")
     args = parser.parse_args()
     setup_django(args.database_url, args.broker)
     RESULTS.mkdir(parents=True, exist_ok=True)
@@ -371,9 +399,9 @@ def main() -> None:
     for rep in range(args.reps):
         for test in args.tests.split(","):
             record = (
-                drain(args.n, logs)
+                drain(args.n, logs, path=args.path)
                 if test == "drain"
-                else latency(args.latency_n, logs, seed=1001 + rep)
+                else latency(args.latency_n, logs, seed=1001 + rep, path=args.path)
             )
             record.update(rep=rep, broker=args.broker)
             print(

@@ -13,6 +13,11 @@ FIGURE is one of:
                   requests (build_request included: the caller must validate), timed until
                   every job has its driver promise (dispatched rate; caller rate beside it).
   latency         enqueue -> handler start on an idle stack, N samples after 5 warm-ups.
+  task_drain, task_enqueue_single, task_latency
+                  the same three through Django's task framework: `noop_task.enqueue(i)` of the
+                  bench's `@task` (bench/handlers.py) on Receipt's backend instead of
+                  `jobs.queue.enqueue`; the drain's untimed fill is 500 `.enqueue()` calls per
+                  `transaction.atomic()` (the task API has no bulk enqueue).
 Prints "RESULT <json>" on stdout (the peers' child.py convention), progress on stderr.
 """
 
@@ -32,10 +37,15 @@ from noise import Noise
 
 WARMUP = 10
 FIGURES = ("drain", "enqueue_single", "enqueue_bulk", "latency")
+TASK_PREFIX = "task_"  # task_<figure>: the figure through the task API
+TASK_FIGURES = tuple(TASK_PREFIX + f for f in ("drain", "enqueue_single", "latency"))
 
 
-def enqueue_payload(kind: str, i: int) -> dict:
-    return {"kind": kind, "authContext": {"userId": "bench", "organizationId": "bench"}, "i": i}
+def path_and_test(figure: str) -> tuple[str, str]:
+    """("task", "drain") for task_drain, ("native", "drain") for drain."""
+    if figure.startswith(TASK_PREFIX):
+        return "task", figure.removeprefix(TASK_PREFIX)
+    return "native", figure
 
 
 def _counts() -> dict:
@@ -43,37 +53,39 @@ def _counts() -> dict:
     return {"jobs_after": jobs, "dispatched_after": delivery.dispatched()}
 
 
-def _warmed_up(kind: str) -> Noise:
-    """Empty tables, WARMUP jobs enqueued and dispatched (untimed), a checkpoint, and the
-    foreign-CPU meter started."""
-    from jobs import queue
-
+def _warmed_up(kind: str, path: str = "native") -> Noise:
+    """Empty tables, WARMUP jobs enqueued on `path` and dispatched (untimed), a checkpoint,
+    and the foreign-CPU meter started."""
+    enqueue = delivery.enqueuer(path, kind)
     delivery.reset()
     for k in range(WARMUP):
-        queue.enqueue("bench-noop", enqueue_payload(kind, 900_000_000 + k))
+        enqueue(900_000_000 + k)
     delivery.wait_dispatched(WARMUP, 60)
     delivery.sql("CHECKPOINT")
     return Noise(delivery.server_roots())
 
 
-def enqueue_single(n: int, kind: str) -> dict:
-    from jobs import queue
-
-    noise = _warmed_up(kind)
+def enqueue_single(n: int, kind: str, path: str = "native") -> dict:
+    enqueue = delivery.enqueuer(path, kind)
+    noise = _warmed_up(kind, path)
     started = time.perf_counter()
     t_mono = time.monotonic()
+    cpu = time.process_time()
     for i in range(n):
-        queue.enqueue("bench-noop", enqueue_payload(kind, i))
+        enqueue(i)
     caller = time.perf_counter() - started
+    cpu = time.process_time() - cpu
     t_done = delivery.wait_dispatched(n + WARMUP, 300)
     total = t_done - t_mono
     fields = noise.done()
     rec = {
         "test": "enqueue_single",
+        "path": path,
         "n": n,
-        "kind": kind,
+        "kind": "django.task" if path == "task" else kind,
         "elapsed_s": caller,
         "caller_per_s": n / caller,
+        "caller_cpu_us": 1e6 * cpu / n,
         "dispatched_per_s": n / total,
         "dispatch_lag_s": total - caller,
         "expected": n + WARMUP,
@@ -91,7 +103,7 @@ def enqueue_bulk(n: int, kind: str) -> dict:
     started = time.perf_counter()
     t_mono = time.monotonic()
     queue.enqueue_many(
-        [queue.build_request("bench-noop", enqueue_payload(kind, i)) for i in range(n)]
+        [queue.build_request("bench-noop", delivery.payload(i, kind)) for i in range(n)]
     )
     caller = time.perf_counter() - started
     t_done = delivery.wait_dispatched(n + WARMUP, 600)
@@ -117,7 +129,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("figure", choices=FIGURES)
+    parser.add_argument("figure", choices=FIGURES + TASK_FIGURES)
     parser.add_argument("--database-url", default="postgres://root@127.0.0.1:5432/receipt_bench")
     parser.add_argument("--broker", default="orm")
     parser.add_argument("--n", type=int, default=3000)
@@ -130,12 +142,13 @@ def main() -> None:
     logs = Path(args.logs)
     logs.mkdir(parents=True, exist_ok=True)
     delivery.setup_django(args.database_url, args.broker)
-    if args.figure == "drain":
-        rec = delivery.drain(args.n, logs)
-    elif args.figure == "latency":
-        rec = delivery.latency(args.n, logs, seed=args.seed)
-    elif args.figure == "enqueue_single":
-        rec = enqueue_single(args.n, args.enqueue_kind)
+    path, test = path_and_test(args.figure)
+    if test == "drain":
+        rec = delivery.drain(args.n, logs, path=path)
+    elif test == "latency":
+        rec = delivery.latency(args.n, logs, seed=args.seed, path=path)
+    elif test == "enqueue_single":
+        rec = enqueue_single(args.n, args.enqueue_kind, path)
     else:
         rec = enqueue_bulk(args.n, args.enqueue_kind)
     from jobs.runtime import dispatch

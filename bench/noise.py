@@ -42,20 +42,24 @@ def parent_of(pid: int) -> int | None:
         return None
 
 
+def ancestor_in(pid: int, table: dict[int, tuple[int, float]], roots: set[int]) -> int | None:
+    """The first of `roots` on pid's chain of parents (pid itself included), else None."""
+    p, hops = pid, 0
+    while p > 2 and hops < 64:
+        if p in roots:
+            return p
+        p = table.get(p, (0, 0.0))[0]
+        hops += 1
+    return None
+
+
 def _foreign(roots: set[int]) -> dict[int, float]:
     table = _table()
     out = {}
     for pid, (ppid, cpu) in table.items():
         if pid <= 2 or ppid == 2:  # kernel threads
             continue
-        p, hops, ours = pid, 0, False
-        while p > 2 and hops < 64:
-            if p in roots:
-                ours = True
-                break
-            p = table.get(p, (0, 0.0))[0]
-            hops += 1
-        if not ours:
+        if ancestor_in(pid, table, roots) is None:
             out[pid] = cpu
     return out
 

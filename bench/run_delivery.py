@@ -3,10 +3,12 @@
     bench/run_delivery [--reps 3] [--n 3000] [--enqueue-n 5000] [--latency-n 100]
                        [--quick] [--skip-peers] [--database-url URL] [--redis-broker URL|none]
                        [--peers procrastinate,djq-orm-cma60,celery-redis]
+                       [--figures drain,enqueue_single,...,task_drain,task_latency]
 
 Every repetition runs Receipt's figures first, each in a fresh process
 (bench/delivery_figures.py: drain, enqueue_single, enqueue_bulk, latency, and latency with
-the Redis broker), then the peers through their own harness
+the Redis broker; task_drain, task_enqueue_single and task_latency, the same through
+Django's task framework, as the system "receipt-task"), then the peers through their own harness
 (../shared/bench/peers/runner.py --reps 1, from its path, in the venv bench/.peers-venv,
 against a database `receipt_peers` on the SAME PostgreSQL server and a private Redis
 started for the run). Raw records (one JSON object per measurement) go to
@@ -29,7 +31,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 from urllib.parse import urlsplit
 
 HERE = Path(__file__).resolve().parent
@@ -39,10 +41,12 @@ PEERS_DIR = (ROOT / ".." / "shared" / "bench" / "peers").resolve()
 PEERS_VENV = HERE / ".peers-venv"
 sys.path.insert(0, str(HERE))
 import default_postgres  # noqa: E402
+from delivery_figures import TASK_PREFIX, path_and_test  # noqa: E402
 
 PEERS_RUNDIR = RESULTS / "peers-run"
 DEFAULT_URL = "postgres://root@127.0.0.1:5432/receipt_bench"
 DEFAULT_PEERS = "procrastinate,djq-orm-cma60,celery-redis"
+TASK_PEER = "django-tasks-db"  # joins the default peers when a task_ figure is asked for
 REDIS_PEERS = {"celery-redis", "djq-redis", "rq"}
 NOISY = 0.3  # foreign cores above which a figure is flagged
 # Receipt's figure -> the peers' harness test that measures the same thing
@@ -65,6 +69,7 @@ FIGURES = [
     ("drain, launch → 1st body (s)", "drain", "first_start_s", "first_start_s"),
     ("drain, last body → all recorded (s)", "drain", "bookkeeping_lag_s", "bookkeeping_lag_s"),
     ("enqueue 1-by-1, caller (jobs/s)", "enqueue_single", "caller_per_s", "jobs_per_s"),
+    ("enqueue 1-by-1, caller CPU (µs/job)", "enqueue_single", "caller_cpu_us", None),
     (
         "enqueue 1-by-1, until dispatched (jobs/s; peers: = caller)",
         "enqueue_single",
@@ -81,9 +86,25 @@ FIGURES = [
     ("latency enqueue → start p50 (ms)", "latency", "p50_ms", "p50_ms"),
     ("latency enqueue → start p95 (ms)", "latency", "p95_ms", "p95_ms"),
 ]
-# (label, test, receipt key, peer, peer key, target multiple or None)
+
+
+class Ratio(NamedTuple):
+    """system's figure over peer's, per repetition; the target is on the median: a floor,
+    or with at_most a ceiling (latencies, shown in per cent)."""
+
+    label: str
+    test: str
+    key: str
+    peer: str
+    peer_key: str
+    target: float | None
+    system: str = "receipt"
+    at_most: bool = False
+
+
+TASK_API = "receipt-task"
 RATIOS = [
-    (
+    Ratio(
         "T-3 drain launch → done / procrastinate",
         "drain",
         "jobs_per_s_from_launch",
@@ -91,7 +112,7 @@ RATIOS = [
         "jobs_per_s_from_launch",
         1.0,
     ),
-    (
+    Ratio(
         "T-3 floor: drain launch → done / django-q2 ORM (CONN_MAX_AGE=60)",
         "drain",
         "jobs_per_s_from_launch",
@@ -99,7 +120,7 @@ RATIOS = [
         "jobs_per_s_from_launch",
         2.0,
     ),
-    (
+    Ratio(
         "drain 1st body → done / procrastinate",
         "drain",
         "jobs_per_s_steady",
@@ -107,7 +128,7 @@ RATIOS = [
         "jobs_per_s_steady",
         None,
     ),
-    (
+    Ratio(
         "drain 1st body → done / django-q2 ORM (CONN_MAX_AGE=60)",
         "drain",
         "jobs_per_s_steady",
@@ -115,7 +136,7 @@ RATIOS = [
         "jobs_per_s_steady",
         None,
     ),
-    (
+    Ratio(
         "T-1 enqueue 1-by-1 (caller) / procrastinate defer",
         "enqueue_single",
         "caller_per_s",
@@ -123,7 +144,7 @@ RATIOS = [
         "jobs_per_s",
         1.0,
     ),
-    (
+    Ratio(
         "enqueue 1-by-1 until dispatched / procrastinate defer",
         "enqueue_single",
         "dispatched_per_s",
@@ -131,7 +152,7 @@ RATIOS = [
         "jobs_per_s",
         1.0,
     ),
-    (
+    Ratio(
         "T-1 enqueue_many until dispatched / procrastinate batch_defer",
         "enqueue_bulk",
         "dispatched_per_s",
@@ -139,11 +160,130 @@ RATIOS = [
         "jobs_per_s",
         1.0,
     ),
-    (
+    Ratio(
         "enqueue_many caller / procrastinate batch_defer",
         "enqueue_bulk",
         "caller_per_s",
         "procrastinate",
+        "jobs_per_s",
+        None,
+    ),
+    Ratio(
+        "task API / native: drain launch → done",
+        "drain",
+        "jobs_per_s_from_launch",
+        "receipt",
+        "jobs_per_s_from_launch",
+        0.9,
+        TASK_API,
+    ),
+    Ratio(
+        "task API / native: enqueue 1-by-1 caller",
+        "enqueue_single",
+        "caller_per_s",
+        "receipt",
+        "caller_per_s",
+        0.9,
+        TASK_API,
+    ),
+    Ratio(
+        "task API / native: enqueue 1-by-1 until dispatched",
+        "enqueue_single",
+        "dispatched_per_s",
+        "receipt",
+        "dispatched_per_s",
+        0.9,
+        TASK_API,
+    ),
+    Ratio(
+        "task API / native: enqueue 1-by-1 caller CPU per job",
+        "enqueue_single",
+        "caller_cpu_us",
+        "receipt",
+        "caller_cpu_us",
+        None,
+        TASK_API,
+        at_most=True,
+    ),
+    Ratio(
+        "task API / native: latency p50",
+        "latency",
+        "p50_ms",
+        "receipt",
+        "p50_ms",
+        1.1,
+        TASK_API,
+        at_most=True,
+    ),
+    Ratio(
+        "task API / native: latency p95",
+        "latency",
+        "p95_ms",
+        "receipt",
+        "p95_ms",
+        None,
+        TASK_API,
+        at_most=True,
+    ),
+    Ratio(
+        "task API drain launch → done / django-tasks-db",
+        "drain",
+        "jobs_per_s_from_launch",
+        TASK_PEER,
+        "jobs_per_s_from_launch",
+        1.5,
+        TASK_API,
+    ),
+    Ratio(
+        "task API drain 1st body → done / django-tasks-db",
+        "drain",
+        "jobs_per_s_steady",
+        TASK_PEER,
+        "jobs_per_s_steady",
+        None,
+        TASK_API,
+    ),
+    Ratio(
+        "task API enqueue 1-by-1 (caller) / django-tasks-db",
+        "enqueue_single",
+        "caller_per_s",
+        TASK_PEER,
+        "jobs_per_s",
+        1.5,
+        TASK_API,
+    ),
+    Ratio(
+        "task API enqueue 1-by-1 until dispatched / django-tasks-db",
+        "enqueue_single",
+        "dispatched_per_s",
+        TASK_PEER,
+        "jobs_per_s",
+        1.5,
+        TASK_API,
+    ),
+    Ratio(
+        "task API latency p50 / django-tasks-db p50",
+        "latency",
+        "p50_ms",
+        TASK_PEER,
+        "p50_ms",
+        0.02,
+        TASK_API,
+        at_most=True,
+    ),
+    Ratio(
+        "native drain launch → done / django-tasks-db",
+        "drain",
+        "jobs_per_s_from_launch",
+        TASK_PEER,
+        "jobs_per_s_from_launch",
+        None,
+    ),
+    Ratio(
+        "native enqueue 1-by-1 (caller) / django-tasks-db",
+        "enqueue_single",
+        "caller_per_s",
+        TASK_PEER,
         "jobs_per_s",
         None,
     ),
@@ -153,6 +293,8 @@ LATENCY_TARGETS = [
     ("T-4 latency p50, PostgreSQL (ORM broker)", "receipt", "p50_ms", 15.0),
     ("T-4 latency p95, PostgreSQL (ORM broker)", "receipt", "p95_ms", 40.0),
     ("T-4 latency p50, Redis broker", "receipt-redis", "p50_ms", 10.0),
+    ("latency p50, task API (ORM broker)", TASK_API, "p50_ms", 15.0),
+    ("latency p95, task API (ORM broker)", TASK_API, "p95_ms", 40.0),
 ]
 
 
@@ -282,8 +424,11 @@ def run_child(
 
 # ---------------------------------------------------------------- receipt
 def receipt_figure(a, out: Out, rep: int, figure: str, broker: str, system: str) -> None:
-    n = {"drain": a.n, "latency": a.latency_n}.get(figure, a.enqueue_n)
-    timeout = {"drain": 180 + n / 5, "latency": 180 + 2 * n}.get(figure, 180 + n / 10)
+    """One figure in a fresh process; recorded under its test name (task_drain: "drain" of
+    the system receipt-task)."""
+    test = path_and_test(figure)[1]
+    n = {"drain": a.n, "latency": a.latency_n}.get(test, a.enqueue_n)
+    timeout = {"drain": 180 + n / 5, "latency": 180 + 2 * n}.get(test, 180 + n / 10)
     cmd = [
         sys.executable,
         str(HERE / "delivery_figures.py"),
@@ -314,10 +459,10 @@ def receipt_figure(a, out: Out, rep: int, figure: str, broker: str, system: str)
             (a.logdir / f"{system}-{figure}.log").read_text(errors="replace").strip().splitlines()
         )
         error = f"rc={rc}: " + " | ".join(tail[-3:])[-600:]
-        out.write({"system": system, "rep": rep, "test": figure, "error": error})
+        out.write({"system": system, "rep": rep, "test": test, "error": error})
         return
     result.pop("test", None)
-    out.write({"system": system, "rep": rep, "test": figure, **result})
+    out.write({"system": system, "rep": rep, "test": test, **result})
 
 
 # ---------------------------------------------------------------- peers
@@ -344,7 +489,7 @@ class Peers:
         probe = [
             str(self.python),
             "-c",
-            "import celery, django, django_q, procrastinate, psycopg, redis",
+            "import celery, django, django_q, django_tasks_db, procrastinate, psycopg, redis",
         ]
         if subprocess.run(probe, capture_output=True).returncode != 0:
             log(f"installing {PEERS_DIR / 'requirements.txt'} into {PEERS_VENV}")
@@ -476,7 +621,8 @@ class Peers:
 
     def run_rep(self, out: Out, rep: int) -> None:
         raw = RESULTS / f"delivery-{self.stamp}-peers-r{rep}.jsonl"
-        tests = ",".join(PEER_TESTS[f] for f in self.a.figures.split(",") if f in PEER_TESTS)
+        asked = [path_and_test(f)[1] for f in self.a.figures.split(",") if f]
+        tests = ",".join(dict.fromkeys(PEER_TESTS[t] for t in asked if t in PEER_TESTS))
         cmd = [
             str(self.python),
             str(PEERS_DIR / "runner.py"),
@@ -547,6 +693,10 @@ def _x(v: float) -> str:
     return f"{v:.2f}x"
 
 
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.3g} %"
+
+
 def _valid(rec: dict) -> bool:
     return not rec.get("error") and rec.get("ok") is not False
 
@@ -572,7 +722,9 @@ def report(records: list[dict], a) -> str:
         by.setdefault((system, test), {})[rec["rep"]] = rec
     order = [
         "receipt",
+        TASK_API,
         "receipt-redis",
+        TASK_PEER,
         "procrastinate",
         "djq-orm-cma60",
         "djq-orm",
@@ -609,16 +761,20 @@ def report(records: list[dict], a) -> str:
             lines.append(f"| {label} | " + " | ".join(cells) + " |")
 
     ratio_lines = []
-    for label, test, rkey, peer, pkey, target in RATIOS:
-        mine, theirs = values("receipt", test, rkey), values(peer, test, pkey)
+    for ratio in RATIOS:
+        mine = values(ratio.system, ratio.test, ratio.key)
+        theirs = values(ratio.peer, ratio.test, ratio.peer_key)
         per_rep = [mine[r] / theirs[r] for r in sorted(set(mine) & set(theirs)) if theirs[r]]
         if not per_rep:
             continue
+        shown, fmt = (_pct(ratio.target), _pct) if ratio.at_most else (_x(ratio.target or 0), _x)
         verdict = "-"
-        if target is not None:
-            met = statistics.median(per_rep) >= target
-            verdict = f">= {target:.1f}x ({'met' if met else '**not met**'})"
-        ratio_lines.append(f"| {label} | {_mmm(per_rep, _x)} | {verdict} |")
+        if ratio.target is not None:
+            median = statistics.median(per_rep)
+            met = median <= ratio.target if ratio.at_most else median >= ratio.target
+            sign = "<=" if ratio.at_most else ">="
+            verdict = f"{sign} {shown} ({'met' if met else '**not met**'})"
+        ratio_lines.append(f"| {ratio.label} | {_mmm(per_rep, fmt)} | {verdict} |")
     for label, system, key, limit in LATENCY_TARGETS:
         vals = list(values(system, "latency", key).values())
         if vals:
@@ -630,7 +786,7 @@ def report(records: list[dict], a) -> str:
     if ratio_lines:
         lines += [
             "",
-            "| ratio receipt / peer (per repetition) or absolute figure | value "
+            "| ratio system / peer (per repetition) or absolute figure | value "
             "(min / **median** / max) | target (on the median) |",
             "|---|---|---|",
         ]
@@ -720,7 +876,10 @@ def meta(a, peers: Peers | None) -> dict:
         frozen = subprocess.run(
             [str(peers.python), "-m", "pip", "freeze"], capture_output=True, text=True
         )
-        wanted = ("django==", "django-q2==", "procrastinate==", "celery==", "psycopg==", "redis==")
+        wanted = (
+            *("django==", "django-q2==", "procrastinate==", "celery==", "psycopg==", "redis=="),
+            *("django-tasks==", "django-tasks-db=="),
+        )
         info["peer_versions"] = [
             x for x in frozen.stdout.splitlines() if x.lower().startswith(wanted)
         ]
@@ -755,7 +914,9 @@ def main() -> None:
     )
     ap.add_argument("--skip-peers", action="store_true")
     ap.add_argument(
-        "--peers", default=DEFAULT_PEERS, help=f"harness labels (default {DEFAULT_PEERS})"
+        "--peers",
+        default=None,
+        help=f"harness labels (default {DEFAULT_PEERS}, and {TASK_PEER} with a task_ figure)",
     )
     ap.add_argument(
         "--peers-db", default="receipt_peers", help="peers' database on the same server"
@@ -763,7 +924,8 @@ def main() -> None:
     ap.add_argument(
         "--figures",
         default="drain,enqueue_single,enqueue_bulk,latency",
-        help="Receipt figures to run",
+        help="Receipt figures to run; task_drain, task_enqueue_single and task_latency are the "
+        "same through Django's task framework (system receipt-task)",
     )
     ap.add_argument(
         "--enqueue-kind",
@@ -795,8 +957,11 @@ def main() -> None:
     for key, default in (quick if a.quick else full).items():
         if getattr(a, key) is None:
             setattr(a, key, default)
-    a.peers = [p for p in a.peers.split(",") if p]
     figures = [f for f in a.figures.split(",") if f]
+    if a.peers is None:
+        with_task = any(f.startswith(TASK_PREFIX) for f in figures)
+        a.peers = DEFAULT_PEERS + (f",{TASK_PEER}" if with_task else "")
+    a.peers = [p for p in a.peers.split(",") if p]
 
     server_note = "as configured"
     if a.server == "default":
@@ -832,7 +997,8 @@ def main() -> None:
         out.write(meta(a, peers))
         for rep in range(1, a.reps + 1):
             for figure in figures:
-                receipt_figure(a, out, rep, figure, "orm", "receipt")
+                task_api = figure.startswith(TASK_PREFIX)
+                receipt_figure(a, out, rep, figure, "orm", TASK_API if task_api else "receipt")
             if redis_ok and "latency" in figures:
                 receipt_figure(a, out, rep, "latency", a.redis_broker, "receipt-redis")
             if peers:
