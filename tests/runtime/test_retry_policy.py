@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.core import retry_policy
+from jobs.core import contracts, retry_policy
 from receipts import store
 from tests.runtime.helpers import assert_settled_once, enqueue, wait_status
 from tests.runtime.policies import BACKOFF_POLICY
@@ -14,7 +14,16 @@ from tests.runtime.policies import BACKOFF_POLICY
 pytestmark = [pytest.mark.runtime, pytest.mark.django_db(transaction=True)]
 
 
-def test_a_flaky_job_retries_after_each_backoff_and_never_before_it(stack):
+@pytest.fixture
+def backoff_kind():
+    """The kind as the workers' handler module registers it, in this process too (its
+    enqueue is validated here); the module itself is never imported here."""
+    contracts.register_kind("test.backoff", worker_group="chat", retry=BACKOFF_POLICY)
+    yield
+    contracts.unregister_kind("test.backoff")
+
+
+def test_a_flaky_job_retries_after_each_backoff_and_never_before_it(stack, backoff_kind):
     stack.start("driver")
     stack.start("chat")
     job = enqueue("test-flaky", kind="test.backoff", failThrough=2)
