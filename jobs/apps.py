@@ -9,6 +9,7 @@ class JobsConfig(AppConfig):
     def ready(self) -> None:
         from access import failures
         from jobs import (  # noqa: F401
+            limits,
             metrics,
             projector,
             queue,
@@ -19,7 +20,7 @@ class JobsConfig(AppConfig):
             schedules,
         )
         from jobs.core import contracts
-        from jobs.runtime import counters, dispatch, loops, redelivery, store_log
+        from jobs.runtime import counters, dispatch, due, loops, redelivery, store_log
         from jobs.tasks import handler as task_handler
         from receipts import retention as receipt_retention
         from receipts import store
@@ -35,6 +36,8 @@ class JobsConfig(AppConfig):
         receipt_retention.pruners["jobs"] = retention.prune  # `receipts prune`
         if retention.check not in receipt_retention.checks:
             receipt_retention.checks.append(retention.check)  # `receipts verify`
+        if due.send_executes not in limits.on_woken:
+            limits.on_woken.append(due.send_executes)  # a freed slot's held delivery
         if dispatch.dispatch_created not in queue.on_commit_listeners:
             queue.on_commit_listeners.append(dispatch.dispatch_created)  # D-2
         if not queue.joined_dispatch:

@@ -18,6 +18,8 @@ class Job(models.Model):
     organization_id = models.CharField(max_length=128, null=True)
     objective_id = models.CharField(max_length=128, null=True)
     worker_group = models.CharField(max_length=32)  # the routed group (K-5)
+    # the concurrency cap's key its current attempt started under (jobs.core.limits)
+    limit_key = models.CharField(max_length=200, null=True)
     attempt = models.IntegerField(default=0)
     lease_until = models.BigIntegerField(null=True)
     created_at = models.BigIntegerField()  # ms since epoch: ts of job.enqueued
@@ -56,6 +58,11 @@ class Job(models.Model):
                 fields=["status", "lease_until"],
                 name="job_status_lease",
                 condition=models.Q(status__in=["leased", "running"]),
+            ),
+            models.Index(  # a cap's running jobs per key (partial: capped, running rows)
+                fields=["limit_key"],
+                name="job_limit_running",
+                condition=models.Q(limit_key__isnull=False, status__in=["leased", "running"]),
             ),
             models.Index(  # partial: a job without a session key adds no entry
                 fields=["session_key", "status"],
@@ -124,6 +131,9 @@ class DeliveryPromise(models.Model):
     # G-3: a driver promise of a job not yet due is opened scheduled: out of every take's
     # reach until the due loop (jobs.runtime.due) releases it at this time (sets it NULL).
     due_at = models.BigIntegerField(null=True)
+    # An execute promise held back by a limit (jobs.limits): `rate:<limit>` (due again at
+    # `due_at`) or `cap:<key>` (woken when a slot of the key frees).
+    held_by = models.CharField(max_length=220, null=True)
 
     class Meta:
         db_table = "jobs_delivery_promise"
@@ -147,6 +157,11 @@ class DeliveryPromise(models.Model):
                 fields=["due_at"],
                 name="promise_scheduled",
                 condition=models.Q(due_at__isnull=False, settled_at__isnull=True),
+            ),
+            models.Index(  # a freed slot wakes its key's oldest held delivery
+                fields=["held_by", "ordered_at"],
+                name="promise_held",
+                condition=models.Q(held_by__isnull=False, settled_at__isnull=True),
             ),
         ]
 
@@ -198,6 +213,25 @@ class LoopRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.loop}@{self.process_id}"
+
+
+class RateSlot(models.Model):
+    """A rate limit's ring of start times (jobs.limits): one row per start a window
+    allows; a start takes the slot whose time left the window. Slot -1 is the cursor of
+    held deliveries' due times. Bookkeeping only: each start is also its job's receipt."""
+
+    limit_name = models.CharField(max_length=64)
+    slot = models.IntegerField()
+    started_at = models.BigIntegerField(default=0)  # ms since epoch
+
+    class Meta:
+        db_table = "jobs_rate_slot"
+        constraints = [
+            models.UniqueConstraint(fields=["limit_name", "slot"], name="rate_slot_uniq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.limit_name}#{self.slot}"
 
 
 class Counter(models.Model):

@@ -2,7 +2,8 @@
 job row inside the append transaction. Nothing else writes `jobs_job`.
 
 It is also where a settlement is seen whoever wrote it, so it records the D-8 callback
-of every settlement in the same transaction (`jobs.callbacks.record`). A rebuild
+of every settlement in the same transaction (`jobs.callbacks.record`), and where a capped
+job that stops running frees its slot (`jobs.limits.released`). A rebuild
 (`compute`/`write`) records nothing: replaying history posts no callback again."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from django.db import connection
 
-from jobs import callbacks
+from jobs import callbacks, limits
 from jobs.core.callbacks import settlement_event
 from jobs.core.contracts import routed_group
 from jobs.core.reducer import fold_job, reduce
@@ -43,6 +44,7 @@ def row_for(state: JobState) -> dict[str, Any]:
         "organization_id": state.organization_id,
         "objective_id": state.objective_id,
         "worker_group": routed_group(state.agent_id, state.kind, state.queue),
+        "limit_key": state.limit_key,
         "attempt": state.attempt,
         "lease_until": state.lease_until,
         "created_at": state.created_at,
@@ -89,6 +91,8 @@ class JobProjector(RowProjector[JobState]):
         else:
             keys = tuple(k for k in row if k != "id")
             handle.writer.execute(_update_sql(connection.vendor, keys), [*_values(row, keys), key])
+            if before.limit_key is not None and _stopped_running(before, after):
+                limits.released(before.limit_key, now_ms=after.updated_at)  # wake one held
 
     def apply_many(self, batch: Sequence[tuple[StreamHandle, Sequence[Receipt]]]) -> None:
         """`apply` for many streams at once (`store.append_new_streams`): the rows of new
@@ -129,6 +133,12 @@ class JobProjector(RowProjector[JobState]):
         keys = tuple(rows[0]) if rows else ("id",)  # no job (J-3): inserts nothing
         source, params = _text_columns(rows, keys)
         return _insert_sql("postgresql", keys, source), params
+
+
+def _stopped_running(before: JobState, after: JobState) -> bool:
+    return before.status in limits.RUNNING and (
+        after.status not in limits.RUNNING or after.attempt != before.attempt
+    )
 
 
 _CHUNK = 250  # new rows per INSERT (14 variables each on SQLite, under its 32766)

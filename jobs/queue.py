@@ -730,6 +730,7 @@ class Start(StrEnum):
     STALE = "stale_attempt"
     LEASE_LOST = "lease_lost"
     UNCLAIMED = "unclaimed"  # the delivery's claim was refused: nothing is decided
+    HELD = "held"  # a limit refused the start (the gate's verdict): the job stays queued
 
 
 def start_attempt(
@@ -740,6 +741,7 @@ def start_attempt(
     now_ms: int | None = None,
     claimed: Callable[[], bool] | None = None,
     assumed: JobState | None = None,
+    gate: Callable[[JobState], str | None | object] | None = None,
 ) -> tuple[Start, JobState | None]:
     """Begin attempt `attempt` as `worker_id` (D-5): lease a queued job with its first
     heartbeat in one append.
@@ -754,6 +756,9 @@ def start_attempt(
 
     `assumed`: the job as the delivery saw it, decided on without waiting for the lock
     (see `_locked`); a stream that moved since fails the transaction as it commits.
+
+    `gate`: asked under the lock, once the job may start: the limit key the attempt runs
+    under (a str, or None), or anything else to refuse the start (`Start.HELD`).
     """
     now = wall_clock_ms() if now_ms is None else now_ms
     with _worker_txn(), _locked(job_id, known=assumed, assume=True) as (handle, job):
@@ -768,8 +773,12 @@ def start_attempt(
         if job.status == "queued":
             if job.attempt != attempt - 1:
                 return Start.STALE, job
+            verdict = gate(job) if gate is not None else None
+            if verdict is not None and not isinstance(verdict, str):
+                return Start.HELD, job
             until = now + (job.lease_ms or current_timing().job_lease_ms)
-            events = bodies.leased(job_id, Fence(worker_id, attempt), lease_until=until, start=True)
+            fence = Fence(worker_id, attempt)
+            events = bodies.leased(job_id, fence, lease_until=until, start=True, limit_key=verdict)
             handle.append(events, now_ms=now, context=_context(job))
             return Start.LEASED, _state(handle)
         if Fence(worker_id, attempt).check(job) is FenceOutcome.OK:

@@ -19,6 +19,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 from jobs.core import groups as worker_groups
 from jobs.core.groups import GroupSettings
+from jobs.core.limits import Limit, LimitError
+from jobs.core.limits import parse_many as parse_limits
 from jobs.core.schedules import Schedule, ScheduleError, parse_many
 
 SECRET_NAMES = ("SECRET_KEY", "RECEIPT_CALLBACK_TOKEN", "RECEIPT_CHECKPOINT_KEY")
@@ -100,6 +102,7 @@ class Config:
     max_payload_bytes: int
     max_json_depth: int
     schedules: tuple[Schedule, ...]
+    limits: tuple[Limit, ...]
     secret_key: str | None
     allowed_hosts: tuple[str, ...]
     debug: bool
@@ -150,6 +153,8 @@ class Config:
                 text = worker_groups.shown(value) or "—"
             elif spec.kind == "schedules":
                 text = ", ".join(f"{s.name} ({s.trigger})" for s in value) or "—"
+            elif spec.kind == "limits":
+                text = ", ".join(limit.name for limit in value) or "—"
             elif isinstance(value, tuple):
                 text = ",".join(value)
             else:
@@ -183,7 +188,7 @@ def origin_only(url: str) -> str:
 class _Spec:
     env: str
     attr: str
-    kind: str  # int | optint | bool | str | optstr | list | groups | schedules
+    kind: str  # int | optint | bool | str | optstr | list | groups | schedules | limits
     default: Any = None
     low: int | None = None
     high: int | None = None
@@ -339,6 +344,9 @@ _SPECS = (
     # a JSON array of schedules (jobs.core.schedules.from_wire): name, agentId, payload,
     # cron + timezone or every (seconds), missed, enqueue options
     _Spec("RECEIPT_SCHEDULES", "schedules", "schedules", ""),
+    # a JSON array of rate limits and concurrency caps (jobs.core.limits.from_wire): name,
+    # kinds and/or queues, rate ("60/m") and/or concurrency, key
+    _Spec("RECEIPT_LIMITS", "limits", "limits", ""),
     _Spec("SECRET_KEY", "secret_key", "optstr"),
     _Spec("ALLOWED_HOSTS", "allowed_hosts", "list", "127.0.0.1,localhost,[::1],testserver"),
     _Spec("DEBUG", "debug", "bool", False),
@@ -358,6 +366,8 @@ _FALSE = ("0", "false", "no", "off", "")
 def _parse(spec: _Spec, raw: Any) -> Any:
     if spec.kind == "schedules":
         return _schedules(spec, raw)
+    if spec.kind == "limits":
+        return _limits(spec.env, raw)
     if spec.kind == "groups":
         try:
             return worker_groups.parse(raw or "")
@@ -410,6 +420,13 @@ def _schedules(spec: _Spec, raw: Any) -> tuple[Schedule, ...]:
     except ScheduleError as error:
         raise ConfigError(spec.env, str(error)) from None
     return schedules
+
+
+def _limits(name: str, raw: Any) -> tuple[Limit, ...]:
+    try:
+        return parse_limits(raw if raw is not None else "")
+    except LimitError as error:
+        raise ConfigError(name, str(error)) from None
 
 
 def _hosts(raw: str) -> tuple[str, ...]:
@@ -465,6 +482,8 @@ def _typed(spec: _Spec, name: str, value: Any) -> Any:
     """A settings-block value checked against its spec (no strings parsed as numbers)."""
     if value is None and spec.kind in ("optint", "optstr"):
         return None
+    if spec.kind == "limits":  # a list of dicts (or of Limit) in a settings block
+        return _limits(name, value)
     if spec.kind in ("int", "optint"):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(name, f"must be an integer, got {value!r}")

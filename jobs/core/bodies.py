@@ -88,13 +88,18 @@ def enqueued(
     return body
 
 
-def leased(job_id: str, fence: Fence, *, lease_until: int, start: bool) -> list[dict[str, Any]]:
+def leased(
+    job_id: str, fence: Fence, *, lease_until: int, start: bool, limit_key: str | None = None
+) -> list[dict[str, Any]]:
     """A lease under `fence`; with `start`, its first heartbeat in the same append
-    (leased -> running)."""
+    (leased -> running). `limit_key`: the concurrency cap's key it runs under."""
     kinds = (JOB_LEASED, JOB_HEARTBEAT) if start else (JOB_LEASED,)
-    return [
+    bodies = [
         {"type": kind, "jobId": job_id, **fence.body(), "leaseUntil": lease_until} for kind in kinds
     ]
+    if limit_key is not None:
+        bodies[0]["limitKey"] = limit_key
+    return bodies
 
 
 def heartbeat(job_id: str, fence: Fence, *, lease_until: int) -> dict[str, Any]:

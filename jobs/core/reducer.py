@@ -222,6 +222,7 @@ def _leased(job: JobState, receipt: Receipt) -> JobState:
         worker_id=_required_str(receipt, job.job_id, "workerId"),
         lease_until=_required_int(receipt, job.job_id, "leaseUntil"),
         retry_at=None,  # waited for: this is the attempt it held back
+        limit_key=_optional_str(receipt, job.job_id, "limitKey"),
     )
 
 

@@ -80,6 +80,8 @@ class JobState:
     retried_after_attempt: int = 0
     # A retry policy's backoff: the failed attempt's next one starts no sooner (epoch ms).
     retry_at: int | None = None
+    # The concurrency cap's key the latest attempt started under (jobs.core.limits).
+    limit_key: str | None = None
 
     @property
     def stream(self) -> str:

@@ -48,8 +48,8 @@ def job_to_wire(state: JobState, *, share: bool = False) -> dict[str, Any]:
     Beyond A-2's list it carries ``abortReason``, ``settledBy``, ``cancelReason``,
     ``organizationId``, ``objectiveId``, ``taskId``, ``queue`` and the retry fields
     (``retries``, ``retriedBy``, ``retriedAt``, ``retriedAfterAttempt``) so `job_from_wire`
-    can rebuild the state exactly, and ``runAt`` and ``priority`` only when set (G-3, G-4;
-    the API shows their defaults). ``contractGroup``/``routedGroup`` are derived by the
+    can rebuild the state exactly, and ``runAt``, ``priority``, ``retryAt`` and
+    ``limitKey`` only when set (G-3, G-4; the API shows their defaults). ``contractGroup``/``routedGroup`` are derived by the
     API, not stored.
     """
     keep = _same if share else _copy
@@ -95,6 +95,8 @@ def job_to_wire(state: JobState, *, share: bool = False) -> dict[str, Any]:
         wire["priority"] = state.priority
     if state.retry_at is not None:
         wire["retryAt"] = state.retry_at
+    if state.limit_key is not None:
+        wire["limitKey"] = state.limit_key
     return wire
 
 
@@ -163,6 +165,7 @@ def job_from_wire(wire: Mapping[str, Any]) -> JobState:
         retried_at=reader.opt_integer("retriedAt", default=None),
         retried_after_attempt=reader.integer("retriedAfterAttempt", default=0),
         retry_at=reader.opt_integer("retryAt") if "retryAt" in wire else None,
+        limit_key=reader.opt_text("limitKey") if "limitKey" in wire else None,
     )
 
 

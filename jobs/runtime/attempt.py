@@ -20,7 +20,7 @@ from typing import Any
 
 from django.db import OperationalError, connection
 
-from jobs import handlers, queue
+from jobs import handlers, limits, queue
 from jobs.core import bodies, retry_policy
 from jobs.core.state import Fence, JobState
 from jobs.queue import Outcome, Start
@@ -114,14 +114,27 @@ def begin(
 def _begin(
     promise_id: str, *, job_id: str, attempt: int, worker_id: str, now_ms: int
 ) -> Ended | Running:
+    held: list[limits.Hold] = []
+
+    def gate(job: JobState) -> str | None | limits.Hold:  # the job's limits, under its lock
+        found = limits.governing(job)
+        verdict = limits.acquire(found, now_ms=now_ms) if found else None
+        if isinstance(verdict, limits.Hold):
+            held.append(verdict)
+        return verdict
+
     with pipelined_transaction():
         # the claim travels with the job's lock and read; known before anything is decided
         claimed = promises.send_claim(promise_id, worker_id)
         start, job = queue.start_attempt(
-            job_id, worker_id=worker_id, attempt=attempt, now_ms=now_ms, claimed=claimed
+            job_id, worker_id=worker_id, attempt=attempt, now_ms=now_ms, claimed=claimed, gate=gate
         )
         if start is Start.UNCLAIMED:  # the same delivery is running elsewhere
             return Ended("stale_attempt", _outcome("stale_attempt", job_id, attempt))
+        if start is Start.HELD:  # stays queued; its delivery waits for the limit
+            limits.hold(promise_id, held[0], now_ms=now_ms)
+            holding = {"heldBy": held[0].held_by, "dueAt": held[0].due_at}
+            return Ended("held", _outcome("held", job_id, attempt, **holding))
         if start in _START_STATUS:
             status, state = _START_STATUS[start]
             extra = {"error": "missing"} if start is Start.MISSING else {}
@@ -156,6 +169,7 @@ def _assumable(seen: JobState, attempt: int) -> bool:
         and not seen.abort_requested
         and seen.head is not None
         and handlers.handler_for(seen.agent_id) is not None
+        and not limits.governing(seen)  # a limited start counts and may hold: read first
     )
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from django.conf import settings
 from django.db import transaction
 
+from jobs import promise_sql as sql
 from jobs.core import names
 from jobs.core.contracts import routed_group
 from jobs.core.scheduling import due_at, take_order
@@ -24,7 +25,6 @@ from jobs.core.state import JobState
 from jobs.core.timing import driver_timeout_ms
 from jobs.errors import JobsError
 from jobs.runtime import counters, outbox, promises, transport
-from jobs.runtime import promise_sql as sql
 from jobs.runtime.promisebroker import channel_for
 from jobs.timing_config import current_timing
 from observability.logs import log_event

@@ -14,13 +14,13 @@ from django.conf import settings
 from django.db import connection, transaction
 
 from jobs import callbacks, queue
+from jobs import promise_sql as sql
 from jobs.core import names
 from jobs.core.contracts import routed_group
 from jobs.core.scheduling import take_order_sql
 from jobs.core.state import Fence, JobState
 from jobs.projector import state_from_rows
 from jobs.runtime import counters, faults, promisebroker, promises, transport
-from jobs.runtime import promise_sql as sql
 from jobs.runtime.roles import cluster_for_group
 from jobs.timing_config import current_timing
 from receipts.clock import now_ms as wall_clock_ms

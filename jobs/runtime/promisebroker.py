@@ -37,8 +37,8 @@ from django_q.brokers import Broker
 from django_q.conf import Conf
 from django_q.signing import SignedPackage
 
+from jobs import promise_sql as sql
 from jobs.core.names import group_of_cluster
-from jobs.runtime import promise_sql as sql
 from jobs.runtime.loops import Report
 from receipts.db import notify
 

@@ -17,10 +17,10 @@ from django.db import connection, transaction
 from django.db.models import CharField, Exists, Value
 from django.db.models.functions import Concat
 
+from jobs import promise_sql as sql
 from jobs.core.names import RECOVERY_PART
 from jobs.core.scheduling import take_order
 from jobs.models import DeliveryPromise
-from jobs.runtime import promise_sql as sql
 from jobs.timing_config import current_timing
 from receipts.db import prepared, sent
 
@@ -411,18 +411,19 @@ def take_unclaimed(
     return rows
 
 
-def release_due(*, now_ms: int, limit: int) -> list[str]:
-    """G-3: up to `limit` scheduled promises whose time came, earliest first, released into
-    their group's queue (deliverable from now on); their ids. Safe in many processes at
-    once: each promise is released by one of them."""
+def release_due(*, now_ms: int, limit: int) -> list[tuple[Any, ...]]:
+    """G-3: up to `limit` scheduled promises whose time came (a delayed job's driver, or an
+    execute a rate limit held), earliest first, released into their group's queue
+    (deliverable from now on): (id, function, group, job id, attempt, dispatch key). Safe
+    in many processes at once: each promise is released by one of them."""
     if connection.vendor == "postgresql":
         rows, _ = prepared(sql.RELEASE_DUE_PG, [now_ms, limit])
-        return [row[0] for row in rows]
+        return rows
     with transaction.atomic():
         due = [row[0] for row in prepared(sql.DUE_SQLITE, [now_ms, limit])[0]]
         if not due:
             return []
-        return [row[0] for row in prepared(sql.release_ids_sqlite(len(due)), due)[0]]
+        return prepared(sql.release_ids_sqlite(len(due)), due)[0]
 
 
 def count_scheduled(*, now_ms: int, cap: int) -> int:

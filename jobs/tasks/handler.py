@@ -22,7 +22,7 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from jobs import handlers
+from jobs import handlers, limits
 from jobs.core import bodies, contracts, retry_policy
 from jobs.core.attempts import Attempt, History
 from jobs.core.state import JobState
@@ -123,6 +123,7 @@ def register() -> None:
     """Register the handler and the task kind (no authContext: a task has no user)."""
     handlers.register_handler(payload.AGENT_ID)(run_task)
     contracts.register_kind(payload.KIND, worker_group="chat", auth_context_required=False)
+    limits.adapters[payload.KIND] = limits.KindAdapter(payload.task_path, payload.argument)
 
 
 def register_if_configured() -> None:

@@ -12,6 +12,7 @@ only a framework `Task` found there: a payload never names an arbitrary callable
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import sys
@@ -21,6 +22,7 @@ from typing import Any
 from django.apps import apps
 from django.utils.module_loading import import_string
 
+from jobs.core.limits import MISSING
 from jobs.tasks.errors import TaskNotImportable
 from jobs.tasks.framework import DEFAULT_TASK_PRIORITY, DEFAULT_TASK_QUEUE_NAME, Task
 
@@ -126,3 +128,25 @@ def task_of(payload: Any) -> Task:
 def arguments(payload: dict[str, Any]) -> tuple[list[Any], dict[str, Any]]:
     args, kwargs = payload.get("args"), payload.get("kwargs")
     return (args if isinstance(args, list) else []), (kwargs if isinstance(kwargs, dict) else {})
+
+
+def task_path(payload: dict[str, Any]) -> str | None:
+    """The task a payload names (a limit covers tasks by path), None when it names none."""
+    path = payload.get("task")
+    return path if isinstance(path, str) else None
+
+
+def argument(payload: dict[str, Any], name: str) -> Any:
+    """A task argument by name, whether passed by keyword or by position (bound to the
+    task's signature); `MISSING` when the call did not pass it (a limit's key)."""
+    args, kwargs = arguments(payload)
+    if name in kwargs:
+        return kwargs[name]
+    path = task_path(payload)
+    if not args or path is None:
+        return MISSING
+    try:
+        bound = inspect.signature(resolve(path).func).bind_partial(*args)
+    except (TaskNotImportable, TypeError, ValueError):
+        return MISSING
+    return bound.arguments.get(name, MISSING)

@@ -49,6 +49,9 @@ register_kind("test.report", worker_group="codex")
 # A kind with a retry policy (issue 34 item 2): waits of 0.5-1 s, then 1-2 s.
 register_kind("test.backoff", worker_group="chat", retry=BACKOFF_POLICY)
 
+# A kind a rate limit covers in tests/runtime/test_limits.py.
+register_kind("test.rated", worker_group="chat")
+
 
 @register_handler("test-report")
 def report(job, ctx):

@@ -86,6 +86,7 @@ def maintenance_loops(config: Any, role: str = ALL) -> list[loops.Loop]:
         loops.Loop(  # G-3: delayed jobs start within a keeper pass of their time
             "due", due.INTERVAL_MS, 0, each_pass(due.release_due), time_critical=True
         ),
+        loops.Loop("limits", 10_000, delay, each_pass(due.keep_limits)),  # raised caps
         loops.Loop("promise_sweep", 60_000, delay, each_pass(recovery.sweep_promises)),
         loops.Loop(
             "holder_release",

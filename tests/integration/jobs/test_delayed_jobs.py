@@ -15,7 +15,7 @@ from django_q.signing import SignedPackage
 from jobs import queue, redrive
 from jobs.models import DeliveryPromise
 from jobs.runtime import dispatch, due, recovery, transport
-from jobs.runtime import promise_sql as sql
+from jobs import promise_sql as sql
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.db import prepared
 from tests.integration.jobs.helpers import assert_read_model_matches_receipts, payload

@@ -17,7 +17,8 @@ from jobs import queue
 from jobs.core.contracts import routed_group
 from jobs.core.timing import TimingSettings
 from jobs.models import DeliveryPromise, Job
-from jobs.runtime import driver, promise_sql, promisebroker, promises
+from jobs import promise_sql
+from jobs.runtime import driver, promisebroker, promises
 from jobs.runtime.dispatch import start_driver
 from receipts.clock import now_ms as wall_clock_ms
 from tests.integration.jobs.helpers import payload

@@ -15,7 +15,7 @@ import pytest
 from django.db import connection
 
 from jobs.runtime import driver
-from jobs.runtime import promise_sql as sql
+from jobs import promise_sql as sql
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
 

@@ -3,7 +3,8 @@
 The table's owner is `jobs.runtime.promises`: it runs these, and so do the few callers
 that must send one on a connection or inside a statement of their own (the database
 broker's take on its listening connection, the driver's one-statement decision, the
-enqueue's joined insert). All of them take their text from here; every INSERT is built
+enqueue's joined insert, the limits' hold and wake in a begin's or a settlement's
+transaction). All of them take their text from here; every INSERT is built
 by `insert`. Strings and builders only: nothing here runs a statement.
 
 Open (unsettled): pending, or marked timed out by the sweep (which sets no settled_at).
@@ -197,10 +198,11 @@ _SCHEDULED = "due_at IS NOT NULL AND settled_at IS NULL"  # the scheduled index'
 # The due loop (PostgreSQL): scheduled promises whose time came, earliest first, released
 # into the deliverable index; replicas skip each other's rows. Only the scheduled index
 # is read, from its first entry to the first one still ahead.
+_RELEASED = "RETURNING id, function, target_group, job_id, attempt, dispatch_key"
 RELEASE_DUE_PG = (
-    f"UPDATE {TABLE} SET due_at = NULL WHERE id IN ("
+    f"UPDATE {TABLE} SET due_at = NULL, held_by = NULL WHERE id IN ("
     f"SELECT id FROM {TABLE} WHERE {_SCHEDULED} AND due_at <= %s "
-    "ORDER BY due_at LIMIT %s FOR UPDATE SKIP LOCKED) RETURNING id"
+    f"ORDER BY due_at LIMIT %s FOR UPDATE SKIP LOCKED) {_RELEASED}"
 )
 # The due loop (SQLite, whose writers are serialized): the ids whose time came...
 DUE_SQLITE = f"SELECT id FROM {TABLE} WHERE {_SCHEDULED} AND due_at <= %s ORDER BY due_at LIMIT %s"
@@ -210,7 +212,48 @@ DUE_SQLITE = f"SELECT id FROM {TABLE} WHERE {_SCHEDULED} AND due_at <= %s ORDER 
 def release_ids_sqlite(count: int) -> str:
     """...and their release, of those still scheduled."""
     marks = ", ".join(["%s"] * count)
-    return f"UPDATE {TABLE} SET due_at = NULL WHERE id IN ({marks}) AND {_SCHEDULED} RETURNING id"
+    return (
+        f"UPDATE {TABLE} SET due_at = NULL, held_by = NULL "
+        f"WHERE id IN ({marks}) AND {_SCHEDULED} {_RELEASED}"
+    )
+
+
+# ---- deliveries held by a limit (jobs.limits) ---------------------------------------------
+
+# A begin refused by a limit: its claim undone, the promise scheduled (`due_at`: the
+# rate's next room, or `UNTIL_WOKEN` for a cap) with its timeout moved as far, so the
+# sweep and the queued redrive leave it alone; `held_by` names the limit (held by, due,
+# due again, now, id).
+HOLD = (
+    f"UPDATE {TABLE} SET worker_id = NULL, held_by = %s, due_at = %s, "
+    "timeout_at = %s + (timeout_at - %s) WHERE id = %s"
+)
+# A freed slot of a cap's key wakes its oldest held delivery whose job still waits (a
+# canceled job's would waste it): deliverable at once, its timeout moved back (now, now,
+# held by, limit). The woken promise's fields, to send its task.
+WAKE = {
+    vendor: f"UPDATE {TABLE} SET due_at = NULL, held_by = NULL, available_at = %s, "
+    f"timeout_at = %s + (timeout_at - due_at) WHERE id IN ("
+    f"SELECT p.id FROM {TABLE} p JOIN jobs_job j ON j.id = p.job_id "
+    "WHERE p.held_by = %s AND p.settled_at IS NULL AND j.status = 'queued' "
+    f"ORDER BY p.ordered_at LIMIT %s{lock}) {_RELEASED}"
+    for vendor, lock in (("postgresql", " FOR UPDATE OF p SKIP LOCKED"), ("sqlite", ""))
+}
+# Keys with held deliveries, for the keeper's pass (a raised cap, a removed limit).
+HELD_KEYS = (
+    f"SELECT DISTINCT held_by FROM {TABLE} WHERE held_by LIKE 'cap:%%' "
+    "AND settled_at IS NULL LIMIT %s"
+)
+# Held deliveries per holder, up to a cap each (the dashboard's and diagnosis' counts).
+COUNT_HELD = (
+    f"SELECT COUNT(*) FROM (SELECT 1 FROM {TABLE} WHERE held_by = %s "
+    "AND settled_at IS NULL LIMIT %s) AS h"
+)
+# A job's held delivery: what holds it and until when (diagnosis).
+HELD_FOR_JOB = (
+    f"SELECT held_by, due_at FROM {TABLE} WHERE job_id = %s AND held_by IS NOT NULL "
+    "AND settled_at IS NULL ORDER BY created_at DESC LIMIT 1"
+)
 
 
 # Delayed jobs still waiting (the dashboard), counted up to a cap on the scheduled index;
@@ -218,5 +261,6 @@ def release_ids_sqlite(count: int) -> str:
 COUNT_SCHEDULED = (
     f"SELECT COUNT(*) FROM (SELECT 1 FROM {TABLE} p JOIN jobs_job j ON j.id = p.job_id "
     "WHERE p.due_at IS NOT NULL AND p.settled_at IS NULL AND p.due_at > %s "
+    "AND p.held_by IS NULL "
     "AND j.status = 'queued' LIMIT %s) AS c"
 )

@@ -1,0 +1,210 @@
+"""Rate limits and per-key caps below the runtime (issue 34 item 4): the begin counts a
+capped key's running jobs and holds the delivery at the cap; the running job that stops
+wakes the key's oldest held delivery in its own transaction; a rate's window holds starts
+past N, spaced out, and the due loop gives them back. The worker processes' side is
+tests/runtime/test_limits.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from jobs import handlers, limits, promise_sql, queue
+from jobs.core.limits import UNTIL_WOKEN_MS, Limit
+from jobs.handler_contract import JobResult
+from jobs.models import DeliveryPromise, Job
+from jobs.runtime import attempt as attempts
+from jobs.runtime import dispatch, driver, due
+from receipts import store
+from receipts.clock import now_ms as wall_clock_ms
+from receipts.db import prepared
+from tests.integration.jobs.helpers import assert_read_model_matches_receipts, payload
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+AGENT = "test-limits"
+KIND = "factory.run"
+
+
+@pytest.fixture(autouse=True)
+def _handler(monkeypatch):
+    monkeypatch.setitem(handlers._HANDLERS, AGENT, lambda job, ctx: JobResult.success("ran"))
+
+
+@pytest.fixture
+def declare():
+    names: list[str] = []
+
+    def declare(**fields: Any) -> Limit:
+        limit = limits.register_limit(Limit(**fields))
+        names.append(limit.name)
+        return limit
+
+    yield declare
+    for name in names:
+        limits.forget(name)
+
+
+def delivered(**extra: Any) -> tuple[str, str]:
+    result = queue.enqueue(AGENT, payload(KIND, **extra))
+    if not result.dispatched:  # SQLite: the enqueue's after-commit pass opens it
+        dispatch.dispatch_batch([result.job])
+    job = result.job
+    assert driver.drive(job.job_id)["status"] == "dispatched"
+    return job.job_id, driver.execute_promise_id(job.job_id, 1, job.job_id)
+
+
+def begin(job_id: str, execute_id: str, *, now: int | None = None):
+    return attempts.begin(
+        execute_id,
+        job_id=job_id,
+        attempt=1,
+        worker_id="chat:limits:1",
+        now_ms=wall_clock_ms() if now is None else now,
+    )
+
+
+def complete(running: attempts.Running) -> None:
+    ended = attempts.settle(running, "completed", now_ms=wall_clock_ms, result={"ok": True})
+    assert ended.status == "completed"
+
+
+def deliverable() -> set[str]:
+    """What the broker's take of the test jobs' worker group would take now."""
+    group = DeliveryPromise.objects.filter(function="execute").values_list(
+        "target_group", flat=True
+    )[0]
+    rows, _ = prepared(promise_sql.PEEK, [group, wall_clock_ms() + 1, 10_000])
+    return {row[0] for row in rows}
+
+
+def test_a_key_at_its_cap_holds_the_next_start_and_a_stop_wakes_it(declare):
+    declare(name="per-customer", kinds=(KIND,), concurrency=2, key="customer.id")
+    first, second, third = (delivered(customer={"id": "c1"}) for _ in range(3))
+    other = delivered(customer={"id": "c2"})
+
+    running = [begin(*first), begin(*second)]
+    assert all(isinstance(r, attempts.Running) for r in running)
+    held = begin(*third)
+    assert isinstance(held, attempts.Ended) and held.status == "held"
+    assert held.outcome["heldBy"] == "cap:per-customer:c1"
+    assert isinstance(begin(*other), attempts.Running)  # another key has its own slots
+
+    job = queue.get(third[0])
+    assert (job.status, job.attempt) == ("queued", 0)  # nothing was written to the job
+    promise = DeliveryPromise.objects.get(pk=third[1])
+    assert (promise.held_by, promise.due_at, promise.worker_id) == (
+        "cap:per-customer:c1",
+        UNTIL_WOKEN_MS,
+        None,
+    )
+    assert promise.timeout_at > UNTIL_WOKEN_MS  # the sweep and the redrive leave it alone
+    assert third[1] not in deliverable()
+    lease = store.read(f"jobs/{first[0]}")[1]
+    assert (lease.type, lease.body["limitKey"]) == ("job.leased", "per-customer:c1")
+    assert Job.objects.get(pk=first[0]).limit_key == "per-customer:c1"
+    assert limits.running("per-customer:c1") == 2
+
+    complete(running[0])  # a slot frees: the held delivery is woken in that transaction
+
+    promise.refresh_from_db()
+    assert (promise.held_by, promise.due_at) == (None, None)
+    assert wall_clock_ms() - 60_000 < promise.timeout_at < UNTIL_WOKEN_MS
+    assert third[1] in deliverable()
+    assert isinstance(begin(*third), attempts.Running)
+    assert limits.running("per-customer:c1") == 2
+    for job_id in (first[0], third[0]):
+        assert_read_model_matches_receipts(job_id)
+
+
+def test_a_cap_without_a_key_counts_every_job_it_covers_and_a_missing_key_shares_one(declare):
+    declare(name="one-at-a-time", kinds=(KIND,), concurrency=1)
+    a, b = delivered(), delivered(customer={"id": "x"})
+    assert isinstance(begin(*a), attempts.Running)
+    held = begin(*b)
+    assert isinstance(held, attempts.Ended) and held.outcome["heldBy"] == "cap:one-at-a-time"
+
+
+def test_a_canceled_held_job_does_not_swallow_the_wake(declare):
+    declare(name="solo", kinds=(KIND,), concurrency=1, key="customer")
+    first, gone, waiting = (delivered(customer="c") for _ in range(3))
+    running = begin(*first)
+    assert isinstance(running, attempts.Running)
+    assert begin(*gone).status == "held"
+    assert begin(*waiting).status == "held"
+    queue.command(gone[0], "abort", reason="not needed")  # queued: canceled at once
+    assert queue.get(gone[0]).status == "canceled"
+
+    complete(running)
+
+    assert waiting[1] in deliverable()  # the oldest held delivery whose job still waits
+    assert gone[1] not in deliverable()
+
+
+def test_a_failed_attempt_that_retries_frees_its_slot_too(declare):
+    declare(name="solo", kinds=(KIND,), concurrency=1, key="customer")
+    first, waiting = delivered(customer="c"), delivered(customer="c")
+    running = begin(*first)
+    assert begin(*waiting).status == "held"
+    ended = attempts.settle(running, "failed", now_ms=wall_clock_ms, error="boom")
+    assert queue.get(first[0]).status == "queued"  # its retry waits like any job
+    assert ended.status == "failed"
+    assert waiting[1] in deliverable()
+
+
+def test_a_rate_holds_starts_past_n_per_window_spaced_out_and_the_due_loop_returns_them(
+    declare,
+):
+    declare(name="provider", kinds=(KIND,), rate=2, per_ms=60_000)
+    now = wall_clock_ms()
+    jobs = [delivered() for _ in range(4)]
+    assert isinstance(begin(*jobs[0], now=now), attempts.Running)
+    assert isinstance(begin(*jobs[1], now=now + 1_000), attempts.Running)
+    third, fourth = begin(*jobs[2], now=now + 2_000), begin(*jobs[3], now=now + 2_000)
+    assert (third.status, third.outcome["heldBy"]) == ("held", "rate:provider")
+    # room when the first start leaves the window; the next one a share of the period later
+    assert third.outcome["dueAt"] == now + 60_000
+    assert fourth.outcome["dueAt"] == now + 60_000 + 30_000
+    assert jobs[2][1] not in deliverable()
+
+    assert due.release_due(now_ms=now + 59_999).acted == 0
+    assert due.release_due(now_ms=now + 60_000).acted == 1
+    assert jobs[2][1] in deliverable() and jobs[3][1] not in deliverable()
+    assert isinstance(begin(*jobs[2], now=now + 60_000), attempts.Running)
+    assert DeliveryPromise.objects.get(pk=jobs[2][1]).held_by is None
+
+
+def test_a_refused_rate_gives_back_the_start_another_rate_gave(declare):
+    declare(name="wide", kinds=(KIND,), rate=10, per_ms=60_000)
+    declare(name="narrow", kinds=(KIND,), rate=1, per_ms=60_000)
+    now = wall_clock_ms()
+    a, b = delivered(), delivered()
+    assert isinstance(begin(*a, now=now), attempts.Running)
+    assert begin(*b, now=now).outcome["heldBy"] == "rate:narrow"
+    used = limits.usage(limits.by_name("wide"), now_ms=now)["rate"]["used"]
+    assert used == 1  # the held begin's start of "wide" was given back
+
+
+def test_the_keeper_wakes_what_a_raised_cap_frees(declare):
+    declare(name="solo", kinds=(KIND,), concurrency=1, key="customer")
+    first, waiting = delivered(customer="c"), delivered(customer="c")
+    assert isinstance(begin(*first), attempts.Running)
+    assert begin(*waiting).status == "held"
+    assert due.keep_limits(now_ms=wall_clock_ms()).acted == 0  # still at its cap
+
+    limits.forget("solo")
+    declare(name="solo", kinds=(KIND,), concurrency=2, key="customer")
+    assert due.keep_limits(now_ms=wall_clock_ms()).acted == 1
+    assert waiting[1] in deliverable()
+
+
+def test_the_dashboard_usage_shows_each_part_of_a_limit(declare):
+    limit = declare(name="mixed", kinds=(KIND,), rate=5, per_ms=1_000, concurrency=1, key="k")
+    a, b = delivered(k="one"), delivered(k="one")
+    assert isinstance(begin(*a), attempts.Running)
+    assert begin(*b).status == "held"
+    shown = limits.usage(limit, now_ms=wall_clock_ms())
+    assert shown["rate"] == {"text": "5/s", "used": 1, "of": 5, "held": 0}
+    assert shown["concurrency"]["busiest"] == [{"key": "one", "running": 1, "full": True}]
+    assert shown["concurrency"]["held"] == 1
