@@ -11,9 +11,17 @@ from typing import Any
 
 from django.conf import settings
 
-from jobs import handlers, queue, queues, selectors
+from jobs import handlers, limits, queue, queues, selectors
 from jobs.core.contracts import routed_group
-from jobs.core.diagnosis import BUSY_SHOWN, COUNT_CAP, Capacity, Facts, PendingDelivery, diagnose
+from jobs.core.diagnosis import (
+    BUSY_SHOWN,
+    COUNT_CAP,
+    Capacity,
+    Facts,
+    HeldDelivery,
+    PendingDelivery,
+    diagnose,
+)
 from jobs.core.names import recovery_generation_id
 from jobs.core.state import JobState
 from jobs.errors import JobNotFound
@@ -35,7 +43,7 @@ def facts_for(job_id: str, *, now_ms: int | None = None) -> Facts:
     pending = tuple(
         PendingDelivery(p.id, p.function, p.created_at, p.timeout_at)
         for p in DeliveryPromise.objects.filter(
-            job_id=job_id, state="pending", timeout_at__gt=now
+            job_id=job_id, state="pending", timeout_at__gt=now, held_by__isnull=True
         ).order_by("created_at")
     )
     last_driver = (
@@ -65,7 +73,24 @@ def facts_for(job_id: str, *, now_ms: int | None = None) -> Facts:
         holder_gone=_holder_gone(job, live_rows, now),
         groups=current_timing().group_names(),
         paused=_paused(job),
+        held=_held(job),
     )
+
+
+def _held(job: JobState) -> HeldDelivery | None:
+    found = limits.held_for(job.job_id) if job.status == "queued" else None
+    if found is None:
+        return None
+    held_by, due_at = found
+    kind, key = held_by.split(":", 1)
+    limit = limits.by_name(key.split(":", 1)[0])
+    name = limit.name if limit is not None else key.split(":", 1)[0]
+    if kind == "cap":
+        value = key.split(":", 1)[1] if ":" in key else None
+        of = limit.concurrency or 0 if limit is not None else 0
+        return HeldDelivery(name, kind, due_at, value, limits.running(key), of)
+    rate = limit.rate_text if limit is not None else None
+    return HeldDelivery(name, kind, due_at, rate=rate or "removed")
 
 
 def _paused(job: JobState) -> tuple[str, int] | None:

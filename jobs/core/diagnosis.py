@@ -24,6 +24,20 @@ class PendingDelivery:
     timeout_at: int
 
 
+@dataclass(frozen=True)
+class HeldDelivery:
+    """A delivery a limit holds back: a cap (`running` of `of` run under `key`) or a rate
+    (`rate`, due again at `due_at`)."""
+
+    limit: str
+    kind: str  # cap | rate
+    due_at: int
+    key: str | None = None
+    running: int = 0
+    of: int = 0
+    rate: str | None = None
+
+
 COUNT_CAP = 1000  # counts gathered for diagnosis stop here; more reads "1000+"
 BUSY_SHOWN = 3  # busy jobs named in a sentence
 
@@ -104,6 +118,7 @@ class Facts:
     groups: tuple[str, ...] | None = None
     # The routed group's pause, when it is paused: (by, at ms).
     paused: tuple[str, int] | None = None
+    held: HeldDelivery | None = None  # its delivery, held back by a limit
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -114,6 +129,19 @@ class Blocker:
 
     def to_wire(self) -> dict[str, str]:
         return {"code": self.code, "detail": self.detail}
+
+
+def held_detail(held: HeldDelivery, now: int) -> str:
+    if held.kind == "cap":
+        whose = f"key {held.key}" if held.key is not None else "the limit"
+        return (
+            f"held by the concurrency cap {held.limit}: {held.running} of {held.of} "
+            f"running for {whose}; it starts as soon as one of them stops"
+        )
+    return (
+        f"held by the rate limit {held.limit} ({held.rate}): due again at "
+        f"{utc_text(held.due_at)} (in {human_ms(held.due_at - now)})"
+    )
 
 
 def human_ms(ms: int | float | None) -> str:
@@ -275,6 +303,8 @@ def diagnose(facts: Facts) -> list[Blocker]:
                 f"until it is resumed (`manage.py jobs queues resume {group}`)",
             )
         )
+    if facts.held is not None:
+        out.append(Blocker("held_by_limit", held_detail(facts.held, now)))
     # A saturated group comes next: it is why a pending delivery does not move.
     # Without a live process the group has no slots and `no_live_process` already says so.
     capacity = facts.capacity

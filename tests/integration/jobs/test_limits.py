@@ -6,16 +6,17 @@ tests/runtime/test_limits.py."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
-from jobs import handlers, limits, promise_sql, queue
+from jobs import diagnosis, handlers, limits, promise_sql, queue
 from jobs.core.limits import UNTIL_WOKEN_MS, Limit
 from jobs.handler_contract import JobResult
 from jobs.models import DeliveryPromise, Job
 from jobs.runtime import attempt as attempts
-from jobs.runtime import dispatch, driver, due
+from jobs.runtime import driver, due
 from receipts import store
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.db import prepared
@@ -28,8 +29,10 @@ KIND = "factory.run"
 
 
 @pytest.fixture(autouse=True)
-def _handler(monkeypatch):
+def _handler(monkeypatch, settings):
     monkeypatch.setitem(handlers._HANDLERS, AGENT, lambda job, ctx: JobResult.success("ran"))
+    # SQLite: the enqueue's dispatch runs in the caller, not in a thread racing the test
+    settings.RECEIPT = dataclasses.replace(settings.RECEIPT, dispatch_mode="inline")
 
 
 @pytest.fixture
@@ -47,10 +50,7 @@ def declare():
 
 
 def delivered(**extra: Any) -> tuple[str, str]:
-    result = queue.enqueue(AGENT, payload(KIND, **extra))
-    if not result.dispatched:  # SQLite: the enqueue's after-commit pass opens it
-        dispatch.dispatch_batch([result.job])
-    job = result.job
+    job = queue.enqueue(AGENT, payload(KIND, **extra)).job
     assert driver.drive(job.job_id)["status"] == "dispatched"
     return job.job_id, driver.execute_promise_id(job.job_id, 1, job.job_id)
 
@@ -176,13 +176,13 @@ def test_a_rate_holds_starts_past_n_per_window_spaced_out_and_the_due_loop_retur
 
 
 def test_a_refused_rate_gives_back_the_start_another_rate_gave(declare):
-    declare(name="wide", kinds=(KIND,), rate=10, per_ms=60_000)
+    wide = declare(name="wide", kinds=(KIND,), rate=10, per_ms=60_000)
     declare(name="narrow", kinds=(KIND,), rate=1, per_ms=60_000)
     now = wall_clock_ms()
     a, b = delivered(), delivered()
     assert isinstance(begin(*a, now=now), attempts.Running)
     assert begin(*b, now=now).outcome["heldBy"] == "rate:narrow"
-    used = limits.usage(limits.by_name("wide"), now_ms=now)["rate"]["used"]
+    used = limits.usage(wide, now_ms=now)["rate"]["used"]
     assert used == 1  # the held begin's start of "wide" was given back
 
 
@@ -208,3 +208,29 @@ def test_the_dashboard_usage_shows_each_part_of_a_limit(declare):
     assert shown["rate"] == {"text": "5/s", "used": 1, "of": 5, "held": 0}
     assert shown["concurrency"]["busiest"] == [{"key": "one", "running": 1, "full": True}]
     assert shown["concurrency"]["held"] == 1
+
+
+def test_diagnosis_names_the_limit_that_holds_a_job(declare):
+    declare(name="solo", kinds=(KIND,), concurrency=1, key="customer")
+    declare(name="provider", kinds=(KIND,), rate=1, per_ms=3_600_000)
+    first, capped = delivered(customer="acme"), delivered(customer="acme")
+    rated = delivered(customer="other")
+    assert isinstance(begin(*first), attempts.Running)
+    assert begin(*capped).status == "held"
+    assert begin(*rated).outcome["heldBy"] == "rate:provider"
+
+    def held(job_id: str) -> list[dict[str, str]]:
+        blockers = diagnosis.diagnosis(job_id)["blockers"]
+        return [b for b in blockers if b["code"] in ("held_by_limit", "delivery_pending")]
+
+    assert held(capped[0]) == [
+        {
+            "code": "held_by_limit",
+            "detail": "held by the concurrency cap solo: 1 of 1 running for key acme; it starts "
+            "as soon as one of them stops",
+        }
+    ]  # and no pending delivery: it is not a lost one
+    shown = held(rated[0])
+    assert [b["code"] for b in shown] == ["held_by_limit"], shown
+    detail = shown[0]["detail"]
+    assert detail.startswith("held by the rate limit provider (1/h): due again at ")
