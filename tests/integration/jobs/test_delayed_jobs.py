@@ -12,10 +12,10 @@ import pytest
 from django.db import connection
 from django_q.signing import SignedPackage
 
+from jobs import promise_sql as sql
 from jobs import queue, redrive
 from jobs.models import DeliveryPromise
 from jobs.runtime import dispatch, due, recovery, transport
-from jobs import promise_sql as sql
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.db import prepared
 from tests.integration.jobs.helpers import assert_read_model_matches_receipts, payload

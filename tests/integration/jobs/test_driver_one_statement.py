@@ -13,11 +13,10 @@ import pytest
 from django.conf import settings
 from django.db import connection, transaction
 
-from jobs import queue
+from jobs import promise_sql, queue
 from jobs.core.contracts import routed_group
 from jobs.core.timing import TimingSettings
 from jobs.models import DeliveryPromise, Job
-from jobs import promise_sql
 from jobs.runtime import driver, promisebroker, promises
 from jobs.runtime.dispatch import start_driver
 from receipts.clock import now_ms as wall_clock_ms

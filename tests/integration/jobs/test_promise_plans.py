@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from jobs.runtime import driver
 from jobs import promise_sql as sql
+from jobs.runtime import driver
 
 pytestmark = [pytest.mark.django_db, pytest.mark.postgres_only]
 
