@@ -36,7 +36,7 @@ from typing import Any
 from django.conf import settings
 from django.db.models import BigIntegerField, Count, ExpressionWrapper, F, Q
 
-from jobs import callbacks, counts, queues, selectors
+from jobs import callbacks, counts, limits, queues, selectors
 from jobs.core.diagnosis import slot_state
 from jobs.core.groups import BUILTIN_GROUPS
 from jobs.core.names import worker_cluster
@@ -279,6 +279,37 @@ def capacity(depth: dict[str, Any], *, now_ms: int) -> list[dict[str, Any]]:
     ]
 
 
+LIMITS_SHOWN = 50  # limits on the dashboard; KEYS_SHOWN busiest keys of each cap
+KEYS_SHOWN = 5
+
+
+def limits_block(*, now_ms: int) -> list[dict[str, Any]]:
+    """Each declared limit and how full it is: a row for its rate (starts in the current
+    window of N) and one per busiest key of its cap (running of K), each with the
+    deliveries it holds. Bounded reads: see `jobs.limits.usage`."""
+    rows: list[dict[str, Any]] = []
+    for limit in limits.declared()[:LIMITS_SHOWN]:
+        shown = limits.usage(limit, now_ms=now_ms, keys=KEYS_SHOWN)
+        base = {"limit": limit.name, "covers": shown["covers"]}
+        if "rate" in shown:
+            rate = shown["rate"]
+            part = {"part": f"rate {rate['text']}", "key": "—", "held": rate["held"]}
+            rows.append({**base, **part, **_usage(rate["used"], rate["of"])})
+        if "concurrency" in shown:
+            cap = shown["concurrency"]
+            label = f"{cap['of']} at once" + (f" per {cap['key']}" if cap["key"] else "")
+            busiest = cap["busiest"] or [{"key": None, "running": 0}]
+            for entry in busiest:
+                key = entry["key"] if entry["key"] is not None else "—"
+                part = {"part": f"cap {label}", "key": key, "held": cap["held"]}
+                rows.append({**base, **part, **_usage(entry["running"], cap["of"])})
+    return rows
+
+
+def _usage(busy: int, slots: int) -> dict[str, Any]:
+    return {"busy": busy, "slots": slots, "busyShown": str(busy)}
+
+
 def worker_groups_block() -> dict[str, Any]:
     """Every worker group with the settings its runworkers use, built-in and declared,
     and the PostgreSQL connections its runworkers hold (no query)."""
@@ -389,6 +420,7 @@ def snapshot(*, now_ms: int | None = None, include_config: bool = True) -> dict[
         "runningByCluster": running_by_cluster(depth),
         "capacity": capacity(depth, now_ms=now),
         "workerGroups": worker_groups_block(),
+        "limits": limits_block(now_ms=now),
         "processes": workers,
         # L-6: a gone process's loop rows describe loops nobody runs any more
         "loops": loops.summary(process_ids=[r["id"] for r in workers["rows"] if r["live"]]),

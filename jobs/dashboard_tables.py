@@ -87,6 +87,25 @@ DASHBOARD_TABLES = (
         "every runworker (driver: 4), plus the API's pools.",
     ),
     Table(
+        "limits",
+        "Limits: rates and concurrency caps",
+        "limits",
+        (
+            Column("limit", "limit"),
+            Column("covers", "covers"),
+            Column("part", "limit part"),
+            Column("key", "key"),
+            Column("busy", "in use", "usage"),
+            Column("held", "held", "num"),
+        ),
+        "No limit is declared (RECEIPT_LIMITS).",
+        "A rate's row: starts in the current window of its period. A cap's rows: the "
+        "busiest keys (up to 5), running of the cap. Held: deliveries the limit holds "
+        "back, counted up to 1,000; a held job stays queued and starts when the limit "
+        "has room.",
+        wide=True,
+    ),
+    Table(
         "by-status",
         "Active jobs by status",
         "depth.byStatus",

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from jobs import diagnosis, handlers, limits, promise_sql, queue
+from jobs import dashboard, diagnosis, handlers, limits, promise_sql, queue
 from jobs.core.limits import UNTIL_WOKEN_MS, Limit
 from jobs.handler_contract import JobResult
 from jobs.models import DeliveryPromise, Job
@@ -234,3 +234,30 @@ def test_diagnosis_names_the_limit_that_holds_a_job(declare):
     assert [b["code"] for b in shown] == ["held_by_limit"], shown
     detail = shown[0]["detail"]
     assert detail.startswith("held by the rate limit provider (1/h): due again at ")
+
+
+def test_the_dashboard_shows_each_limit_and_how_full_it_is(declare, admin_client):
+    declare(name="per-customer", kinds=(KIND,), concurrency=1, key="customer")
+    declare(name="provider", queues=("chat", "codex"), rate=10, per_ms=60_000)
+    first, waiting = delivered(customer="acme"), delivered(customer="acme")
+    assert isinstance(begin(*first), attempts.Running)
+    assert begin(*waiting).status == "held"
+
+    rows = dashboard.snapshot(include_config=False)["limits"]
+    by_part = {(row["limit"], row["key"]): row for row in rows}
+    cap = by_part[("per-customer", "acme")]
+    assert (cap["part"], cap["busy"], cap["slots"], cap["held"]) == (
+        "cap 1 at once per customer",
+        1,
+        1,
+        1,
+    )
+    assert cap["covers"] == f"kind {KIND}"
+    rate = by_part[("provider", "—")]
+    # one start in the window: the held begin took none (its cap refused it first)
+    assert (rate["part"], rate["busy"], rate["slots"], rate["held"]) == ("rate 10/m", 1, 10, 0)
+    assert rate["covers"] == "queue chat, queue codex"
+
+    page = admin_client.get("/admin/jobs/job/dashboard/").content.decode()
+    assert "Limits: rates and concurrency caps" in page
+    assert "cap 1 at once per customer" in page
