@@ -3,7 +3,7 @@
 
 from django.urls import path
 
-from jobs.api import batch, log_views, queues, retry, schedules, views
+from jobs.api import batch, limits, log_views, queues, retry, schedules, views
 
 urlpatterns = [
     path("agents/<str:agent_id>/jobs", views.EnqueueView.as_view(), name="job-enqueue"),
@@ -16,6 +16,7 @@ urlpatterns = [
     path("kinds", views.KindsView.as_view(), name="kind-list"),
     path("schedules", schedules.ScheduleListView.as_view(), name="schedule-list"),
     path("queues", queues.QueueListView.as_view(), name="queue-list"),
+    path("limits", limits.LimitListView.as_view(), name="limit-list"),
     path("queues/<str:group>/pause", queues.QueuePauseView.as_view(), name="queue-pause"),
     path("queues/<str:group>/resume", queues.QueueResumeView.as_view(), name="queue-resume"),
     # before the job detail: POST retries many; GET still reads a job named "retry"
