@@ -220,3 +220,24 @@ def test_a_failed_job_page_retries_it_and_shows_the_retry(tab: Page):
     rows = tab.locator("#rcpt-receipts tbody tr.rcpt-row .rcpt-type")
     expect(rows.last).to_have_text("job.retried")
     shot(tab, "job-retried")
+
+
+def test_a_job_waiting_out_its_backoff_shows_when_it_retries(tab: Page):
+    """Issue 34 item 2: a failed attempt waiting for its retry policy's backoff is queued
+    with its retry time: the list's row, the job page's Backoff and its diagnosis say so."""
+    from jobs.core.state import Fence
+    from receipts.clock import now_ms
+
+    job_id = enqueue()
+    assert queue.lease(job_id, worker_id="chat:h:1").applied
+    retry_at = now_ms() + 3_600_000
+    queue.fail(job_id, "provider said 429", fence=Fence("chat:h:1", 1), retry_at=retry_at)
+    assert queue.get(job_id).status == "queued"
+
+    tab.goto(f"/admin/jobs/job/{job_id}/change/")
+    expect(tab.locator("#rcpt-retrying")).to_contain_text("retrying at")
+    expect(tab.locator("#rcpt-retrying")).to_contain_text("after attempt 1 failed")
+    expect(tab.locator("#rcpt-diagnosis")).to_contain_text("provider said 429")
+    shot(tab, "job-backoff")
+    sizes = tab.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+    assert sizes[0] <= sizes[1], sizes
