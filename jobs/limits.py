@@ -278,9 +278,7 @@ def usage(limit: Limit, *, now_ms: int, keys: int = 10, cap: int = 1000) -> dict
             for key, n in rows
         ]
         held_rows, _ = prepared(
-            "SELECT COUNT(*) FROM (SELECT 1 FROM jobs_delivery_promise WHERE "
-            "(held_by = %s OR (held_by >= %s AND held_by < %s)) AND settled_at IS NULL "
-            "LIMIT %s) AS h",
+            promise_sql.COUNT_HELD_RANGE,
             [f"cap:{limit.name}", f"cap:{limit.name}:", f"cap:{limit.name};", cap + 1],
         )
         shown["concurrency"] = {

@@ -244,10 +244,15 @@ HELD_KEYS = (
     f"SELECT DISTINCT held_by FROM {TABLE} WHERE held_by LIKE 'cap:%%' "
     "AND settled_at IS NULL LIMIT %s"
 )
-# Held deliveries per holder, up to a cap each (the dashboard's and diagnosis' counts).
-COUNT_HELD = (
-    f"SELECT COUNT(*) FROM (SELECT 1 FROM {TABLE} WHERE held_by = %s "
-    "AND settled_at IS NULL LIMIT %s) AS h"
+# Held deliveries of queued jobs (a canceled job's stays held, unsettled, until retention)
+# by holder, or by holders in a range (a cap's keys), up to a cap (the dashboard's counts).
+_HELD_QUEUED = (
+    f"SELECT COUNT(*) FROM (SELECT 1 FROM {TABLE} p JOIN jobs_job j ON j.id = p.job_id "
+    "WHERE {holders} AND p.settled_at IS NULL AND j.status = 'queued' LIMIT %s) AS h"
+)
+COUNT_HELD = _HELD_QUEUED.format(holders="p.held_by = %s")
+COUNT_HELD_RANGE = _HELD_QUEUED.format(
+    holders="(p.held_by = %s OR (p.held_by >= %s AND p.held_by < %s))"
 )
 # A job's held delivery: what holds it and until when (diagnosis).
 HELD_FOR_JOB = (

@@ -261,3 +261,13 @@ def test_the_dashboard_shows_each_limit_and_how_full_it_is(declare, admin_client
     page = admin_client.get("/admin/jobs/job/dashboard/").content.decode()
     assert "Limits: rates and concurrency caps" in page
     assert "cap 1 at once per customer" in page
+
+
+def test_a_canceled_job_s_held_delivery_is_not_counted_as_held(declare):
+    limit = declare(name="solo", kinds=(KIND,), concurrency=1, key="customer")
+    first, gone = delivered(customer="c"), delivered(customer="c")
+    assert isinstance(begin(*first), attempts.Running)
+    assert begin(*gone).status == "held"
+    assert limits.usage(limit, now_ms=wall_clock_ms())["concurrency"]["held"] == 1
+    queue.command(gone[0], "abort", reason="not needed")
+    assert limits.usage(limit, now_ms=wall_clock_ms())["concurrency"]["held"] == 0
