@@ -22,7 +22,9 @@ def per_a():
 
 
 def _governing(result):
-    return limits.governing(queue.get(result.id))
+    job = queue.get(result.id)
+    assert job is not None
+    return limits.governing(job)
 
 
 def test_a_task_argument_keys_its_cap_by_keyword_or_position(per_a):
