@@ -24,6 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from jobs.core.declared import parse_array
+
 MAX_NAME: Final = 64
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
 _RATE = re.compile(r"\s*(\d+)\s*/\s*(\d*)\s*(s|m|h|d)\s*")
@@ -174,24 +176,13 @@ def from_wire(wire: Any, *, where: str = "limit") -> Limit:
 def parse_many(value: Any) -> tuple[Limit, ...]:
     """A JSON array of limits (text, or already parsed from a settings block); names are
     unique. Empty text declares none."""
-    if isinstance(value, str):
-        if not value.strip():
-            return ()
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as error:
-            raise LimitError(f"is not valid JSON: {error}") from None
-    if not isinstance(value, Sequence) or isinstance(value, str):
-        raise LimitError(f"must be a JSON array of limits, got {type(value).__name__}")
-    limits = tuple(
-        item if isinstance(item, Limit) else from_wire(item, where=f"limit {i}")
-        for i, item in enumerate(value)
+
+    def item(raw: Any, index: int) -> Limit:
+        return raw if isinstance(raw, Limit) else from_wire(raw, where=f"limit {index}")
+
+    return parse_array(
+        value, noun="limit", error=LimitError, item=item, name_of=lambda limit: limit.name
     )
-    names = [limit.name for limit in limits]
-    for name in names:
-        if names.count(name) > 1:
-            raise LimitError(f"limit {name!r} is declared twice")
-    return limits
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,14 @@ reads the clock: times come in as arguments, in milliseconds since the epoch.
 
 from __future__ import annotations
 
-import json
 import re
 import zoneinfo
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final
+
+from jobs.core.declared import parse_array
 
 STREAM_PREFIX: Final = "schedules/"
 MAX_NAME: Final = 64
@@ -144,21 +145,13 @@ def from_wire(wire: Any, *, where: str = "schedule") -> Schedule:
 def parse_many(value: Any) -> tuple[Schedule, ...]:
     """A JSON array of schedules (text, or already parsed from a settings dict); names
     must be unique. Empty text is no schedule."""
-    if isinstance(value, str):
-        if not value.strip():
-            return ()
-        try:
-            value = json.loads(value)
-        except json.JSONDecodeError as error:
-            raise ScheduleError(f"is not valid JSON: {error}") from None
-    if not isinstance(value, Sequence) or isinstance(value, str):
-        raise ScheduleError(f"must be a JSON array of schedules, got {type(value).__name__}")
-    schedules = tuple(from_wire(item, where=f"schedule {i}") for i, item in enumerate(value))
-    names = [s.name for s in schedules]
-    for name in names:
-        if names.count(name) > 1:
-            raise ScheduleError(f"schedule {name!r} is declared twice")
-    return schedules
+    return parse_array(
+        value,
+        noun="schedule",
+        error=ScheduleError,
+        item=lambda raw, index: from_wire(raw, where=f"schedule {index}"),
+        name_of=lambda schedule: schedule.name,
+    )
 
 
 def check(schedule: Schedule) -> None:

@@ -1,0 +1,37 @@
+"""Named declarations given as one JSON array (schedules, limits): read from settings text
+or an already parsed list, each item checked by its own reader, names unique. Pure."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+def parse_array(
+    value: Any,
+    *,
+    noun: str,
+    error: type[ValueError],
+    item: Callable[[Any, int], T],
+    name_of: Callable[[T], str],
+) -> tuple[T, ...]:
+    """`value`: JSON text (empty declares none) or a sequence; `item(raw, index)` reads
+    one; `error` is raised naming what is wrong, as "<noun> <name> is declared twice"."""
+    if isinstance(value, str):
+        if not value.strip():
+            return ()
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as problem:
+            raise error(f"is not valid JSON: {problem}") from None
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        raise error(f"must be a JSON array of {noun}s, got {type(value).__name__}")
+    items = tuple(item(raw, index) for index, raw in enumerate(value))
+    names = [name_of(one) for one in items]
+    for name in names:
+        if names.count(name) > 1:
+            raise error(f"{noun} {name!r} is declared twice")
+    return items
