@@ -103,6 +103,16 @@ class Stack:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)  # leftovers of the tree, if any
 
+    def halt(self) -> None:
+        """The end of a test: SIGKILL every runworker tree at once (what they leave behind
+        is the test database's, which the next test starts without). A graceful stop costs
+        each test about 2.5 s; the tests of stopping call `stop_all` themselves."""
+        for proc in self.procs.values():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        for proc in self.procs.values():
+            proc.wait(timeout=10)
+
     def marks(self, event: str | None = None, job_id: str | None = None) -> list[dict]:
         if not self.marker.exists():
             return []
@@ -133,7 +143,7 @@ def stack(transactional_db, tmp_path, monkeypatch):
     )
     running = Stack(tmp_path, env)
     yield running
-    running.stop_all()
+    running.halt()
 
 
 REDIS_URL = os.environ.get("RECEIPT_TEST_REDIS_URL", "redis://127.0.0.1:6379/11")

@@ -24,10 +24,15 @@ import psutil
 import pytest
 from django.conf import settings
 
-from tests.conftest import wait_for
+from tests.conftest import BACKEND, wait_for
 from tests.runtime.helpers import enqueue, wait_status
 
-pytestmark = [pytest.mark.runtime, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.runtime,
+    pytest.mark.django_db(transaction=True),
+    # process trees and signals, not the database: once is enough
+    pytest.mark.skipif(BACKEND != "sqlite", reason="runs once, in the SQLite leg"),
+]
 
 DEFAULT_LEASE_MS = 300_000
 AFTER_DEATH_S = 5.0  # the requirement: nothing of the command alive 5 s after its worker died

@@ -11,6 +11,7 @@ from django.conf import settings
 
 from jobs import queue
 from objectives.core import vocabulary as v
+from tests.conftest import BACKEND
 from tests.integration.objectives.test_sandbox import bwrap_or_skip
 from tests.runtime.test_factory import (
     FACTORY_ENV,
@@ -22,7 +23,12 @@ from tests.runtime.test_factory import (
     until,
 )
 
-pytestmark = [pytest.mark.runtime, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.runtime,
+    pytest.mark.django_db(transaction=True),
+    # the sandbox's limits, not the database: once is enough
+    pytest.mark.skipif(BACKEND != "sqlite", reason="runs once, in the SQLite leg"),
+]
 
 SMALL_SANDBOX = {
     "RECEIPT_COMMAND_SANDBOX": "bwrap",
