@@ -56,5 +56,8 @@ class JsonFormatter(logging.Formatter):
 def log_event(
     logger: logging.Logger, event: str, message: str, *, level: int = logging.INFO, **context: Any
 ) -> None:
-    """Log one structured event; `context` keys become top-level JSON fields."""
-    logger.log(level, message, extra={"event": event, **context})
+    """Log one structured event; `context` keys become top-level JSON fields, except
+    `exc_info`, which is the logging call's own (with the traceback) and no field: as a
+    field `logging` refuses it (KeyError), which turned each error log into an error."""
+    exc_info = context.pop("exc_info", None)
+    logger.log(level, message, exc_info=exc_info, extra={"event": event, **context})

@@ -55,3 +55,18 @@ def test_tracebacks_keep_their_last_lines():
         rec.exc_info = sys.exc_info()
     line = json.loads(JsonFormatter().format(rec))
     assert line["exception"].rstrip().endswith("x" * 100)  # the failing line is not clipped
+
+
+def test_an_event_logged_with_its_exception_carries_the_traceback(caplog):
+    from observability.logs import log_event
+
+    logger = logging.getLogger("receipt.test")
+    try:
+        raise ValueError("the pass broke")
+    except ValueError:
+        log_event(logger, "loop.x_error", "x failed", level=logging.ERROR, loop="x", exc_info=True)
+    [logged] = caplog.records
+    assert (logged.event, logged.loop) == ("loop.x_error", "x")
+    assert logged.exc_info is not None and logged.exc_info[0] is ValueError
+    line = json.loads(JsonFormatter().format(logged))
+    assert "the pass broke" in json.dumps(line)
