@@ -271,3 +271,28 @@ def test_a_canceled_job_s_held_delivery_is_not_counted_as_held(declare):
     assert limits.usage(limit, now_ms=wall_clock_ms())["concurrency"]["held"] == 1
     queue.command(gone[0], "abort", reason="not needed")
     assert limits.usage(limit, now_ms=wall_clock_ms())["concurrency"]["held"] == 0
+
+
+def test_with_redis_the_woken_delivery_s_task_is_pushed_after_the_commit(declare, monkeypatch):
+    from django.conf import settings as django_settings
+    from django_q.signing import SignedPackage
+
+    from jobs.runtime import transport
+    from tests.integration.jobs.test_redis_tasks import _Broker
+
+    declare(name="solo", kinds=(KIND,), concurrency=1, key="customer")
+    first, waiting = delivered(customer="c"), delivered(customer="c")
+    running = begin(*first)
+    assert begin(*waiting).status == "held"
+    broker = _Broker()
+    redis_cluster = {k: v for k, v in django_settings.Q_CLUSTER.items() if k != "orm"}
+    monkeypatch.setattr(django_settings, "Q_CLUSTER", {**redis_cluster, "redis": "redis://x"})
+    monkeypatch.setattr(transport, "_broker", lambda cluster: broker)
+
+    complete(running)
+
+    [package] = broker.pushed  # the woken delivery, pushed once its wake committed
+    task = SignedPackage.loads(package)
+    assert task["func"] == "jobs.runtime.tasks.execute"
+    assert task["args"] == (waiting[1],)
+    assert task["kwargs"]["job_id"] == waiting[0] and task["kwargs"]["attempt"] == 1
