@@ -57,7 +57,7 @@ def test_two_runworkers_keep_each_key_under_its_cap_and_wake_the_next_at_once(st
         ]
         for key, count in (("acme", 6), ("globex", 3))
     }
-    rated = [enqueue("test-sleep", kind="test.rated", sleepMs=10).job_id for _ in range(5)]
+    rated = [enqueue("test-sleep", kind="test.rated", sleepMs=10).job_id for _ in range(3)]
     for job_id in [*by_key["acme"], *by_key["globex"], *rated]:
         assert wait_status(job_id, "completed", "failed", timeout=90).status == "completed"
         assert_settled_once(job_id)

@@ -25,7 +25,7 @@ from access.models import ApiToken
 from tests.integration.api.conftest import written
 
 pytestmark = pytest.mark.django_db
-EXAMPLES_PER_OPERATION = 25  # about 20 s for every operation on PostgreSQL
+EXAMPLES_PER_OPERATION = 20  # about 15 s for every operation on PostgreSQL
 CHECKS = [
     not_a_server_error,
     status_code_conformance,

@@ -38,6 +38,11 @@ def test_seeded_run_keeps_every_invariant_and_settles_every_job(seed):
     assert set(report.settled) <= {"completed", "failed", "canceled"}
 
 
+# Properties of the simulation itself, not of a database: run once, in the SQLite leg.
+_ONCE = pytest.mark.skipif(BACKEND != "sqlite", reason="runs once, in the SQLite leg")
+
+
+@_ONCE
 def test_runs_exercise_every_action_and_fault():
     # Each run scales its action weights (swarm testing), so coverage is over a few runs.
     actions_seen: set[str] = set()
@@ -61,6 +66,7 @@ def test_runs_exercise_every_action_and_fault():
         assert outcomes[seen] > 0, seen
 
 
+@_ONCE
 def test_the_same_seed_gives_the_same_actions_and_outcomes():
     first = simulate(21, 200)
     second = simulate(21, 200)
