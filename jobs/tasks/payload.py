@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import math
 import re
 import sys
 from datetime import datetime
@@ -34,11 +35,41 @@ _PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+")
 def plain_json(value: Any, *, what: str) -> Any:
     """`value` as JSON gives it back (tuples become lists), or TypeError saying why not."""
     try:
+        return _plain(value)  # the common case, without a text in between
+    except _NotPlain:
+        pass  # anything else goes through JSON itself, which says what is wrong
+    try:
         text = json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as error:
         raise TypeError(f"{what} must be JSON-serializable: {error}") from None
     _string_keys(value, what)
     return json.loads(text)
+
+
+class _NotPlain(Exception):
+    pass
+
+
+def _plain(value: Any) -> Any:
+    """A copy of `value` made of JSON's own types (exactly: no subclass, no NaN or
+    infinity, string keys), as a JSON round trip returns it; `_NotPlain` otherwise."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return value
+    if kind is float:
+        if value != value or value in (math.inf, -math.inf):
+            raise _NotPlain
+        return value
+    if kind is list or kind is tuple:
+        return [_plain(item) for item in value]
+    if kind is dict:
+        copied = {}
+        for key, item in value.items():
+            if type(key) is not str:
+                raise _NotPlain
+            copied[key] = _plain(item)
+        return copied
+    raise _NotPlain
 
 
 def _string_keys(value: Any, what: str) -> None:
