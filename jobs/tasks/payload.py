@@ -90,7 +90,8 @@ def _string_keys(value: Any, what: str) -> None:
 def build(task: Task, args: Any, kwargs: Any, *, backend: str) -> dict[str, Any]:
     """The payload of an enqueue of `task` (TypeError for arguments that are not JSON)."""
     path = task.module_path
-    if resolve(path).func is not task.func:  # what the worker will import must be this task
+    if not _imports_as(path, task) and resolve(path).func is not task.func:
+        # what the worker will import must be this task
         raise TaskNotImportable(path, "does not import as this task by its module path")
     payload: dict[str, Any] = {
         "kind": KIND,
@@ -106,6 +107,14 @@ def build(task: Task, args: Any, kwargs: Any, *, backend: str) -> dict[str, Any]
     if task.run_after is not None:
         payload["runAfter"] = task.run_after.isoformat()
     return payload
+
+
+def _imports_as(path: str, task: Task) -> bool:
+    """Whether the loaded module of `path` holds `task` under its name: the check of
+    `resolve` for the usual case, without importing (a miss is decided by `resolve`)."""
+    module, _, name = path.rpartition(".")
+    found = getattr(sys.modules.get(module), name, None)
+    return isinstance(found, Task) and found.func is task.func
 
 
 def resolve(path: Any) -> Task:

@@ -323,3 +323,15 @@ def test_a_task_must_import_by_its_module_path():
     renamed = task(defs.plain_function)  # a Task nobody can import as plain_function
     with pytest.raises(InvalidTask, match="not a task"):
         renamed.enqueue()
+
+
+def test_a_task_whose_path_imports_another_function_is_refused():
+    def add(a: int, b: int) -> int:  # claims defs.add's path, but is not its function
+        return a - b
+
+    add.__module__, add.__qualname__ = defs.__name__, "add"
+    impostor = task(add)
+    assert impostor.module_path == defs.add.module_path
+    with pytest.raises(InvalidTask, match="does not import as this task"):
+        impostor.enqueue(1, 2)
+    assert defs.add.enqueue(1, 2).status  # the real one still enqueues
