@@ -6,6 +6,7 @@ from __future__ import annotations
 import enum
 import json
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -31,11 +32,12 @@ def test_plain_values_come_back_as_a_json_round_trip_gives_them(value):
 
 
 def test_the_copy_shares_no_container_with_the_arguments():
-    args = [{"items": [1, 2]}, (3, 4)]
+    items = [1, 2]
+    args: list[Any] = [{"items": items}, (3, 4)]
     copied = plain_json(args, what="x")
     assert copied == [{"items": [1, 2]}, [3, 4]]
     copied[0]["items"].append(5)
-    assert args[0]["items"] == [1, 2]
+    assert items == [1, 2]
 
 
 class Color(enum.IntEnum):
