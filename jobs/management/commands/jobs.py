@@ -1,4 +1,4 @@
-"""`manage.py jobs enqueue|list|show|abort|steer|follow-up|redrive|retry|schedules|queues`
+"""`manage.py jobs enqueue|list|show|abort|steer|follow-up|redrive|retry|schedules|queues|limits`
 (P-4),
 `--json` for scripts.
 
@@ -15,7 +15,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from jobs import queue, queues, redrive, retry, schedules, selectors, validation
+from jobs import limits, queue, queues, redrive, retry, schedules, selectors, validation
 from jobs.api.parameters import parse_limit
 from jobs.api.serializers import JobFilter
 from jobs.errors import JobsError
@@ -107,6 +107,7 @@ class Command(BaseCommand):
         queued = sub.add_parser("queues", help="list worker groups, or pause or resume one")
         queued.add_argument("verb", nargs="?", default="list", choices=["list", "pause", "resume"])
         queued.add_argument("group", nargs="?", help="the worker group (pause, resume)")
+        sub.add_parser("limits", help="rate limits and concurrency caps, and how full each is")
         retrying = sub.add_parser(
             "retry",
             help="retry a failed job, or every job a filter matches (--status), in batches",
@@ -222,6 +223,10 @@ class Command(BaseCommand):
             "nextRunAt": state.next_run_at,
         }
 
+    def _limits(self, o, by):
+        now = wall_clock_ms()
+        return {"limits": [limits.usage(limit, now_ms=now) for limit in limits.declared()]}
+
     def _queues(self, o, by):
         verb, group = o["verb"], o["group"]
         if verb == "list":
@@ -303,6 +308,27 @@ class Command(BaseCommand):
     def _print(self, action: str, data: dict[str, Any]) -> None:
         if action == "schedules":
             self._print_schedules(data)
+            return
+        if action == "limits":
+            for shown in data["limits"] or [{"name": "(no limit is declared)", "covers": ""}]:
+                self.stdout.write(f"{shown['name']:<24} {shown['covers']}")
+                if "rate" in shown:
+                    rate = shown["rate"]
+                    self.stdout.write(
+                        f"  rate {rate['text']}: {rate['used']} of {rate['of']} in the "
+                        f"window, {rate['held']} held"
+                    )
+                if "concurrency" in shown:
+                    cap = shown["concurrency"]
+                    per = f" per {cap['key']}" if cap["key"] else ""
+                    busiest = ", ".join(
+                        f"{entry['key'] or '-'} {entry['running']}/{cap['of']}"
+                        for entry in cap["busiest"]
+                    )
+                    self.stdout.write(
+                        f"  cap {cap['of']} at once{per}: {busiest or 'none running'}, "
+                        f"{cap['held']} held"
+                    )
             return
         if action == "queues":
             for q in data.get("queues") or [data]:

@@ -7,6 +7,7 @@ tests/runtime/test_limits.py."""
 from __future__ import annotations
 
 import dataclasses
+import json
 from typing import Any
 
 import pytest
@@ -296,3 +297,26 @@ def test_with_redis_the_woken_delivery_s_task_is_pushed_after_the_commit(declare
     assert task["func"] == "jobs.runtime.tasks.execute"
     assert task["args"] == (waiting[1],)
     assert task["kwargs"]["job_id"] == waiting[0] and task["kwargs"]["attempt"] == 1
+
+
+def test_the_cli_lists_each_limit_and_how_full_it_is(declare):
+    from io import StringIO
+
+    from django.core.management import call_command
+
+    declare(name="per-customer", kinds=(KIND,), concurrency=1, key="customer")
+    declare(name="provider", queues=("chat",), rate=10, per_ms=60_000)
+    first, waiting = delivered(customer="acme"), delivered(customer="acme")
+    assert isinstance(begin(*first), attempts.Running)
+    assert begin(*waiting).status == "held"
+
+    out = StringIO()
+    call_command("jobs", "limits", stdout=out)
+    text = out.getvalue()
+    assert "per-customer" in text and f"kind {KIND}" in text
+    assert "cap 1 at once per customer: acme 1/1, 1 held" in text
+    assert "rate 10/m: 1 of 10 in the window, 0 held" in text
+    out = StringIO()
+    call_command("jobs", "limits", "--json", stdout=out)
+    [cap] = [shown for shown in json.loads(out.getvalue())["limits"] if "concurrency" in shown]
+    assert cap["concurrency"]["busiest"] == [{"key": "acme", "running": 1, "full": True}]
