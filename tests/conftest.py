@@ -41,11 +41,13 @@ def _dispatch_thread_released_before_teardown(request: pytest.FixtureRequest) ->
     before pytest-django drops the test database (which refuses while a session is open).
     Registered after the database set-up, so this finalizer runs before its teardown."""
     request.getfixturevalue("django_db_setup")
+    blocker = request.getfixturevalue("django_db_blocker")
     yield
     from jobs.runtime import dispatch
 
     dispatch.OUTBOX.stop()
-    _end_other_sessions()
+    with blocker.unblock():
+        _end_other_sessions()
 
 
 def _end_other_sessions() -> None:
