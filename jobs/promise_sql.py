@@ -144,7 +144,10 @@ CLAIM = {
 # send_claim_held (PostgreSQL): the claim of a begin that does not wait for it; refused,
 # it divides by zero, and the transaction fails as it commits (`receipts.db.
 # AssumptionRefused`). An UPDATE cannot sit in `refused_unless_found`'s subquery: a CTE.
-CLAIM_HELD_PG = f"WITH c AS ({CLAIM['postgresql']} RETURNING 1) SELECT 1 / count(*) FROM c"
+CLAIM_RETURNING_PG = f"{CLAIM['postgresql']} RETURNING 1"
+CLAIM_HELD_PG = f"WITH c AS ({CLAIM_RETURNING_PG}) SELECT 1 / count(*) FROM c"
+# (In a begin sent as one statement, `CLAIM_RETURNING_PG` is that statement's first
+# requirement: `receipts.db.one_statement`.)
 
 # ---- the database broker -------------------------------------------------------------------
 

@@ -46,7 +46,7 @@ from jobs.validation import build_request as build_request
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.core.chain import base36
-from receipts.db import pipelined_transaction
+from receipts.db import gathering, pipelined_transaction
 from receipts.errors import ExpectedPrevMismatch
 from receipts.store import (
     Joined,
@@ -151,7 +151,15 @@ def _locked(
     if handle.appended and mutation_listeners:
         after, body = handle.cache.get(CACHE_KEY), handle.appended[-1].body
         if after is not None:
-            transaction.on_commit(lambda: _notify(body["type"], after, body))
+            _once_committed(lambda: _notify(body["type"], after, body))
+
+
+def _once_committed(hook: Callable[[], None]) -> None:
+    gathered = gathering()  # one statement: it commits as the block ends
+    if gathered is not None:
+        gathered.after(hook)
+    else:
+        transaction.on_commit(hook)
 
 
 def _notify(kind: str, job: JobState, body: dict[str, Any]) -> None:
@@ -718,6 +726,8 @@ def _worker_txn() -> Any:
     """Worker-side writes join the caller's transaction without a savepoint (two round
     trips saved on the hot path); a failure aborts the caller's whole transaction, which
     is what every caller wants (the attempt machine retries it as a unit)."""
+    if gathering() is not None:  # the block is one statement, its own transaction
+        return nullcontext()
     return transaction.atomic(savepoint=False)
 
 
@@ -813,7 +823,8 @@ def _fenced(
     known: JobState | None = None,
 ) -> WriteResult:
     now = wall_clock_ms() if now_ms is None else now_ms
-    with _worker_txn(), _locked(job_id, known=known) as (handle, job):
+    assume = known is not None and gathering() is not None  # one statement: never waits
+    with _worker_txn(), _locked(job_id, known=known, assume=assume) as (handle, job):
         outcome = _FROM_FENCE[fence.check(job)]
         if outcome is not Outcome.APPLIED:
             return WriteResult(outcome, job)

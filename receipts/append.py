@@ -19,7 +19,7 @@ import re
 import secrets
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +42,7 @@ from receipts.core.chain import fold as fold_receipts
 from receipts.core.chain import state_at as state_at_receipts
 from receipts.core.storable import first_unstorable
 from receipts.db import in_pipeline
+from receipts.db.one_statement import gathering
 from receipts.errors import ExpectedPrevMismatch, InvalidEvent, PartialEventIds
 from receipts.models import Receipt as ReceiptRow
 from receipts.models import Stream as StreamRow
@@ -223,10 +224,11 @@ def open_stream(
     on PostgreSQL: its rows are on `handle.read`. `new`: the name was just generated, so
     the stream is most likely new (only which lock statement is cheaper depends on it).
 
-    `assume` (head, receipt count), on PostgreSQL inside `pipelined()`: the stream is
-    believed to end there, so the lock is sent without waiting for it and appends follow
-    at once; if it does not, the transaction fails when the pipeline syncs
-    (`db.AssumptionRefused`) and nothing of it is kept. Elsewhere it is ignored.
+    `assume` (head, receipt count), on PostgreSQL inside `pipelined()` or
+    `one_statement()`: the stream is believed to end there, so the lock is sent without
+    waiting for it and appends follow at once; if it does not, the transaction fails when
+    the pipeline syncs (`db.AssumptionRefused`) and nothing of it is kept. Elsewhere it is
+    ignored. Inside `one_statement()` it is required, and no transaction is opened.
 
     Opens a transaction when none is active. Inside one, a savepoint keeps a refused
     append from poisoning the caller's transaction; services that own the whole
@@ -234,15 +236,17 @@ def open_stream(
     several streams must do so in a stable order.
     """
     check_stream_name(name)
-    with transaction.atomic(savepoint=savepoint):
+    gathered = gathering() is not None  # one statement: in autocommit, no transaction here
+    with nullcontext() if gathered else transaction.atomic(savepoint=savepoint):
         writer = Writer()
         try:
             head: str | None
             rows: list[tuple[Any, ...]] = []
-            if assume is not None and writer.postgres and in_pipeline():
+            if assume is not None and writer.postgres and (gathered or in_pipeline()):
                 writer.send_held(name, *assume)
                 head, count = assume
             else:
+                assert not gathered, "one statement appends only to a stream of known head"
                 head, count, rows = writer.lock(name, read, new=new)
             handle = StreamHandle(
                 name=name, head=head, count=count, existed=count > 0, writer=writer, read=rows

@@ -30,6 +30,7 @@ from receipts import wire_json
 from receipts.core.chain import Receipt
 from receipts.db import NOTIFY_CHANNEL, in_pipeline, positions_deferred, refused_unless_found
 from receipts.db import pipeline as db_pipeline
+from receipts.db.one_statement import gathering
 from receipts.db.params import dump as _dump
 from receipts.db.params import text_rows
 from receipts.db.statements import cursor as bound_cursor
@@ -61,6 +62,16 @@ _LOCK_PG = (
 # (`db.AssumptionRefused`) and nothing of it is kept.
 _HELD_PG = refused_unless_found(
     "SELECT 1 FROM receipt_stream WHERE name = %s AND head = %s AND receipt_count = %s FOR UPDATE"
+)
+# Inside `one_statement()`: the lock is the head's move itself, from the head assumed
+# (a stream that moved meanwhile touches no row, and the statement is refused).
+_MOVE_HELD_PG = (
+    "UPDATE receipt_stream SET head = %s, receipt_count = %s, last_ts = %s, updated_at = %s "
+    "WHERE name = %s AND head = %s AND receipt_count = %s RETURNING 1"
+)
+_NOTIFY_INSERTED = (
+    f"SELECT pg_notify('{NOTIFY_CHANNEL}', "
+    "ins.seq::text || ' ' || %s::text || ' ' || ins.event_type) FROM ins"
 )
 _UPDATE_HEAD = (
     "UPDATE receipt_stream SET head = %s, receipt_count = %s, last_ts = %s, "
@@ -138,6 +149,16 @@ def _json(rows: list[dict[str, Any]]) -> str:
 
 
 @cache
+def _insert_pg(n: int) -> str:
+    """PostgreSQL: the INSERT of `n` receipts of one stream (`_rows`' parameters)."""
+    one = "(%s, %s, %s, %s, %s, %s, %s, %s::json, %s::json, %s::json, %s, %s)"
+    return (
+        f"INSERT INTO receipt_receipt ({_COLUMNS}) VALUES {', '.join([one] * n)} "
+        "RETURNING seq, stream_seq, event_type"
+    )
+
+
+@cache
 def _open_new_sql(source: str, inserts: tuple[str, ...], positions: bool) -> str:
     return _OPEN_NEW_PG.format(
         source=source,
@@ -207,6 +228,7 @@ class Writer:
     """One stream's writes inside the current transaction."""
 
     def __init__(self) -> None:
+        self._held: tuple[str, int] | None = None  # the head assumed, in one statement
         self.postgres = connection.vendor == "postgresql"
         if self.postgres:
             connection.ensure_connection()
@@ -234,7 +256,12 @@ class Writer:
     def execute(self, sql: str, params: Sequence[Any]) -> None:
         """A write of the append's transaction on the append's cursor (prepared on
         PostgreSQL, only sent in pipeline mode): projectors write their read-model rows
-        through it."""
+        through it. Inside `one_statement()` it is gathered instead (a plain INSERT or
+        UPDATE)."""
+        gathered = gathering()
+        if gathered is not None:
+            gathered.write(sql, params)
+            return
         self._run(sql, params, rows=False)
 
     def _lock_statement(self, name: str, new: bool) -> tuple[str, list[str]]:
@@ -270,16 +297,21 @@ class Writer:
         where positions are deferred (`positions_deferred`: the write is only sent)."""
         stream, last_ts = receipts[0].stream, receipts[-1].ts
         params = _rows(receipts, first_stream_seq, event_ids)
+        gathered = gathering()
+        if gathered is not None:  # one statement: the head moves only from the one assumed
+            assert self._held is not None
+            gathered.require(_MOVE_HELD_PG, [head, count, last_ts, last_ts, stream, *self._held])
+            gathered.write(_insert_pg(len(receipts)), params, name="ins")
+            gathered.write(_NOTIFY_INSERTED, [stream], name="note")
+            gathered.read("note")
+            return None
         try:
             if self.postgres:
-                one = "(%s, %s, %s, %s, %s, %s, %s, %s::json, %s::json, %s::json, %s, %s)"
                 sql = (
-                    f"WITH ins AS (INSERT INTO receipt_receipt ({_COLUMNS}) VALUES "
-                    f"{', '.join([one] * len(receipts))} RETURNING seq, stream_seq, event_type), "
+                    f"WITH ins AS ({_insert_pg(len(receipts))}), "
                     "upd AS (UPDATE receipt_stream SET head = %s, receipt_count = %s, "
                     "last_ts = %s, updated_at = %s WHERE name = %s), "
-                    f"note AS (SELECT pg_notify('{NOTIFY_CHANNEL}', "
-                    "ins.seq::text || ' ' || %s::text || ' ' || ins.event_type) FROM ins) "
+                    f"note AS ({_NOTIFY_INSERTED}) "
                     "SELECT ins.seq, ins.stream_seq FROM ins, (SELECT count(*) FROM note) AS n"
                 )
                 args = [*params, head, count, last_ts, last_ts, stream, stream]
@@ -425,7 +457,11 @@ class Writer:
         """PostgreSQL, inside `pipelined()`: lock `name` assuming it ends at `head` after
         `count` receipts, without waiting (`_HELD_PG`: a wrong assumption fails the
         transaction when it syncs)."""
-        assert self.postgres and in_pipeline()
+        assert self.postgres
+        if gathering() is not None:  # the head's move is the lock (`write`)
+            self._held = (head, count)
+            return
+        assert in_pipeline()
         self._run(_HELD_PG, [name, head, count], rows=False)
 
     def drop_if_empty(self, name: str) -> None:

@@ -77,10 +77,10 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Final, TypeVar
+from typing import Any, Final, TypeVar
 
 from jobs.core.bodies import will_retry
-from jobs.core.state import Command, Fence, FenceOutcome, JobState, is_int
+from jobs.core.state import Command, Fence, FenceOutcome, JobState, evolve, is_int
 from jobs.core.vocabulary import (
     DEFAULT_LANE,
     DEFAULT_MAX_ATTEMPTS,
@@ -105,6 +105,9 @@ from receipts.core.chain import Receipt
 LEASE_EXPIRED_ERROR: Final = "lease expired"
 
 T = TypeVar("T")
+
+# What one receipt changes in a job (fields and their new values); None: nothing.
+Changes = dict[str, Any] | None
 
 # J-3: the two events a fold tolerates for a job that does not exist.
 _IGNORED_WHEN_MISSING: Final = frozenset({JOB_FAILED, JOB_LEASE_EXPIRED})
@@ -136,14 +139,17 @@ def reduce(state: JobState | None, receipt: Receipt) -> JobState | None:
         raise InvariantError(
             f"Invariant: no job {job_id} for {kind}", job_id=job_id, receipt_type=kind
         )
-    job = state
+    changes: Changes = None
     if not state.is_terminal:  # J-3: a job settles exactly once (per retry cycle)
-        job = _APPLY.get(kind, _unchanged)(state, receipt)
+        changes = _APPLY.get(kind, _unchanged)(state, receipt)
     elif kind == JOB_RETRIED:  # the one receipt that reopens a settled job
-        job = _retried(state, receipt)
-    return replace(
-        job, receipt_count=state.receipt_count + 1, head=receipt.hash, updated_at=receipt.ts
-    )
+        changes = _retried(state, receipt)
+    counted = {
+        "receipt_count": state.receipt_count + 1,
+        "head": receipt.hash,
+        "updated_at": receipt.ts,
+    }
+    return evolve(state, {**changes, **counted} if changes else counted)
 
 
 def fold_job(receipts: Iterable[Receipt]) -> JobState | None:
@@ -203,111 +209,108 @@ def _create(receipt: Receipt) -> JobState:
     )
 
 
-def _unchanged(job: JobState, receipt: Receipt) -> JobState:
-    return job  # a second job.enqueued, or a type the fold does not know
+def _unchanged(job: JobState, receipt: Receipt) -> Changes:
+    return None  # a second job.enqueued, or a type the fold does not know
 
 
-def _leased(job: JobState, receipt: Receipt) -> JobState:
+def _leased(job: JobState, receipt: Receipt) -> Changes:
     if job.status != "queued":  # a second lease changes nothing (J-3)
-        return job
+        return None
     attempt = _required_int(receipt, job.job_id, "attempt")
     if attempt <= job.attempt:  # a reused attempt number would revive a superseded fence
         raise _malformed(
             receipt, job.job_id, f"attempt {attempt} must exceed the job's attempt {job.attempt}"
         )
-    return replace(
-        job,
-        status="leased",
-        attempt=attempt,
-        worker_id=_required_str(receipt, job.job_id, "workerId"),
-        lease_until=_required_int(receipt, job.job_id, "leaseUntil"),
-        retry_at=None,  # waited for: this is the attempt it held back
-        limit_key=_optional_str(receipt, job.job_id, "limitKey"),
-    )
+    return {
+        "status": "leased",
+        "attempt": attempt,
+        "worker_id": _required_str(receipt, job.job_id, "workerId"),
+        "lease_until": _required_int(receipt, job.job_id, "leaseUntil"),
+        "retry_at": None,  # waited for: this is the attempt it held back
+        "limit_key": _optional_str(receipt, job.job_id, "limitKey"),
+    }
 
 
-def _heartbeat(job: JobState, receipt: Receipt) -> JobState:
+def _heartbeat(job: JobState, receipt: Receipt) -> Changes:
     if not _matches_lease(job, receipt):  # a superseded attempt's beat is inert (J-3)
-        return job
+        return None
     lease_until = _required_int(receipt, job.job_id, "leaseUntil")
     if job.lease_until is not None:
         lease_until = max(lease_until, job.lease_until)
-    return replace(job, status="running", lease_until=lease_until)
+    return {"status": "running", "lease_until": lease_until}
 
 
-def _progress(job: JobState, receipt: Receipt) -> JobState:
+def _progress(job: JobState, receipt: Receipt) -> Changes:
     if not _matches_lease(job, receipt):
-        return job
-    return replace(job, status="running")
+        return None
+    return {"status": "running"}
 
 
-def _completed(job: JobState, receipt: Receipt) -> JobState:
+def _completed(job: JobState, receipt: Receipt) -> Changes:
     if not _matches_lease(job, receipt):
-        return job
-    return replace(
-        job,
-        status="completed",
-        result=receipt.body.get("result"),
-        lease_until=None,
-        settled_by=JOB_COMPLETED,
-    )
+        return None
+    return {
+        "status": "completed",
+        "result": receipt.body.get("result"),
+        "lease_until": None,
+        "settled_by": JOB_COMPLETED,
+    }
 
 
-def _failed(job: JobState, receipt: Receipt) -> JobState:
+def _failed(job: JobState, receipt: Receipt) -> Changes:
     if not _matches_lease(job, receipt):
-        return job
+        return None
     body = receipt.body
     error = _error_text(body.get("error"))
     if body.get("willRetry") is True:  # J-4: back to the queue, attempt kept
-        return replace(
-            job,
-            status="queued",
-            worker_id=None,
-            lease_until=None,
-            last_error=error,
-            retry_at=_optional_int(receipt, job.job_id, "retryAt"),  # a policy's backoff
-        )
-    return replace(
-        job,
-        status="failed",
-        last_error=error,
-        result=body.get("result", job.result),
-        lease_until=None,
-        settled_by=JOB_FAILED,
-    )
+        return {
+            "status": "queued",
+            "worker_id": None,
+            "lease_until": None,
+            "last_error": error,
+            "retry_at": _optional_int(receipt, job.job_id, "retryAt"),  # a policy's backoff
+        }
+    return {
+        "status": "failed",
+        "last_error": error,
+        "result": body.get("result", job.result),
+        "lease_until": None,
+        "settled_by": JOB_FAILED,
+    }
 
 
-def _lease_expired(job: JobState, receipt: Receipt) -> JobState:
+def _lease_expired(job: JobState, receipt: Receipt) -> Changes:
     if not _matches_lease(job, receipt):
-        return job
+        return None
     if will_retry(job):  # J-4: attempts remain
-        return replace(
-            job, status="queued", worker_id=None, lease_until=None, last_error=LEASE_EXPIRED_ERROR
-        )
-    return replace(
-        job,
-        status="failed",
-        lease_until=None,
-        last_error=LEASE_EXPIRED_ERROR,
-        settled_by=JOB_LEASE_EXPIRED,
-    )
+        return {
+            "status": "queued",
+            "worker_id": None,
+            "lease_until": None,
+            "last_error": LEASE_EXPIRED_ERROR,
+        }
+    return {
+        "status": "failed",
+        "lease_until": None,
+        "last_error": LEASE_EXPIRED_ERROR,
+        "settled_by": JOB_LEASE_EXPIRED,
+    }
 
 
-def _canceled(job: JobState, receipt: Receipt) -> JobState:
+def _canceled(job: JobState, receipt: Receipt) -> Changes:
     body = receipt.body
     fenced = body.get("workerId") is not None or body.get("attempt") is not None
     if fenced and not _matches_lease(job, receipt):
-        return job
-    return replace(
-        job,
-        status="canceled",
-        cancel_reason=_str_or_none(body.get("reason")),
-        lease_until=None,
-        settled_by=JOB_CANCELED,
-    )
+        return None
+    return {
+        "status": "canceled",
+        "cancel_reason": _str_or_none(body.get("reason")),
+        "lease_until": None,
+        "settled_by": JOB_CANCELED,
+    }
 
 
-def _retried(job: JobState, receipt: Receipt) -> JobState:
+def _retried(job: JobState, receipt: Receipt) -> Changes:
     if job.status not in RETRYABLE_STATUSES:
         raise _malformed(
             receipt, job.job_id, f"only a failed or canceled job is retried, not a {job.status} one"
@@ -318,29 +321,28 @@ def _retried(job: JobState, receipt: Receipt) -> JobState:
     after = _required_int(receipt, job.job_id, "afterAttempt")
     if after != job.attempt:  # the fresh budget counts from the attempt that settled
         raise _malformed(receipt, job.job_id, f"afterAttempt {after} must be {job.attempt}")
-    return replace(
-        job,
-        status="queued",
-        worker_id=None,
-        lease_until=None,
-        result=None,
-        settled_by=None,
-        cancel_reason=None,
-        abort_requested=False,
-        abort_reason=None,
-        retries=retry,
-        retried_by=_required_str(receipt, job.job_id, "by"),
-        retried_at=receipt.ts,
-        retried_after_attempt=after,
-        retry_at=None,  # an operator's retry runs now
-    )
+    return {
+        "status": "queued",
+        "worker_id": None,
+        "lease_until": None,
+        "result": None,
+        "settled_by": None,
+        "cancel_reason": None,
+        "abort_requested": False,
+        "abort_reason": None,
+        "retries": retry,
+        "retried_by": _required_str(receipt, job.job_id, "by"),
+        "retried_at": receipt.ts,
+        "retried_after_attempt": after,
+        "retry_at": None,  # an operator's retry runs now
+    }
 
 
-def _command(job: JobState, receipt: Receipt) -> JobState:
+def _command(job: JobState, receipt: Receipt) -> Changes:
     body = receipt.body
     command_id = _required_str(receipt, job.job_id, "commandId")
     if any(existing.id == command_id for existing in job.commands):
-        return job  # the same command twice is one command
+        return None  # the same command twice is one command
     command = Command(
         id=command_id,
         command=_required_str(receipt, job.job_id, "command"),
@@ -349,15 +351,15 @@ def _command(job: JobState, receipt: Receipt) -> JobState:
         by=_optional_str(receipt, job.job_id, "by"),
         created_at=receipt.ts,
     )
-    job = replace(job, commands=(*job.commands, command))
+    changes: dict[str, Any] = {"commands": (*job.commands, command)}
     if command.command != "abort":
-        return job
+        return changes
     payload = command.payload if isinstance(command.payload, dict) else {}
     reason = _str_or_none(payload.get("reason")) or _str_or_none(body.get("reason"))
-    return replace(job, abort_requested=True, abort_reason=reason or job.abort_reason)
+    return {**changes, "abort_requested": True, "abort_reason": reason or job.abort_reason}
 
 
-def _consumed(job: JobState, receipt: Receipt) -> JobState:
+def _consumed(job: JobState, receipt: Receipt) -> Changes:
     ids = receipt.body.get("commandIds")
     if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
         raise _malformed(receipt, job.job_id, "commandIds must be a list of strings")
@@ -366,10 +368,10 @@ def _consumed(job: JobState, receipt: Receipt) -> JobState:
         replace(c, consumed_at=receipt.ts) if c.pending and c.id in wanted else c
         for c in job.commands
     )
-    return replace(job, commands=commands)
+    return {"commands": commands}
 
 
-_APPLY: Final[dict[str, Callable[[JobState, Receipt], JobState]]] = {
+_APPLY: Final[dict[str, Callable[[JobState, Receipt], Changes]]] = {
     JOB_ENQUEUED: _unchanged,  # an existing job is never disturbed by a second enqueue (J-6)
     JOB_LEASED: _leased,
     JOB_HEARTBEAT: _heartbeat,

@@ -28,7 +28,8 @@ from jobs.runtime import dispatch, faults, promises
 from jobs.runtime.storage_retry import with_storage_retry
 from observability.logs import log_event
 from receipts.core.storable import storable
-from receipts.db import AssumptionRefused, pipelined_transaction
+from receipts.db import AssumptionRefused, one_statement, pipelined_transaction
+from receipts.db.one_statement import available as one_statement_available
 
 logger = logging.getLogger("receipt.delivery")
 
@@ -176,7 +177,7 @@ def _assumable(seen: JobState, attempt: int) -> bool:
 def _begin_seen(
     promise_id: str, seen: JobState, *, attempt: int, worker_id: str, now_ms: int
 ) -> Running:
-    with pipelined_transaction():
+    with _one_transaction():
         promises.send_claim_held(promise_id, worker_id)
         start, job = queue.start_attempt(
             seen.job_id, worker_id=worker_id, attempt=attempt, now_ms=now_ms, assumed=seen
@@ -304,41 +305,75 @@ def _write_settlement(
     result: Any = None,
     reason: str | None = None,
 ) -> Ended:
-    job_id = job.job_id
+    settling = (promise_id, job, fence, status, now_ms, error, no_retry, result, reason)
+    if _one_statement_settles(job):
+        try:
+            with one_statement() as gathered:
+                ended = _settlement(*settling)
+                if not gathered.requires:  # nothing appended: decided on the state alone
+                    raise AssumptionRefused("a settlement that appends nothing is read first")
+            return ended
+        except AssumptionRefused:
+            pass  # the job was written since the worker last saw it: lock and read it
     # inside begin's transaction (no savepoint: a failed settlement fails the begin), or
     # its own (its writes and its commit pipelined)
     with pipelined_transaction(savepoint=False):
-        if status == "completed":
-            written = queue.complete(job_id, result, fence=fence, now_ms=now_ms, known=job)
-        elif status == "canceled":
-            written = queue.cancel(
-                job_id,
-                reason=reason or queue.ABORT_REQUESTED_REASON,
-                by=fence.worker_id,
-                fence=fence,
-                now_ms=now_ms,
-                known=job,
-            )
-        else:
-            no_retry, retry_at = retry_decision(job, error or status, no_retry, now_ms=now_ms)
-            written = queue.fail(
-                job_id,
-                error or status,
-                fence=fence,
-                no_retry=no_retry,
-                result=_final_result(job, status, result, no_retry),
-                now_ms=now_ms,
-                known=job,
-                retry_at=retry_at,
-            )
-        if written.outcome is Outcome.TERMINAL:
-            status, state, settled = "terminal_state", "rejected", None
-        elif written.outcome is not Outcome.APPLIED:
-            status, state, settled = "settlement_conflict", "rejected", None
-        else:
-            state, settled = "resolved", written.job
-        extra = {"jobStatus": settled.status} if settled is not None else {}
-        _settle_promise(
-            promise_id, status, state, now_ms=now_ms, worker_id=fence.worker_id, **extra
+        return _settlement(*settling)
+
+
+def _one_transaction() -> Any:
+    """A begin or settlement of known state: one statement where it can be (no
+    transaction open: `receipts.db.one_statement`), else pipelined."""
+    return one_statement() if one_statement_available() else pipelined_transaction()
+
+
+def _one_statement_settles(job: JobState) -> bool:
+    """A settlement sent as one statement on the state the worker holds: PostgreSQL, no
+    transaction open, and nothing it writes outside that statement (a limit's wake)."""
+    return one_statement_available() and job.limit_key is None and job.head is not None
+
+
+def _settlement(
+    promise_id: str,
+    job: JobState,
+    fence: Fence,
+    status: str,
+    now_ms: int,
+    error: str | None,
+    no_retry: bool,
+    result: Any,
+    reason: str | None,
+) -> Ended:
+    job_id = job.job_id
+    if status == "completed":
+        written = queue.complete(job_id, result, fence=fence, now_ms=now_ms, known=job)
+    elif status == "canceled":
+        written = queue.cancel(
+            job_id,
+            reason=reason or queue.ABORT_REQUESTED_REASON,
+            by=fence.worker_id,
+            fence=fence,
+            now_ms=now_ms,
+            known=job,
         )
+    else:
+        no_retry, retry_at = retry_decision(job, error or status, no_retry, now_ms=now_ms)
+        written = queue.fail(
+            job_id,
+            error or status,
+            fence=fence,
+            no_retry=no_retry,
+            result=_final_result(job, status, result, no_retry),
+            now_ms=now_ms,
+            known=job,
+            retry_at=retry_at,
+        )
+    if written.outcome is Outcome.TERMINAL:
+        status, state, settled = "terminal_state", "rejected", None
+    elif written.outcome is not Outcome.APPLIED:
+        status, state, settled = "settlement_conflict", "rejected", None
+    else:
+        state, settled = "resolved", written.job
+    extra = {"jobStatus": settled.status} if settled is not None else {}
+    _settle_promise(promise_id, status, state, now_ms=now_ms, worker_id=fence.worker_id, **extra)
     return Ended(status, _outcome(status, job_id, fence.attempt, **extra), settled)

@@ -22,7 +22,7 @@ from jobs.core.names import RECOVERY_PART
 from jobs.core.scheduling import take_order
 from jobs.models import DeliveryPromise
 from jobs.timing_config import current_timing
-from receipts.db import prepared, sent
+from receipts.db import gathering, prepared, sent
 
 TERMINAL_STATES = ("resolved", "rejected", "canceled", "timedout")
 
@@ -322,8 +322,13 @@ def send_claim(promise_id: str, worker_id: str) -> Callable[[], bool]:
 
 
 def send_claim_held(promise_id: str, worker_id: str) -> None:
-    """PostgreSQL, inside `pipelined()`: the claim, sent without waiting; a refused claim
-    fails the transaction when the pipeline syncs, so nothing decided after it is kept."""
+    """PostgreSQL, inside `pipelined()` or `one_statement()`: the claim, sent without
+    waiting; a refused claim fails the transaction when the pipeline syncs (or the one
+    statement), so nothing decided after it is kept."""
+    gathered = gathering()
+    if gathered is not None:
+        gathered.require(sql.CLAIM_RETURNING_PG, [worker_id, promise_id])
+        return
     prepared(sql.CLAIM_HELD_PG, [worker_id, promise_id], wait=False)
 
 

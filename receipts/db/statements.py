@@ -10,6 +10,7 @@ from typing import Any
 
 from django.db import connection
 
+from receipts.db.one_statement import gathering
 from receipts.db.pipeline import in_pipeline, results_now
 
 
@@ -30,7 +31,13 @@ def prepared(
 
     Inside `pipelined()`, `wait=False` only sends the statement: it runs in order with
     the rest of the transaction and its outcome is not read (([], -1) comes back), so it
-    costs no round trip of its own. `wait=True` always returns the real result."""
+    costs no round trip of its own. `wait=True` always returns the real result. Inside
+    `one_statement()`, `wait=False` gathers it (a plain INSERT or UPDATE)."""
+    gathered = gathering()
+    if gathered is not None:  # inside `one_statement()`: a write of the statement
+        assert not wait, "a statement gathered into one has no result to wait for"
+        gathered.write(sql, params)
+        return [], -1
     if connection.vendor != "postgresql":
         with connection.cursor() as plain:
             plain.execute(sql, params)

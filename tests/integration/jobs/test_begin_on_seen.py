@@ -103,3 +103,63 @@ def test_the_database_brokers_take_hands_each_worker_task_its_jobs_state():
     task = SignedPackage.loads(package)
     assert task["args"] == (execute_id,)
     assert job_from_wire(json.loads(task["kwargs"]["state"])) == job  # the stored text
+
+
+# ---- the settlement on the state the worker holds (one statement) ------------------------
+
+
+def _running(job_id: str, execute_id: str) -> attempts.Running:
+    running = _begin(job_id, execute_id, queue.get(job_id))
+    assert isinstance(running, attempts.Running)
+    return running
+
+
+def test_a_settlement_after_the_stream_moved_reads_and_settles_once(caplog):
+    job_id, execute_id = _delivered()
+    running = _running(job_id, execute_id)
+    queue.command(job_id, "steer", {"text": "faster"})  # written since the worker's state
+
+    ended = attempts.settle(running, "completed", now_ms=wall_clock_ms, result={"ok": True})
+
+    assert ended.status == "completed"
+    assert [r.type for r in store.read(f"jobs/{job_id}")] == [
+        "job.enqueued",
+        "job.leased",
+        "job.heartbeat",
+        "queue.command",
+        "job.completed",
+    ]
+    assert queue.get(job_id).result == {"ok": True}
+    assert store.verify(f"jobs/{job_id}").ok
+    assert_read_model_matches_receipts(job_id)
+    assert DeliveryPromise.objects.get(pk=execute_id).state == "resolved"
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_a_settlement_whose_lease_was_lost_meanwhile_writes_nothing_of_the_job():
+    job_id, execute_id = _delivered()
+    running = _running(job_id, execute_id)
+    fence = running.fence
+    assert queue.release_lease(job_id, holder=fence, reason="test: holder gone").applied
+    before = [r.type for r in store.read(f"jobs/{job_id}")]
+
+    ended = attempts.settle(running, "completed", now_ms=wall_clock_ms, result={"ok": True})
+
+    # the worker's state still names its fence; the stream says otherwise and wins
+    assert ended.status == "settlement_conflict"
+    assert [r.type for r in store.read(f"jobs/{job_id}")] == before
+    assert queue.get(job_id).status == "queued"
+    assert DeliveryPromise.objects.get(pk=execute_id).state == "rejected"
+
+
+def test_a_failed_attempt_on_known_state_is_retried_from_one_statement():
+    job_id, execute_id = _delivered()
+    running = _running(job_id, execute_id)
+
+    ended = attempts.settle(running, "failed", now_ms=wall_clock_ms, error="boom")
+
+    job = queue.get(job_id)
+    assert ended.status == "failed" and job.status == "queued" and job.last_error == "boom"
+    assert [r.type for r in store.read(f"jobs/{job_id}")][-1] == "job.failed"
+    assert store.verify(f"jobs/{job_id}").ok
+    assert_read_model_matches_receipts(job_id)

@@ -35,8 +35,8 @@ AGENT = "test-round-trips"
 
 
 @contextmanager
-def syncs() -> Iterator[Callable[[], int]]:
-    """Counts the round trips of the connection inside the block."""
+def traced() -> Iterator[list[str]]:
+    """The connection's protocol trace inside the block (its lines, once it ended)."""
     from psycopg import pq
 
     connection.ensure_connection()
@@ -44,18 +44,37 @@ def syncs() -> Iterator[Callable[[], int]]:
     fd, path = tempfile.mkstemp(prefix="receipt-trace-")
     pgconn.trace(fd)
     pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS | pq.Trace.REGRESS_MODE)
-    count: list[int] = []
+    lines: list[str] = []
     try:
-        yield lambda: count[0]
+        yield lines
     finally:
         pgconn.untrace()
         with open(path) as trace:
-            lines = trace.readlines()
-        sides = [line[:1] for line in lines if line[:1] in ("F", "B")]
-        # a round trip: messages sent, then the server's answer read
-        count.append(sum(1 for pair in pairwise(sides) if pair == ("F", "B")))
+            lines += trace.readlines()
         os.close(fd)
         os.unlink(path)
+
+
+@contextmanager
+def syncs() -> Iterator[Callable[[], int]]:
+    """Counts the round trips of the connection inside the block."""
+    with traced() as lines:
+        yield lambda: round_trips(lines)
+
+
+def round_trips(lines: list[str]) -> int:
+    sides = [line[:1] for line in lines if line[:1] in ("F", "B")]
+    # a round trip: messages sent, then the server's answer read
+    return sum(1 for pair in pairwise(sides) if pair == ("F", "B"))
+
+
+def statements(lines: list[str]) -> list[str]:
+    """The statements the client had the server run: each Execute (extended protocol)
+    or simple Query message, with the text of the Parse or Query that named it."""
+    sent = [line.split("\t") for line in lines if line.startswith("F")]
+    return [
+        fields[3] if len(fields) > 3 else "" for fields in sent if fields[2] in ("Execute", "Query")
+    ]
 
 
 def test_an_append_in_a_pipelined_transaction_costs_two_round_trips():
@@ -133,8 +152,8 @@ def test_a_job_from_driver_to_settlement_costs_five_round_trips(monkeypatch):
     assert ended.status == "completed"
     assert queue.get(job.job_id).status == "completed"
     # the pass's one statement; the claim with the lock and read, then the writes with the
-    # COMMIT; the lock, then the writes and the promise's settlement with the COMMIT
-    assert (drove(), began(), settled()) == (1, 2, 2)
+    # COMMIT; the settlement on the state the worker holds: one statement
+    assert (drove(), began(), settled()) == (1, 2, 1)
 
 
 def test_a_begin_on_the_job_its_delivery_saw_is_one_round_trip(monkeypatch, caplog):
@@ -147,3 +166,29 @@ def test_a_begin_on_the_job_its_delivery_saw_is_one_round_trip(monkeypatch, capl
         assert running.job == queue.get(job.job_id) and running.job.status == "running"
     assert began() == 1  # claim, lock, the two receipts, the row and the COMMIT together
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def executed(lines: list[str]) -> list[str]:
+    """The statements the client had the server run: its Execute and simple Query
+    messages (a Parse only prepares)."""
+    return [line for line in lines if line.split("\t")[2:3] in (["Execute"], ["Query"])]
+
+
+def test_a_begin_and_a_settlement_on_known_state_are_one_statement_each(monkeypatch):
+    monkeypatch.setitem(handlers._HANDLERS, AGENT, lambda job, ctx: JobResult.success("ran"))
+    for _ in range(2):  # the second with every statement prepared
+        job = _job()
+        seen = queue.get(job.job_id)
+        with traced() as began:
+            running = _begin(job, seen)
+        with traced() as settled:
+            ended = attempts.settle(running, "completed", now_ms=wall_clock_ms, result={"n": 1})
+    assert ended.status == "completed" and queue.get(job.job_id).status == "completed"
+    assert [len(executed(began)), len(executed(settled))] == [1, 1]
+    assert [round_trips(began), round_trips(settled)] == [1, 1]
+    # no transaction of its own around it: the statement is one
+    assert not [line for line in began + settled if "BEGIN" in line or "COMMIT" in line]
+    types = [r.type for r in store.read(f"jobs/{job.job_id}")]
+    assert types == ["job.enqueued", "job.leased", "job.heartbeat", "job.completed"]
+    assert store.verify(f"jobs/{job.job_id}").ok
+    assert connection.connection.info.transaction_status.name == "IDLE"
