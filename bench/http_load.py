@@ -8,7 +8,7 @@ receipt_site.asgi with the production flags (no access log, warning level). For 
 client count C, C asyncio keep-alive HTTP/1.1 connections send N
 `POST /agents/bench-noop/jobs` in all, one request in flight per connection, after 20
 untimed warm-up requests per connection. Each level starts from empty tables (TRUNCATE +
-CHECKPOINT). The client writes pre-built request bytes on raw asyncio streams rather than
+CHECKPOINT; the server's own sessions stay connected through it). The client writes pre-built request bytes on raw asyncio streams rather than
 using httpx.AsyncClient: httpx costs ~2 ms of client CPU per request on this 2-core machine
 (the server's competitor for CPU) and its pool failed with ReadError at 64 connections.
 
@@ -151,7 +151,7 @@ async def _load(base_url: str, secret: str, n: int, clients: int) -> list[float]
 def level(base_url: str, server, secret: str, *, n: int, clients: int, workers: int) -> dict:
     import psutil
 
-    reset()
+    reset(servers=[server.pid])
     me = psutil.Process()
     asyncio.run(_load(base_url, secret, 20 * clients, clients))  # warm-up, untimed
     noise = Noise(roots={server.pid, *server_roots()})
