@@ -36,7 +36,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
+RESULTS = Path(os.environ.get("BENCH_RESULTS") or ROOT / "bench" / "results")
 LOGS = Path(
     os.environ.get("BENCH_LOGS", "/tmp/receipt-bench-logs")
 )  # the runworkers' logs and the bodies' marker files

@@ -8,7 +8,7 @@ one-by-one: 10 warm-up enqueues, then N `queue.enqueue()` calls, perf_counter ar
 batch:      N jobs handed to `queue.enqueue_many()` in one call (one transaction).
 http:       (--http) N sequential POST /agents/bench-noop/jobs to one uvicorn process over
             one keep-alive connection (T-2: compare with one-by-one per core), and N jobs in
-            sequential requests of 1,000 to /agents/bench-noop/jobs/batch (T-9).
+            sequential requests of 1,000 (--batch) to /agents/bench-noop/jobs/batch (T-9).
 Each rep starts from empty tables (TRUNCATE + CHECKPOINT). The payload kind is
 factory.dispatch (no durable-ledger rows), the agent `bench-noop`.
 """
@@ -159,13 +159,20 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=5000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--http", action="store_true")
+    parser.add_argument("--batch", type=int, default=1000, help="jobs per request (http batch)")
     args = parser.parse_args()
     setup_django(args.database_url, "orm")
+    import logging
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one log line per request
     records = []
     for rep in range(args.reps):
         tests = [one_by_one, batch] + ([http, http_batch] if args.http else [])
         for test in tests:
-            record = test(args.n if test is not http else min(args.n, 2000))
+            if test is http_batch:
+                record = http_batch(args.n, args.batch)
+            else:
+                record = test(args.n if test is not http else min(args.n, 2000))
             record["rep"] = rep
             print(json.dumps(record), flush=True)
             records.append(record)

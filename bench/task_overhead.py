@@ -37,7 +37,7 @@ def best_us(fn, number: int) -> float:
     return min(timeit.repeat(fn, number=number, repeat=5)) / number * 1e6
 
 
-def native_enqueue_cpu_us(n: int = 500) -> float:
+def native_enqueue_cpu_us(n: int) -> float:
     """process_time of real native enqueues, best of 3 rounds of n."""
     enqueue = delivery.enqueuer("native")
     rounds = []
@@ -55,6 +55,7 @@ def main() -> None:
     )
     parser.add_argument("--database-url", default="postgres://root@127.0.0.1:5432/receipt_bench")
     parser.add_argument("--number", type=int, default=20000)
+    parser.add_argument("--native-n", type=int, default=500, help="real enqueues a round")
     args = parser.parse_args()
     os.environ.setdefault("RECEIPT_LOG_LEVEL", "WARNING")  # as the drain's runworkers
     delivery.setup_django(args.database_url, "orm")
@@ -83,7 +84,7 @@ def main() -> None:
         task_layers = best_us(lambda: handlers.noop_task.enqueue(7), number)
     rec = {
         "enqueue_task_layers_us": task_layers,
-        "enqueue_native_cpu_us": native_enqueue_cpu_us(),
+        "enqueue_native_cpu_us": native_enqueue_cpu_us(args.native_n),
         "run_task_us": best_us(run, number),
         "run_native_handler_us": best_us(lambda: handlers.noop(native_job, ctx), number),
     }
