@@ -1,6 +1,7 @@
 """Append throughput of receipts.store on PostgreSQL, optionally beside pgbench (SPEC 16, T-1).
 
     .venv/bin/python bench/append.py [--database-url URL] [--n 3000] [--reps 3] [--pgbench]
+    bench/run --smoke                                         # every figure, 30 receipts
     .venv/bin/python bench/profile_append.py                  # where the time goes
 
 Figures (receipts per second, perf_counter around the timed loop only, after a warm-up):
@@ -41,6 +42,7 @@ sys.path.insert(0, HERE)
 
 import delivery  # noqa: E402
 import pgbench_anchor  # noqa: E402
+import smoke  # noqa: E402
 from pgbench_anchor import Server, busy_cores, busy_jiffies, ensure_database  # noqa: E402
 
 DEFAULT_URL = pgbench_anchor.DEFAULT_URL
@@ -399,7 +401,10 @@ def main() -> None:
         help="stream name prefix; must not belong to a registered family",
     )
     ap.add_argument("--out", default=None)
-    a = ap.parse_args()
+    a = smoke.parse(
+        ap,
+        {"n": 30, "reps": 1, "warmup": 5, "existing_streams": 30, "pgbench_transactions": 50},
+    )
 
     PREFIX = a.stream_prefix
     EXISTING_STREAMS = a.existing_streams

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/cpu_split.py [--database-url URL] [--n 3000] [--reps 3]
                                         [--path native|task]
+    .venv/bin/python bench/cpu_split.py --smoke     # one drain of 60 jobs
 
 Runs `bench/delivery.py --tests drain` and, beside it, samples the CPU time of the
 PostgreSQL server's processes (the postmaster's children) and of the runworkers that run
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import delivery
 import noise
+import smoke
 
 HERE = Path(__file__).resolve().parent
 MARKER = delivery.LOGS / delivery.DRAIN_MARKER  # where `delivery.py --tests drain` marks bodies
@@ -137,7 +139,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--path", choices=delivery.PATHS, default="native")
-    args = parser.parse_args()
+    args = smoke.parse(parser, {"n": 60, "reps": 1})
     for rep in range(1, args.reps + 1):
         rec = one_rep(args.database_url, args.n, args.path)
         print(json.dumps({"rep": rep, **rec}), flush=True)

@@ -7,7 +7,7 @@ and not another's. So `bench/run_delivery` measures every system on a cluster of
 by default, left as `initdb` made it (only where it listens differs), like the peers'
 harness. Its data directory persists across runs under /tmp; `stop()` shuts it down.
 BENCH_DEFAULT_PG_ROOT and BENCH_DEFAULT_PG_PORT move it; BENCH_DEFAULT_PG_OPTIONS adds server
-options where no figure is taken (a throwaway cluster with fsync off).
+options where no figure is taken (tests/bench/test_smoke.py: a throwaway cluster, fsync off).
 """
 
 from __future__ import annotations

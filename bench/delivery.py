@@ -3,6 +3,7 @@
     .venv/bin/python bench/delivery.py [--database-url URL] [--n 3000] [--latency-n 100]
                                        [--reps 1] [--tests drain,latency] [--broker orm|redis://...]
                                        [--path native|task]
+    .venv/bin/python bench/delivery.py --smoke     # a drain of 20 jobs, 3 latency samples
 
 drain:   N no-op jobs enqueued and dispatched first (untimed: every job has its driver
          promise), CHECKPOINT, then a driver and a chat runworker are launched with 2
@@ -43,6 +44,7 @@ LOGS = Path(
 DRAIN_MARKER = "drain-marker.log"  # in the logs directory: one line per body the drain ran
 LINE = 31
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import smoke  # noqa: E402
 from noise import Noise, parent_of  # noqa: E402
 
 # Tables wiped before every measurement (those that exist: the schema is moving).
@@ -414,7 +416,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--tests", default="drain,latency")
     parser.add_argument("--path", choices=PATHS, default="native")
-    args = parser.parse_args()
+    args = smoke.parse(parser, {"n": 20, "latency_n": 3})
     setup_django(args.database_url, args.broker)
     RESULTS.mkdir(parents=True, exist_ok=True)
     logs = LOGS

@@ -1,6 +1,7 @@
 """Enqueue throughput (T-1, T-2), measured like ../shared/bench/peers' enqueue figures.
 
     .venv/bin/python bench/enqueue.py [--database-url URL] [--n 5000] [--reps 3] [--http]
+    .venv/bin/python bench/enqueue.py --smoke      # every figure, --http too, on 20 jobs
 
 one-by-one: 10 warm-up enqueues, then N `queue.enqueue()` calls, perf_counter around the
             loop. Two figures: the caller's rate, and the rate until the background
@@ -27,6 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import smoke
 from delivery import ROOT, reset, setup_django
 
 PAYLOAD = {
@@ -160,7 +162,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--http", action="store_true")
     parser.add_argument("--batch", type=int, default=1000, help="jobs per request (http batch)")
-    args = parser.parse_args()
+    args = smoke.parse(parser, {"n": 20, "reps": 1, "http": True, "batch": 10})
     setup_django(args.database_url, "orm")
     import logging
 

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/http_load.py [--database-url URL] [--n 2000] [--clients 1,8,64]
                                         [--workers 1] [--reps 1] [--uvicorn-args "..."]
+    .venv/bin/python bench/http_load.py --smoke    # 20 requests at 1 and 2 clients
 
 One uvicorn server (`--workers N`: N worker processes behind one socket) is started on
 receipt_site.asgi with the production flags (no access log, warning level). For each
@@ -35,6 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import smoke
 from delivery import ROOT, reset, server_roots, setup_django
 from noise import Noise
 
@@ -188,7 +190,7 @@ def main() -> None:
     parser.add_argument(
         "--uvicorn-args", default="", help='more server flags, e.g. "--loop asyncio --http h11"'
     )
-    args = parser.parse_args()
+    args = smoke.parse(parser, {"n": 20, "clients": "1,2"})
     setup_django(args.database_url, "orm")
     import logging
 

@@ -12,6 +12,7 @@ separate database, default receipt_pgbench, on the server of --database-url).
 Standalone use (prints one JSON line per run):
 
     .venv/bin/python bench/pgbench_anchor.py [--database-url URL] [--secs 15] [--reps 1]
+    .venv/bin/python bench/pgbench_anchor.py --smoke      # 50 transactions a script
 
 bench/append.py --pgbench imports this module and interleaves the runs with its own.
 """
@@ -29,6 +30,8 @@ import threading
 import time
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
+
+import smoke
 
 
 def _peers_pgbench() -> str:
@@ -288,7 +291,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=1)
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--scripts", default=",".join(SCRIPTS))
-    a = ap.parse_args()
+    a = smoke.parse(ap, {"transactions": 50})
     anchor = Anchor(a.database_url, a.pgbench_db, a.secs, a.clients, transactions=a.transactions)
     anchor.setup()
     try:

@@ -1,6 +1,7 @@
 """Where the time of one receipts.store.append goes (PostgreSQL), and what-if variants.
 
     .venv/bin/python bench/profile_append.py [--database-url URL] [--n 2000] [--reps 3]
+    .venv/bin/python bench/profile_append.py --smoke          # every part on 20 appends
 
 1. SQL per append: statements through Django (execute_wrapper) and the frontend
    protocol messages actually sent (libpq trace).
@@ -51,6 +52,7 @@ sys.path.insert(0, HERE)
 
 import append as bench  # noqa: E402
 import pgbench_anchor  # noqa: E402
+import smoke  # noqa: E402
 from pgbench_anchor import Server, busy_cores, busy_jiffies, proc_cpu  # noqa: E402
 
 COLUMNS = (
@@ -459,7 +461,16 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=WARMUP)
     ap.add_argument("--statements", type=int, default=100, help="appends traced for the SQL")
     ap.add_argument("--drop-indexes", action="store_true")
-    a = ap.parse_args()
+    a = smoke.parse(
+        ap,
+        {
+            "n": 20,
+            "reps": 1,
+            "warmup": 5,
+            "statements": 5,
+            "pgbench_transactions": 50,
+        },
+    )
     WARMUP = a.warmup
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     results = os.environ.get("BENCH_RESULTS") or os.path.join(HERE, "results")

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/prune_load.py --n 100000          # ~3-4 minutes (+2 to build)
     .venv/bin/python bench/prune_load.py --quick             # N=10k, 10 s windows: a quick look
+    .venv/bin/python bench/prune_load.py --smoke             # N=300, 1 s windows (the tests run it)
     .venv/bin/python bench/prune_load.py --n 100000 --prune-nice 19
     .venv/bin/python bench/prune_load.py --report bench/results/prune_load-<stamp>.jsonl
     .venv/bin/python bench/prune_load.py --n 100000 --duration 30 --rebuild
@@ -77,6 +78,7 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(os.environ.get("BENCH_RESULTS") or ROOT / "bench" / "results")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import smoke  # noqa: E402
 
 DATA_DIR = "/tmp/prune-data"
 APP = "prune-load"  # application_name prefix of every connection of this bench
@@ -1084,7 +1086,9 @@ def main() -> None:
     parser.add_argument("--build-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--prune-child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--pause-flag", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = smoke.parse(
+        parser, {"n": 300, "duration": 1.0, "warmup": 0.5, "ab_window": 0.5, "workers": 1}
+    )
     if args.quick:
         args.n = 10_000
         if "--duration" not in sys.argv:

@@ -6,6 +6,7 @@
     .venv/bin/python bench/scale.py --sizes 1k,250k --scenarios queue   # a deep backlog
     .venv/bin/python bench/scale.py --rebuild            # rebuild the stores even if present
     .venv/bin/python bench/scale.py --report bench/results/scale-<stamp>.jsonl
+    .venv/bin/python bench/scale.py --smoke              # one store of 400 jobs, one run a figure
 
 Per size up to three stores, each its own database on --server (default
 postgres://root@127.0.0.1:5432/; names from --database-prefix, default receipt_scale):
@@ -43,6 +44,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(os.environ.get("BENCH_RESULTS") or ROOT / "bench" / "results")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import smoke  # noqa: E402
 
 SIZES = {"1k": 1_000, "100k": 100_000, "250k": 250_000, "1m": 1_000_000}
 SCENARIOS = ("mixed", "backlog", "queue")
@@ -51,6 +53,7 @@ TARGET = 1.5
 ROW_MARK = b'name="_selected_action"'
 CHUNK_JOBS = 2_000
 SEED = 20261201
+SIZES["smoke"] = 400  # --smoke: a store this small (enough for every sample figure() picks)
 
 
 def log(*parts: Any) -> None:
@@ -707,7 +710,7 @@ def main() -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--scenario", help=argparse.SUPPRESS)
     parser.add_argument("--stamp", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = smoke.parse(parser, {"sizes": "smoke", "runs": 1, "workers": 1})
     if args.child:
         os.environ.setdefault("RECEIPT_LOG_LEVEL", "WARNING")
         out = (RESULTS / f"scale-{args.stamp}.jsonl").open("a")

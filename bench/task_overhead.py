@@ -1,6 +1,7 @@
 """What Django's task framework adds to a Receipt job, in CPU, timed in one process.
 
     .venv/bin/python bench/task_overhead.py [--database-url URL] [--number 20000]
+    .venv/bin/python bench/task_overhead.py --smoke     # 50 calls a round
 
 - enqueue: `noop_task.enqueue(i)` with `jobs.queue.enqueue` replaced by a stub that
   returns a job enqueued before: everything the task API does around the queue's own
@@ -31,6 +32,7 @@ from typing import cast
 from unittest import mock
 
 import delivery
+import smoke
 
 
 def best_us(fn, number: int) -> float:
@@ -56,7 +58,7 @@ def main() -> None:
     parser.add_argument("--database-url", default="postgres://root@127.0.0.1:5432/receipt_bench")
     parser.add_argument("--number", type=int, default=20000)
     parser.add_argument("--native-n", type=int, default=500, help="real enqueues a round")
-    args = parser.parse_args()
+    args = smoke.parse(parser, {"number": 50, "native_n": 20})
     os.environ.setdefault("RECEIPT_LOG_LEVEL", "WARNING")  # as the drain's runworkers
     delivery.setup_django(args.database_url, "orm")
     os.environ["BENCH_MARKER"] = os.path.join(tempfile.mkdtemp(), "marker.log")
