@@ -1,6 +1,7 @@
 """Append throughput of receipts.store on PostgreSQL, optionally beside pgbench (SPEC 16, T-1).
 
     .venv/bin/python bench/append.py [--database-url URL] [--n 3000] [--reps 3] [--pgbench]
+    bench/run --smoke                                         # every figure, 30 receipts
     .venv/bin/python bench/profile_append.py                  # where the time goes
 
 Figures (receipts per second, perf_counter around the timed loop only, after a warm-up):
@@ -18,7 +19,8 @@ RESTART IDENTITY; CHECKPOINT) before every timed section. With --pgbench every r
 anchor (bench/pgbench_anchor.py: insert_one.sql and es_append.sql, 1 client, 15 s) in
 its own database on the same server, so the ratios come from one sitting.
 
-Raw records: bench/results/append-<stamp>.jsonl. Markdown summary: stdout.
+Raw records: bench/results/append-<stamp>.jsonl ($BENCH_RESULTS instead of bench/results).
+Markdown summary: stdout.
 """
 
 from __future__ import annotations
@@ -40,10 +42,11 @@ sys.path.insert(0, HERE)
 
 import delivery  # noqa: E402
 import pgbench_anchor  # noqa: E402
+import smoke  # noqa: E402
 from pgbench_anchor import Server, busy_cores, busy_jiffies, ensure_database  # noqa: E402
 
 DEFAULT_URL = pgbench_anchor.DEFAULT_URL
-EXISTING_STREAMS = 1000
+EXISTING_STREAMS = 1000  # figure (b)'s streams (--existing-streams)
 PREFIX = "bench/"
 MULTI = 100
 NOISY = 0.3  # foreign cores above which a measurement is flagged as disturbed
@@ -373,7 +376,7 @@ def report(records: list[dict]) -> str:
 
 # ---------------------------------------------------------------- main
 def main() -> None:
-    global PREFIX
+    global PREFIX, EXISTING_STREAMS
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -386,16 +389,27 @@ def main() -> None:
     ap.add_argument("--pgbench-db", default=pgbench_anchor.DEFAULT_DB)
     ap.add_argument("--pgbench-secs", type=int, default=15)
     ap.add_argument(
+        "--pgbench-transactions",
+        type=int,
+        default=None,
+        help="pgbench runs this many transactions instead of --pgbench-secs",
+    )
+    ap.add_argument("--existing-streams", type=int, default=EXISTING_STREAMS)
+    ap.add_argument(
         "--stream-prefix",
         default=PREFIX,
         help="stream name prefix; must not belong to a registered family",
     )
     ap.add_argument("--out", default=None)
-    a = ap.parse_args()
+    a = smoke.parse(
+        ap,
+        {"n": 30, "reps": 1, "warmup": 5, "existing_streams": 30, "pgbench_transactions": 50},
+    )
 
     PREFIX = a.stream_prefix
+    EXISTING_STREAMS = a.existing_streams
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    results = os.path.join(HERE, "results")
+    results = os.environ.get("BENCH_RESULTS") or os.path.join(HERE, "results")
     os.makedirs(results, exist_ok=True)
     setup_django(a.database_url)
 
@@ -411,6 +425,7 @@ def main() -> None:
             a.pgbench_db,
             a.pgbench_secs,
             log=os.path.join(results, f"pgbench-{stamp}.log"),
+            transactions=a.pgbench_transactions,
         )
         anchor.setup()
     import django

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/callback_drain.py [--database-url URL] [--n 1000] [--reps 2]
                                              [--sleep-s 5] [--variants none,slow,fast]
+    .venv/bin/python bench/callback_drain.py --smoke      # none and slow (0.5 s), N=20
 
 Each repetition runs bench/delivery.py's drain (N no-op jobs enqueued and dispatched
 untimed, then a driver and a chat runworker with 2 workers each; jobs/s from their
@@ -37,6 +38,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import delivery
+import smoke
 
 URL_ENV = "RECEIPT_EVENT_CALLBACK_URL"
 
@@ -115,7 +117,7 @@ def main() -> None:
         help="drains per repetition, order rotated each repetition: none (no URL), slow "
         "(the sleeping receiver), fast (a receiver that answers at once: the outbox's own cost)",
     )
-    args = parser.parse_args()
+    args = smoke.parse(parser, {"n": 20, "reps": 1, "sleep_s": 0.5})
     variants = args.variants.split(",")
     # Logs, marker files and data of this run only: another bench may be running beside it.
     delivery.LOGS = Path(tempfile.mkdtemp(prefix="receipt-callback-bench-"))

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/cpu_split.py [--database-url URL] [--n 3000] [--reps 3]
                                         [--path native|task]
+    .venv/bin/python bench/cpu_split.py --smoke     # one drain of 60 jobs
 
 Runs `bench/delivery.py --tests drain` and, beside it, samples the CPU time of the
 PostgreSQL server's processes (the postmaster's children) and of the runworkers that run
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import delivery
 import noise
+import smoke
 
 HERE = Path(__file__).resolve().parent
 MARKER = delivery.LOGS / delivery.DRAIN_MARKER  # where `delivery.py --tests drain` marks bodies
@@ -36,7 +38,7 @@ def postmaster(url: str) -> int:
 
     with psycopg.connect(url.replace("postgres://", "postgresql://", 1)) as conn:
         row = conn.execute("SELECT pg_backend_pid()").fetchone()
-    found = noise.parent_of(row[0]) if row else None
+        found = noise.parent_of(row[0]) if row else None  # while the backend is alive
     if found is None:
         sys.exit("cpu_split: the PostgreSQL server must run on this machine")
     return found
@@ -112,9 +114,14 @@ def one_rep(url: str, n: int, path: str) -> dict:
     if bench.returncode != 0:
         sys.exit(f"delivery.py failed:\n{stderr[-2000:]}")
     samples = sampler.samples
-    low = next(s for s in samples if s[1] >= 0.1 * n)
-    high = next(s for s in samples if s[1] >= 0.9 * n)
+    first = next(k for k, s in enumerate(samples) if s[1] >= 0.1 * n)
+    last = next(k for k, s in enumerate(samples) if s[1] >= 0.9 * n)
+    if last == first:  # a drain shorter than a sample period: the samples around it
+        first, last = max(0, first - 1), min(len(samples) - 1, last + 1)
+    low, high = samples[first], samples[last]
     jobs, wall = high[1] - low[1], high[0] - low[0]
+    if jobs <= 0 or wall <= 0:
+        sys.exit(f"cpu_split: no window to measure in ({len(samples)} samples, N={n})")
     rec: dict = {"n": n, "path": path, "window_jobs": jobs, "window_s": round(wall, 2)}
     rec["jobs_per_s"] = round(jobs / wall)
     for cls in ("pg", "worker", *ROLES):
@@ -132,7 +139,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--path", choices=delivery.PATHS, default="native")
-    args = parser.parse_args()
+    args = smoke.parse(parser, {"n": 60, "reps": 1})
     for rep in range(1, args.reps + 1):
         rec = one_rep(args.database_url, args.n, args.path)
         print(json.dumps({"rep": rep, **rec}), flush=True)

@@ -6,6 +6,8 @@ created empty keeps the planner's empty-table guesses, which matter to one syste
 and not another's. So `bench/run_delivery` measures every system on a cluster of its own
 by default, left as `initdb` made it (only where it listens differs), like the peers'
 harness. Its data directory persists across runs under /tmp; `stop()` shuts it down.
+BENCH_DEFAULT_PG_ROOT and BENCH_DEFAULT_PG_PORT move it; BENCH_DEFAULT_PG_OPTIONS adds server
+options where no figure is taken (tests/bench/test_smoke.py: a throwaway cluster, fsync off).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 ROOT = Path(os.environ.get("BENCH_DEFAULT_PG_ROOT", "/tmp/receipt-bench-pg"))
 PORT = int(os.environ.get("BENCH_DEFAULT_PG_PORT", "55433"))
+OPTIONS = os.environ.get("BENCH_DEFAULT_PG_OPTIONS", "")
 
 
 def _bin_dir() -> Path:
@@ -54,6 +57,7 @@ def start() -> str:
             raise SystemExit(f"initdb failed: {made.stderr.strip()}")
     if _run("pg_ctl", "-D", str(data), "status").returncode != 0:
         options = f"-c listen_addresses=127.0.0.1 -p {PORT} -c unix_socket_directories={ROOT}"
+        options += f" {OPTIONS}" if OPTIONS else ""
         started = _run(
             "pg_ctl", "-D", str(data), "-l", str(ROOT / "server.log"), "-w", "-t", "60",
             "-o", options, "start",

@@ -3,6 +3,7 @@
     .venv/bin/python bench/delivery.py [--database-url URL] [--n 3000] [--latency-n 100]
                                        [--reps 1] [--tests drain,latency] [--broker orm|redis://...]
                                        [--path native|task]
+    .venv/bin/python bench/delivery.py --smoke     # a drain of 20 jobs, 3 latency samples
 
 drain:   N no-op jobs enqueued and dispatched first (untimed: every job has its driver
          promise), CHECKPOINT, then a driver and a chat runworker are launched with 2
@@ -22,6 +23,7 @@ bench/run_delivery does both (and the enqueue figures) in one command.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import math
@@ -31,17 +33,18 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
+RESULTS = Path(os.environ.get("BENCH_RESULTS") or ROOT / "bench" / "results")
 LOGS = Path(
     os.environ.get("BENCH_LOGS", "/tmp/receipt-bench-logs")
 )  # the runworkers' logs and the bodies' marker files
 DRAIN_MARKER = "drain-marker.log"  # in the logs directory: one line per body the drain ran
 LINE = 31
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import smoke  # noqa: E402
 from noise import Noise, parent_of  # noqa: E402
 
 # Tables wiped before every measurement (those that exist: the schema is moving).
@@ -118,23 +121,30 @@ def sql(statement: str, params: list | None = None) -> list[tuple]:
         return cursor.fetchall() if cursor.description else []
 
 
-def reset() -> None:
-    refuse_foreign_sessions()
+def reset(*, servers: Collection[int] = ()) -> None:
+    """Empty the app's tables. `servers`: pids of processes this bench started that stay
+    connected across the reset (the uvicorn server a load runs against); their sessions,
+    like this process's own, are not foreign."""
+    refuse_foreign_sessions(servers)
     rows = sql("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")
     names = sorted(n for (n,) in rows if n.startswith(RESET_PREFIXES) or n in RESET_EXTRA)
     sql("TRUNCATE " + ", ".join(f'"{n}"' for n in names) + " RESTART IDENTITY")
     sql("CHECKPOINT")
 
 
-def refuse_foreign_sessions() -> None:
+def refuse_foreign_sessions(servers: Collection[int] = ()) -> None:
     """Before a figure starts nothing else may be connected to the bench database: a
     runworker left over from an earlier run or experiment takes the figure's jobs (and,
-    started without BENCH_MARKER, fails them), so the figure would measure both."""
+    started without BENCH_MARKER, fails them), so the figure would measure both. The
+    sessions of this process (a raw connection beside Django's, the dispatch thread's) and
+    of `servers` and their children are the bench's own: told apart by their client ports."""
     deadline = time.monotonic() + 10  # the previous figure's sessions may still be closing
     while True:
         (others,) = sql(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-            "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+            "AND backend_type = 'client backend' AND pid <> pg_backend_pid() "
+            "AND coalesce(client_port, -1) <> ALL(%s)",
+            [client_ports([os.getpid(), *servers])],
         )[0]
         if not others or time.monotonic() > deadline:
             break
@@ -144,6 +154,23 @@ def refuse_foreign_sessions() -> None:
             f"{others} other session(s) are connected to the bench database "
             "(a runworker left running?): stop them first, e.g. pkill -f 'runworker --role'"
         )
+
+
+def client_ports(pids: Collection[int]) -> list[int]:
+    """The local ports of the TCP connections of processes `pids` and their children."""
+    import psutil
+
+    ports = []
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            tree = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            continue
+        for proc in tree:
+            with contextlib.suppress(psutil.Error):
+                ports += [c.laddr.port for c in proc.net_connections(kind="tcp") if c.raddr]
+    return ports
 
 
 def server_roots() -> set[int]:
@@ -389,7 +416,7 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--tests", default="drain,latency")
     parser.add_argument("--path", choices=PATHS, default="native")
-    args = parser.parse_args()
+    args = smoke.parse(parser, {"n": 20, "latency_n": 3})
     setup_django(args.database_url, args.broker)
     RESULTS.mkdir(parents=True, exist_ok=True)
     logs = LOGS

@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/delivery_figures.py FIGURE [--database-url URL] [--broker orm|redis://..]
                                                [--n N] [--seed S] [--enqueue-kind KIND]
+    .venv/bin/python bench/delivery_figures.py FIGURE --smoke     # N=20
 
 FIGURE is one of:
   drain           N no-op jobs enqueued and dispatched (untimed), then a driver and a chat
@@ -33,6 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import delivery
+import smoke
 from noise import Noise
 
 WARMUP = 10
@@ -136,7 +138,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1001)
     parser.add_argument("--enqueue-kind", default="factory.dispatch")
     parser.add_argument("--logs", default=str(delivery.RESULTS / "delivery-logs"))
-    args = parser.parse_args()
+    args = smoke.parse(parser, {"n": 20})
     # SIGTERM from the supervisor: unwind, so the finally blocks stop the runworkers.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     logs = Path(args.logs)

@@ -1,6 +1,7 @@
 """Enqueue throughput (T-1, T-2), measured like ../shared/bench/peers' enqueue figures.
 
     .venv/bin/python bench/enqueue.py [--database-url URL] [--n 5000] [--reps 3] [--http]
+    .venv/bin/python bench/enqueue.py --smoke      # every figure, --http too, on 20 jobs
 
 one-by-one: 10 warm-up enqueues, then N `queue.enqueue()` calls, perf_counter around the
             loop. Two figures: the caller's rate, and the rate until the background
@@ -8,7 +9,7 @@ one-by-one: 10 warm-up enqueues, then N `queue.enqueue()` calls, perf_counter ar
 batch:      N jobs handed to `queue.enqueue_many()` in one call (one transaction).
 http:       (--http) N sequential POST /agents/bench-noop/jobs to one uvicorn process over
             one keep-alive connection (T-2: compare with one-by-one per core), and N jobs in
-            sequential requests of 1,000 to /agents/bench-noop/jobs/batch (T-9).
+            sequential requests of 1,000 (--batch) to /agents/bench-noop/jobs/batch (T-9).
 Each rep starts from empty tables (TRUNCATE + CHECKPOINT). The payload kind is
 factory.dispatch (no durable-ledger rows), the agent `bench-noop`.
 """
@@ -27,6 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import smoke
 from delivery import ROOT, reset, setup_django
 
 PAYLOAD = {
@@ -159,13 +161,20 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=5000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--http", action="store_true")
-    args = parser.parse_args()
+    parser.add_argument("--batch", type=int, default=1000, help="jobs per request (http batch)")
+    args = smoke.parse(parser, {"n": 20, "reps": 1, "http": True, "batch": 10})
     setup_django(args.database_url, "orm")
+    import logging
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one log line per request
     records = []
     for rep in range(args.reps):
         tests = [one_by_one, batch] + ([http, http_batch] if args.http else [])
         for test in tests:
-            record = test(args.n if test is not http else min(args.n, 2000))
+            if test is http_batch:
+                record = http_batch(args.n, args.batch)
+            else:
+                record = test(args.n if test is not http else min(args.n, 2000))
             record["rep"] = rep
             print(json.dumps(record), flush=True)
             records.append(record)

@@ -2,13 +2,14 @@
 
     .venv/bin/python bench/http_load.py [--database-url URL] [--n 2000] [--clients 1,8,64]
                                         [--workers 1] [--reps 1] [--uvicorn-args "..."]
+    .venv/bin/python bench/http_load.py --smoke    # 20 requests at 1 and 2 clients
 
 One uvicorn server (`--workers N`: N worker processes behind one socket) is started on
 receipt_site.asgi with the production flags (no access log, warning level). For each
 client count C, C asyncio keep-alive HTTP/1.1 connections send N
 `POST /agents/bench-noop/jobs` in all, one request in flight per connection, after 20
 untimed warm-up requests per connection. Each level starts from empty tables (TRUNCATE +
-CHECKPOINT). The client writes pre-built request bytes on raw asyncio streams rather than
+CHECKPOINT; the server's own sessions stay connected through it). The client writes pre-built request bytes on raw asyncio streams rather than
 using httpx.AsyncClient: httpx costs ~2 ms of client CPU per request on this 2-core machine
 (the server's competitor for CPU) and its pool failed with ReadError at 64 connections.
 
@@ -35,6 +36,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import smoke
 from delivery import ROOT, reset, server_roots, setup_django
 from noise import Noise
 
@@ -151,7 +153,7 @@ async def _load(base_url: str, secret: str, n: int, clients: int) -> list[float]
 def level(base_url: str, server, secret: str, *, n: int, clients: int, workers: int) -> dict:
     import psutil
 
-    reset()
+    reset(servers=[server.pid])
     me = psutil.Process()
     asyncio.run(_load(base_url, secret, 20 * clients, clients))  # warm-up, untimed
     noise = Noise(roots={server.pid, *server_roots()})
@@ -188,7 +190,7 @@ def main() -> None:
     parser.add_argument(
         "--uvicorn-args", default="", help='more server flags, e.g. "--loop asyncio --http h11"'
     )
-    args = parser.parse_args()
+    args = smoke.parse(parser, {"n": 20, "clients": "1,2"})
     setup_django(args.database_url, "orm")
     import logging
 

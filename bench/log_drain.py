@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/log_drain.py [--database-url URL] [--n 1000] [--reps 2]
                                         [--variants off,on,busy]
+    .venv/bin/python bench/log_drain.py --smoke         # off and busy, N=20
 
 Each repetition runs bench/delivery.py's drain (N no-op jobs enqueued and dispatched
 untimed, then a driver and a chat runworker with 2 workers each; jobs/s from their
@@ -32,6 +33,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import delivery
+import smoke
 
 VARIANTS = {
     "off": {"RECEIPT_LOG_ENABLED": "0"},
@@ -92,7 +94,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=1000)
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--variants", default="off,on,busy")
-    args = parser.parse_args()
+    args = smoke.parse(parser, {"n": 20, "reps": 1, "variants": "off,busy"})
     variants = args.variants.split(",")
     delivery.LOGS = Path(tempfile.mkdtemp(prefix="receipt-log-bench-"))
     os.environ.setdefault("RECEIPT_DATA_DIR", str(delivery.LOGS / "data"))

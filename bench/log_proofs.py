@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/log_proofs.py [--database-url URL] [--leaves 10000000]
                                          [--proofs 2000] [--keep]
+    .venv/bin/python bench/log_proofs.py --smoke    # 5,000 leaves, 20 proofs of each
 
 Writes the tiles of a tree of --leaves leaves straight into receipt_log_tile (no
 receipts: every level-0 tile holds the same 256 leaves, so every tile of a level is
@@ -31,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import delivery
+import smoke
 
 
 def fill(leaves: int) -> float:
@@ -102,7 +104,7 @@ def main() -> None:
     parser.add_argument("--proofs", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=36)
     parser.add_argument("--keep", action="store_true", help="reuse the tiles of an earlier run")
-    args = parser.parse_args()
+    args = smoke.parse(parser, {"leaves": 5000, "proofs": 20})
     os.environ.setdefault("RECEIPT_DATA_DIR", "/tmp/receipt-log-proof-bench")
     delivery.setup_django(args.database_url, "orm")
     from receipts import log

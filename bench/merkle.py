@@ -3,6 +3,7 @@ it takes, how long a proof and its verification take, and the bytes it keeps per
 
     .venv/bin/python bench/merkle.py                  # 1,000,000 leaves (~10 s)
     .venv/bin/python bench/merkle.py --leaves 100000 --proofs 5000
+    .venv/bin/python bench/merkle.py --smoke          # 2,000 leaves, 50 proofs
 
 Pure CPU, one process, no database; prints one line per figure. Nothing asserts on time.
 """
@@ -14,6 +15,8 @@ import hashlib
 import random
 import time
 from collections.abc import Sequence
+
+import smoke
 
 from receipts.core import merkle
 from receipts.core.merkle import (
@@ -32,7 +35,7 @@ def main() -> None:
     parser.add_argument("--proofs", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=36)
     parser.add_argument("--scale", type=int, default=10_000_000, help="leaves, stubbed")
-    args = parser.parse_args()
+    args = smoke.parse(parser, {"leaves": 2000, "proofs": 50})
     n = args.leaves
     rng = random.Random(args.seed)
 

@@ -12,6 +12,7 @@ separate database, default receipt_pgbench, on the server of --database-url).
 Standalone use (prints one JSON line per run):
 
     .venv/bin/python bench/pgbench_anchor.py [--database-url URL] [--secs 15] [--reps 1]
+    .venv/bin/python bench/pgbench_anchor.py --smoke      # 50 transactions a script
 
 bench/append.py --pgbench imports this module and interleaves the runs with its own.
 """
@@ -30,7 +31,21 @@ import time
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-PEERS_PGBENCH = os.environ.get("BENCH_PEERS_PGBENCH", "/work/shared/bench/peers/pgbench")
+import smoke
+
+
+def _peers_pgbench() -> str:
+    """The peers' pgbench scripts: ../shared/bench/peers/pgbench beside this checkout (where
+    CI's copy of shared/ is too), else /work/shared's."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    beside = os.path.normpath(os.path.join(here, "..", "..", "shared", "bench", "peers", "pgbench"))
+    for candidate in (beside, "/work/shared/bench/peers/pgbench"):
+        if os.path.isdir(candidate):
+            return candidate
+    return beside
+
+
+PEERS_PGBENCH = os.environ.get("BENCH_PEERS_PGBENCH") or _peers_pgbench()
 DEFAULT_URL = "postgres://root@127.0.0.1:5432/receipt_bench"
 DEFAULT_DB = "receipt_pgbench"
 # label used in the report, same wording as the peers' BASELINE.md
@@ -154,10 +169,12 @@ class Anchor:
         secs: int = 15,
         clients: int = 1,
         log: str | None = None,
+        transactions: int | None = None,
     ) -> None:
         self.server = Server.from_url(url)
         self.dbname = dbname
         self.secs = secs
+        self.transactions = transactions  # per client, instead of secs (-t, not -T)
         self.clients = clients
         self.binary = pgbench_binary()
         self.log = log
@@ -195,8 +212,7 @@ class Anchor:
             str(self.clients),
             "-j",
             str(min(self.clients, 2)),
-            "-T",
-            str(self.secs),
+            *(["-t", str(self.transactions)] if self.transactions else ["-T", str(self.secs)]),
             "-f",
             os.path.join(PEERS_PGBENCH, script),
             self.dbname,
@@ -240,7 +256,8 @@ class Anchor:
             "test": f"pgbench_{script.removesuffix('.sql')}_c{self.clients}",
             "script": script,
             "clients": self.clients,
-            "secs": self.secs,
+            "secs": None if self.transactions else self.secs,
+            "transactions": self.transactions,
             "tps": tps,
             "latency_avg_ms": latency,
             "wall_s": round(wall, 2),
@@ -270,11 +287,12 @@ def main() -> None:
     )
     ap.add_argument("--pgbench-db", default=DEFAULT_DB)
     ap.add_argument("--secs", type=int, default=15)
+    ap.add_argument("--transactions", type=int, default=None, help="per client, instead of --secs")
     ap.add_argument("--clients", type=int, default=1)
     ap.add_argument("--reps", type=int, default=1)
     ap.add_argument("--scripts", default=",".join(SCRIPTS))
-    a = ap.parse_args()
-    anchor = Anchor(a.database_url, a.pgbench_db, a.secs, a.clients)
+    a = smoke.parse(ap, {"transactions": 50})
+    anchor = Anchor(a.database_url, a.pgbench_db, a.secs, a.clients, transactions=a.transactions)
     anchor.setup()
     try:
         for rep in range(1, a.reps + 1):

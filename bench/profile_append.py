@@ -1,6 +1,7 @@
 """Where the time of one receipts.store.append goes (PostgreSQL), and what-if variants.
 
     .venv/bin/python bench/profile_append.py [--database-url URL] [--n 2000] [--reps 3]
+    .venv/bin/python bench/profile_append.py --smoke          # every part on 20 appends
 
 1. SQL per append: statements through Django (execute_wrapper) and the frontend
    protocol messages actually sent (libpq trace).
@@ -25,7 +26,8 @@
    put back, from their saved definitions, before the script ends).
 4. pgbench es_append.sql, 1 client (--pgbench-secs, 0 to skip), as the anchor.
 
-Writes bench/results/profile-<stamp>.md (and .libpq-trace); prints the summary.
+Writes bench/results/profile-<stamp>.md (and .libpq-trace; $BENCH_RESULTS instead of
+bench/results); prints the summary.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ sys.path.insert(0, HERE)
 
 import append as bench  # noqa: E402
 import pgbench_anchor  # noqa: E402
+import smoke  # noqa: E402
 from pgbench_anchor import Server, busy_cores, busy_jiffies, proc_cpu  # noqa: E402
 
 COLUMNS = (
@@ -88,6 +91,7 @@ ES = [
     "INSERT INTO es_outbox (event_id) VALUES (currval('es_events_id_seq'))",
 ]
 DROPPABLE = ("receipt_receipt_hash_%_like", "receipt_stream_updated_at_%")
+WARMUP = 200  # untimed appends before each timed loop (--warmup)
 
 
 def dump(value):
@@ -251,7 +255,7 @@ def run_variants(
         options.update(saved, **extra)
         try:
             reset_all()
-            bench.run_single_new(200, f"w{label[6:].replace('+', '')}{tag}{rep}-")
+            bench.run_single_new(WARMUP, f"w{label[6:].replace('+', '')}{tag}{rep}-")
             bench.sql("CHECKPOINT")
             out.append(
                 timed(
@@ -280,7 +284,7 @@ def run_variants(
         raw = Raw(server, dbname, client_side)
         try:
             reset_all()
-            for i in range(200):
+            for i in range(WARMUP):
                 fn(raw, f"bench/w{label}{rep}-{i}", i)
             bench.sql("CHECKPOINT")
             out.append(
@@ -305,7 +309,7 @@ def run_variants(
                     if stmt.strip():
                         cur.execute(stmt)
                 cur.execute("CHECKPOINT")
-            for i in range(200):
+            for i in range(WARMUP):
                 one_es(raw, 1 + i % 1000)
 
             def es_python(k: int) -> None:
@@ -329,7 +333,7 @@ def statements(k: int, trace_path: str) -> list[str]:
     from django.db import connection
 
     bench.reset()
-    bench.run_single_new(100, "tw-")
+    bench.run_single_new(min(WARMUP, 100), "tw-")
     seen: Counter[str] = Counter()
 
     def count(execute, sql, params, many, context):
@@ -379,7 +383,7 @@ LAYERS = [
 
 def cprofile(n: int) -> list[str]:
     bench.reset()
-    bench.run_single_new(200, "pw-")
+    bench.run_single_new(WARMUP, "pw-")
     prof = cProfile.Profile()
     t0 = time.perf_counter()
     prof.enable()
@@ -439,6 +443,7 @@ def restore_indexes(definitions: list[str]) -> None:
 
 # ---------------------------------------------------------------- main
 def main() -> None:
+    global WARMUP
     ap = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -447,19 +452,42 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=2000)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--pgbench-secs", type=int, default=10)
+    ap.add_argument(
+        "--pgbench-transactions",
+        type=int,
+        default=None,
+        help="pgbench runs this many transactions instead of --pgbench-secs",
+    )
+    ap.add_argument("--warmup", type=int, default=WARMUP)
+    ap.add_argument("--statements", type=int, default=100, help="appends traced for the SQL")
     ap.add_argument("--drop-indexes", action="store_true")
-    a = ap.parse_args()
+    a = smoke.parse(
+        ap,
+        {
+            "n": 20,
+            "reps": 1,
+            "warmup": 5,
+            "statements": 5,
+            "pgbench_transactions": 50,
+        },
+    )
+    WARMUP = a.warmup
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    results = os.path.join(HERE, "results")
+    results = os.environ.get("BENCH_RESULTS") or os.path.join(HERE, "results")
     os.makedirs(results, exist_ok=True)
     bench.setup_django(a.database_url)
     server = Server.from_url(a.database_url)
     dbname = a.database_url.rsplit("/", 1)[1].split("?")[0]
-    anchor = pgbench_anchor.Anchor(a.database_url, a.pgbench_db, max(a.pgbench_secs, 1))
+    anchor = pgbench_anchor.Anchor(
+        a.database_url,
+        a.pgbench_db,
+        max(a.pgbench_secs, 1),
+        transactions=a.pgbench_transactions,
+    )
     anchor.setup()
 
     report = [f"# receipts.store.append profile, {stamp}", ""]
-    report += statements(100, os.path.join(results, f"profile-{stamp}.libpq-trace"))
+    report += statements(a.statements, os.path.join(results, f"profile-{stamp}.libpq-trace"))
     report += ["", *cprofile(a.n)]
     print("\n".join(report[:60]), flush=True)
 

@@ -1,15 +1,17 @@
 """Enqueue during a prune (retention under load, issue 12 section 2) on PostgreSQL.
 
     .venv/bin/python bench/prune_load.py --n 100000          # ~3-4 minutes (+2 to build)
-    .venv/bin/python bench/prune_load.py --quick             # N=10k, 10 s windows: smoke
+    .venv/bin/python bench/prune_load.py --quick             # N=10k, 10 s windows: a quick look
+    .venv/bin/python bench/prune_load.py --smoke             # N=300, 1 s windows (the tests run it)
     .venv/bin/python bench/prune_load.py --n 100000 --prune-nice 19
     .venv/bin/python bench/prune_load.py --report bench/results/prune_load-<stamp>.jsonl
     .venv/bin/python bench/prune_load.py --n 100000 --duration 30 --rebuild
 
 Store: N jobs built by bench/scale.py's builder (bench/scale_data.py, scenario `mixed`:
 ~88 % settled over the last 28 days, ~12 % active; real sealing, real fold, COPY) into
-`receipt_prune_<size>_src` on --server, reused while it holds N jobs and N streams. Every
-run works on a fresh copy, `receipt_prune_<size>` (CREATE DATABASE ... TEMPLATE, FILE_COPY),
+`receipt_prune_<size>_src` on --server (--database-prefix receipt_prune), reused while it
+holds N jobs and N streams. Every run works on a fresh copy, `receipt_prune_<size>`
+(CREATE DATABASE ... TEMPLATE, FILE_COPY),
 since the prune consumes it. The prune runs with every retention window at --window-days
 (default 1: RECEIPT_RETENTION_DAYS / _WATCHDOG_DAYS / _CONTROL_DAYS), so the settled jobs
 older than a day, ~85 % of the store, are past it; the active ones never are.
@@ -49,7 +51,8 @@ under nice(1), to see whether a lower CPU priority shields enqueue.
    driver promise and a chain that verifies, the pruned count equal to the tombstones
    and no settled job past the window left.
 
-Output: the markdown on stdout, JSON lines in bench/results/prune_load-<stamp>.jsonl,
+Output: the markdown on stdout, JSON lines in bench/results/prune_load-<stamp>.jsonl
+($BENCH_RESULTS instead of bench/results),
 progress on stderr. Figures from one run on a shared machine: read the load average and
 foreign-CPU columns beside them. Nothing asserts on time.
 """
@@ -73,8 +76,9 @@ from typing import Any
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
+RESULTS = Path(os.environ.get("BENCH_RESULTS") or ROOT / "bench" / "results")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import smoke  # noqa: E402
 
 DATA_DIR = "/tmp/prune-data"
 APP = "prune-load"  # application_name prefix of every connection of this bench
@@ -721,7 +725,7 @@ def verify(enqueued: list[str], pruned: int, cutoff_ms: int) -> dict[str, Any]:
 
 def run(args: argparse.Namespace, out: Any) -> list[dict[str, Any]]:
     label = size_label(args.n)
-    source, target = f"receipt_prune_{label}_src", f"receipt_prune_{label}"
+    source, target = f"{args.database_prefix}_{label}_src", f"{args.database_prefix}_{label}"
     records: list[dict[str, Any]] = []
 
     def emit(record: dict[str, Any]) -> None:
@@ -1070,6 +1074,11 @@ def main() -> None:
     )
     parser.add_argument("--window-days", type=int, default=1, help="every retention window")
     parser.add_argument("--server", default="postgres://root@127.0.0.1:5432/")
+    parser.add_argument(
+        "--database-prefix",
+        default="receipt_prune",
+        help="the databases' names: <prefix>_<size>_src and <prefix>_<size>",
+    )
     parser.add_argument("--sample-ms", type=float, default=50.0)
     parser.add_argument("--workers", type=int, default=2, help="processes sealing receipts")
     parser.add_argument("--rebuild", action="store_true", help="rebuild the source store")
@@ -1077,7 +1086,9 @@ def main() -> None:
     parser.add_argument("--build-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--prune-child", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--pause-flag", type=Path, help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = smoke.parse(
+        parser, {"n": 300, "duration": 1.0, "warmup": 0.5, "ab_window": 0.5, "workers": 1}
+    )
     if args.quick:
         args.n = 10_000
         if "--duration" not in sys.argv:

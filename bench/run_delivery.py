@@ -1,7 +1,8 @@
 """Receipt's delivery figures beside the peers (T-1, T-3, T-4), in one sitting, one PostgreSQL.
 
     bench/run_delivery [--reps 3] [--n 3000] [--enqueue-n 5000] [--latency-n 100]
-                       [--quick] [--skip-peers] [--database-url URL] [--redis-broker URL|none]
+                       [--quick] [--smoke] [--skip-peers] [--database-url URL]
+                       [--redis-broker URL|none]
                        [--peers procrastinate,djq-orm-cma60,celery-redis]
                        [--figures drain,enqueue_single,...,task_drain,task_latency]
 
@@ -13,7 +14,9 @@ Django's task framework, as the system "receipt-task"), then the peers through t
 against a database `receipt_peers` on the SAME PostgreSQL server and a private Redis
 started for the run). Raw records (one JSON object per measurement) go to
 bench/results/delivery-<stamp>.jsonl, the markdown report to stdout and
-bench/results/delivery-<stamp>.md, progress to stderr. See bench/README.md.
+bench/results/delivery-<stamp>.md ($BENCH_RESULTS instead of bench/results), progress to
+stderr. See bench/README.md. `--smoke --skip-peers` takes seconds: the enqueue figures on
+20 jobs, native and through the task API, one repetition (the tests run it).
 """
 
 from __future__ import annotations
@@ -36,11 +39,12 @@ from urllib.parse import urlsplit
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-RESULTS = HERE / "results"
+RESULTS = Path(os.environ.get("BENCH_RESULTS") or HERE / "results")
 PEERS_DIR = (ROOT / ".." / "shared" / "bench" / "peers").resolve()
 PEERS_VENV = HERE / ".peers-venv"
 sys.path.insert(0, str(HERE))
 import default_postgres  # noqa: E402
+import smoke  # noqa: E402
 from delivery_figures import TASK_PREFIX, path_and_test  # noqa: E402
 
 PEERS_RUNDIR = RESULTS / "peers-run"
@@ -897,7 +901,7 @@ def main() -> None:
     ap.add_argument(
         "--quick",
         action="store_true",
-        help="smoke run: 1 rep, drain 300, enqueue 500, latency 20 (unless given)",
+        help="a quick look: 1 rep, drain 300, enqueue 500, latency 20 (unless given)",
     )
     ap.add_argument(
         "--server",
@@ -938,7 +942,16 @@ def main() -> None:
         metavar="JSONL",
         help="only print the report of earlier raw files (bench/results/delivery-*.jsonl)",
     )
-    a = ap.parse_args()
+    a = smoke.parse(
+        ap,
+        {
+            "reps": 1,
+            "n": 20,
+            "enqueue_n": 20,
+            "latency_n": 3,
+            "figures": "enqueue_single,enqueue_bulk,task_enqueue_single",
+        },
+    )
     if a.report:
         records = [
             json.loads(x)

@@ -6,9 +6,11 @@
     .venv/bin/python bench/scale.py --sizes 1k,250k --scenarios queue   # a deep backlog
     .venv/bin/python bench/scale.py --rebuild            # rebuild the stores even if present
     .venv/bin/python bench/scale.py --report bench/results/scale-<stamp>.jsonl
+    .venv/bin/python bench/scale.py --smoke              # one store of 400 jobs, one run a figure
 
 Per size up to three stores, each its own database on --server (default
-postgres://root@127.0.0.1:5432/): `receipt_scale_<size>` (settled and active jobs),
+postgres://root@127.0.0.1:5432/; names from --database-prefix, default receipt_scale):
+`receipt_scale_<size>` (settled and active jobs),
 `receipt_scale_<size>_backlog` (40 % of the jobs queued, no workers) and, with
 `--scenarios queue`, `receipt_scale_<size>_queue` (80 % queued: a deep backlog that is cheap
 to build, 200k queued at 250k). They are built by
@@ -40,8 +42,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results"
+RESULTS = Path(os.environ.get("BENCH_RESULTS") or ROOT / "bench" / "results")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import smoke  # noqa: E402
 
 SIZES = {"1k": 1_000, "100k": 100_000, "250k": 250_000, "1m": 1_000_000}
 SCENARIOS = ("mixed", "backlog", "queue")
@@ -50,14 +53,15 @@ TARGET = 1.5
 ROW_MARK = b'name="_selected_action"'
 CHUNK_JOBS = 2_000
 SEED = 20261201
+SIZES["smoke"] = 400  # --smoke: a store this small (enough for every sample figure() picks)
 
 
 def log(*parts: Any) -> None:
     print(*parts, file=sys.stderr, flush=True)
 
 
-def db_url(server: str, size: str, scenario: str) -> str:
-    name = f"receipt_scale_{size}" + ("" if scenario == "mixed" else f"_{scenario}")
+def db_url(server: str, size: str, scenario: str, prefix: str = "receipt_scale") -> str:
+    name = f"{prefix}_{size}" + ("" if scenario == "mixed" else f"_{scenario}")
     return server.rstrip("/") + "/" + name
 
 
@@ -579,7 +583,7 @@ def explain(url: str, statement: str) -> str:
             conn.rollback()
 
 
-def report(path: Path, server: str) -> str:
+def report(path: Path, server: str, prefix: str = "receipt_scale") -> str:
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     figures = [r for r in records if r["record"] == "figure"]
     sizes = [s for s in SIZES if any(r["size"] == s for r in figures)]
@@ -687,7 +691,7 @@ def report(path: Path, server: str) -> str:
             for q in r["slow_sql"][:2]:
                 if q["ms"] < 0.5 and q is not r["slow_sql"][0]:
                     continue
-                plan = explain(db_url(server, s, scenario), q["sql"])
+                plan = explain(db_url(server, s, scenario, prefix), q["sql"])
                 out += ["```", q["sql"][:1500], f"-- {q['ms']} ms in the warm-up", plan, "```", ""]
     return "\n".join(out)
 
@@ -697,6 +701,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="1k,100k,1m")
     parser.add_argument("--scenarios", default="mixed,backlog", help="of mixed, backlog, queue")
     parser.add_argument("--server", default="postgres://root@127.0.0.1:5432/")
+    parser.add_argument("--database-prefix", default="receipt_scale", help="<prefix>_<size>...")
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--rebuild", action="store_true")
     parser.add_argument("--build-only", action="store_true")
@@ -705,14 +710,14 @@ def main() -> None:
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--scenario", help=argparse.SUPPRESS)
     parser.add_argument("--stamp", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = smoke.parse(parser, {"sizes": "smoke", "runs": 1, "workers": 1})
     if args.child:
         os.environ.setdefault("RECEIPT_LOG_LEVEL", "WARNING")
         out = (RESULTS / f"scale-{args.stamp}.jsonl").open("a")
         _one(
             args.child,
             args.scenario,
-            db_url(args.server, args.child, args.scenario),
+            db_url(args.server, args.child, args.scenario, args.database_prefix),
             SIZES[args.child],
             out,
             args.runs,
@@ -722,7 +727,7 @@ def main() -> None:
         )
         return
     if args.report:
-        print(report(args.report, args.server))
+        print(report(args.report, args.server, args.database_prefix))
         return
     sizes = [s.strip().lower() for s in args.sizes.split(",") if s.strip()]
     unknown = [s for s in sizes if s not in SIZES]
@@ -746,6 +751,8 @@ def main() -> None:
                 scenario,
                 "--server",
                 args.server,
+                "--database-prefix",
+                args.database_prefix,
                 "--stamp",
                 stamp,
                 "--runs",
@@ -758,7 +765,7 @@ def main() -> None:
             log(f"== {size} {scenario}: {' '.join(command[1:])}")
             subprocess.run(command, check=True)
     if not args.build_only:
-        print(report(path, args.server))
+        print(report(path, args.server, args.database_prefix))
     else:
         print(f"built; records in {path}")
 

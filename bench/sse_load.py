@@ -3,6 +3,7 @@
     .venv/bin/python bench/sse_load.py [--database-url URL] [--clients 100,500,1000]
                                        [--duration 30] [--rate 100] [--job-rate 20]
                                        [--stream-share 0.5] [--reps 1] [--py-spy PREFIX]
+    .venv/bin/python bench/sse_load.py --smoke     # 4 clients, a 1-second drive
 
 For each client count N, from empty tables: one job is enqueued per job client, then one
 uvicorn process is started on receipt_site.asgi (bench/http_load.py's `uvicorn_server`,
@@ -61,6 +62,7 @@ if TYPE_CHECKING:
     import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import smoke
 from delivery import reset, server_roots, setup_django, sql
 from http_load import cpu_seconds, percentile, uvicorn_server
 from noise import Noise
@@ -518,7 +520,9 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--py-spy", help="record the server with py-spy to <this>-<N>.txt")
     parser.add_argument("--drive", help=argparse.SUPPRESS)  # internal: the driver process
-    args = parser.parse_args()
+    args = smoke.parse(parser, {"clients": "4", "duration": 1.0, "rate": 20.0, "job_rate": 4.0})
+    if args.smoke:  # a ping a second: the job clients learn the final position sooner
+        os.environ.setdefault("RECEIPT_SSE_KEEPALIVE_MS", "1000")
     os.environ.setdefault("RECEIPT_DATA_DIR", "/tmp/sse-data")
     Path(os.environ["RECEIPT_DATA_DIR"]).mkdir(parents=True, exist_ok=True)
     raise_fd_limit()  # the server inherits it

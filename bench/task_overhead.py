@@ -1,6 +1,7 @@
 """What Django's task framework adds to a Receipt job, in CPU, timed in one process.
 
     .venv/bin/python bench/task_overhead.py [--database-url URL] [--number 20000]
+    .venv/bin/python bench/task_overhead.py --smoke     # 50 calls a round
 
 - enqueue: `noop_task.enqueue(i)` with `jobs.queue.enqueue` replaced by a stub that
   returns a job enqueued before: everything the task API does around the queue's own
@@ -31,13 +32,14 @@ from typing import cast
 from unittest import mock
 
 import delivery
+import smoke
 
 
 def best_us(fn, number: int) -> float:
     return min(timeit.repeat(fn, number=number, repeat=5)) / number * 1e6
 
 
-def native_enqueue_cpu_us(n: int = 500) -> float:
+def native_enqueue_cpu_us(n: int) -> float:
     """process_time of real native enqueues, best of 3 rounds of n."""
     enqueue = delivery.enqueuer("native")
     rounds = []
@@ -55,7 +57,8 @@ def main() -> None:
     )
     parser.add_argument("--database-url", default="postgres://root@127.0.0.1:5432/receipt_bench")
     parser.add_argument("--number", type=int, default=20000)
-    args = parser.parse_args()
+    parser.add_argument("--native-n", type=int, default=500, help="real enqueues a round")
+    args = smoke.parse(parser, {"number": 50, "native_n": 20})
     os.environ.setdefault("RECEIPT_LOG_LEVEL", "WARNING")  # as the drain's runworkers
     delivery.setup_django(args.database_url, "orm")
     os.environ["BENCH_MARKER"] = os.path.join(tempfile.mkdtemp(), "marker.log")
@@ -83,7 +86,7 @@ def main() -> None:
         task_layers = best_us(lambda: handlers.noop_task.enqueue(7), number)
     rec = {
         "enqueue_task_layers_us": task_layers,
-        "enqueue_native_cpu_us": native_enqueue_cpu_us(),
+        "enqueue_native_cpu_us": native_enqueue_cpu_us(args.native_n),
         "run_task_us": best_us(run, number),
         "run_native_handler_us": best_us(lambda: handlers.noop(native_job, ctx), number),
     }
