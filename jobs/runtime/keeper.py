@@ -22,6 +22,7 @@ a keeper thread of its own over a private directory.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -113,9 +114,9 @@ class Lease:
     """A registered attempt, from the worker process's side."""
 
     def __init__(self, running: attempts.Running, cadence_ms: int) -> None:
-        name = f"{running.job.job_id}#{running.fence.attempt}"
-        self.path = directory() / f"{name}.json"
-        self._stop_path = self.path.with_suffix(".stop")
+        # plain os calls on str paths: this runs once per attempt, on the hot path
+        base = f"{directory()}/{running.job.job_id}#{running.fence.attempt}"
+        self.path, self._stop_path = Path(f"{base}.json"), f"{base}.stop"
         record = {
             "jobId": running.job.job_id,
             "attempt": running.fence.attempt,
@@ -124,21 +125,27 @@ class Lease:
             "promiseId": running.promise_id,
             "cadenceMs": cadence_ms,
         }
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record))
-        tmp.replace(self.path)  # the keeper never reads half a file
+        tmp = f"{base}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, json.dumps(record).encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)  # the keeper never reads half a file
 
     def stop_order(self) -> tuple[str, str] | None:
         """(reason, ended_by) once the keeper told this attempt to stop."""
         try:
-            order = json.loads(self._stop_path.read_text())
+            with open(self._stop_path, "rb") as order_file:
+                order = json.loads(order_file.read())
         except (FileNotFoundError, ValueError):
             return None
         return str(order["reason"]), str(order["endedBy"])
 
     def release(self) -> None:
         for path in (self.path, self._stop_path):
-            path.unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
 
 # ---- the keeper ------------------------------------------------------------------------------

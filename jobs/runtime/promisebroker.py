@@ -27,6 +27,8 @@ many execute promises in one transaction; worker clusters get one promise per ta
 
 from __future__ import annotations
 
+import functools
+import importlib
 import time
 import uuid
 from typing import Any
@@ -247,7 +249,7 @@ def signed_task(
     task = {
         "id": task_id,
         "name": str(args[0])[:100],  # the promise id(s): what an operator looks for
-        "func": func,
+        "func": _function(func),  # pickled by reference: the worker skips `pydoc.locate`
         "args": args,
         "kwargs": kwargs,
         "started": timezone.now(),
@@ -255,6 +257,13 @@ def signed_task(
         "cluster": cluster,
     }
     return task_id, SignedPackage.dumps(task)
+
+
+@functools.cache
+def _function(path: str) -> Any:
+    """The function a dotted path names (django-q2 would locate it anew for every task)."""
+    module, _, name = path.rpartition(".")
+    return getattr(importlib.import_module(module), name)
 
 
 def run_schedules(now_ms: int) -> Any:

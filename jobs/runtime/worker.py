@@ -32,13 +32,14 @@ from django.db import DatabaseError, OperationalError, close_old_connections, co
 from jobs import handlers, queue, queues
 from jobs.core.contracts import routed_group
 from jobs.core.state import Command, Fence, JobState
-from jobs.core.timing import TimingSettings, execution_timeout_ms, heartbeat_interval_ms
+from jobs.core.timing import execution_timeout_ms, heartbeat_interval_ms
 from jobs.core.wire import job_from_wire
 from jobs.handler_contract import HandlerContext, JobResult
 from jobs.queue import Outcome
 from jobs.runtime import attempt as attempts
 from jobs.runtime import counters, faults, keeper, processes, promises, spawned
 from jobs.runtime.storage_retry import is_transient
+from jobs.timing_config import current_timing
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 
@@ -166,7 +167,7 @@ class _Attempt:
 
 def _run(running: attempts.Running) -> dict[str, Any]:
     job, fence = running.job, running.fence
-    timing = TimingSettings.from_config(settings.RECEIPT)
+    timing = current_timing()
     lease_ms = job.lease_ms or timing.job_lease_ms
     cadence_ms = heartbeat_interval_ms(lease_ms, timing)
     run = _Attempt(

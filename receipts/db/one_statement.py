@@ -27,7 +27,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from django.db import DataError, connection
+from django.db import DEFAULT_DB_ALIAS, DataError, connections
 
 from receipts.db.pipeline import _REFUSED_SQLSTATE, AssumptionRefused
 
@@ -89,14 +89,15 @@ def gathering() -> OneStatement | None:
 
 def available() -> bool:
     """Whether a block may be one statement here: PostgreSQL, outside any transaction."""
-    return connection.vendor == "postgresql" and not connection.in_atomic_block
+    db = connections[DEFAULT_DB_ALIAS]  # one lookup of the thread's connection
+    return db.vendor == "postgresql" and not db.in_atomic_block
 
 
 @contextmanager
 def one_statement() -> Iterator[OneStatement]:
     """Gather the block's writes and run them as one statement when it ends normally (see
     the module's docstring); a block that raises sends nothing. Only where `available()`."""
-    assert available() and gathering() is None
+    assert gathering() is None
     gathered = OneStatement()
     token = _GATHERING.set(gathered)
     try:
@@ -112,10 +113,12 @@ def one_statement() -> Iterator[OneStatement]:
 def _run(sql: str, params: Sequence[Any]) -> None:
     import psycopg
 
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
+    db = connections[DEFAULT_DB_ALIAS]
+    assert db.vendor == "postgresql" and not db.in_atomic_block
+    db.close_if_health_check_failed()
+    db.ensure_connection()
     try:
-        with connection.wrap_database_errors, psycopg.Cursor(connection.connection) as cursor:
+        with db.wrap_database_errors, psycopg.Cursor(db.connection) as cursor:
             cursor.execute(sql, params, prepare=True)
     except DataError as error:
         if getattr(error.__cause__, "sqlstate", None) == _REFUSED_SQLSTATE:

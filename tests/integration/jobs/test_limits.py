@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 import pytest
+from django_q.utils import get_func_repr
 
 from jobs import dashboard, diagnosis, handlers, limits, promise_sql, queue
 from jobs.core.limits import UNTIL_WOKEN_MS, Limit
@@ -294,7 +295,7 @@ def test_with_redis_the_woken_delivery_s_task_is_pushed_after_the_commit(declare
 
     [package] = broker.pushed  # the woken delivery, pushed once its wake committed
     task = SignedPackage.loads(package)
-    assert task["func"] == "jobs.runtime.tasks.execute"
+    assert get_func_repr(task["func"]) == "jobs.runtime.tasks.execute"
     assert task["args"] == (waiting[1],)
     assert task["kwargs"]["job_id"] == waiting[0] and task["kwargs"]["attempt"] == 1
 

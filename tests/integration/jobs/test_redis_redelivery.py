@@ -12,6 +12,7 @@ import pytest
 import redis
 from django.conf import settings
 from django_q.signing import SignedPackage
+from django_q.utils import get_func_repr
 
 from jobs import queue
 from jobs.models import DeliveryPromise
@@ -100,7 +101,7 @@ def test_an_enqueue_while_redis_is_down_answers_and_its_task_is_pushed_once_redi
     assert repush_lost("driver", now_ms=due - 1).acted == 0  # pushed too recently to tell
     assert repush_lost("driver", now_ms=due).acted == 1
     [task] = _pushed(broker)
-    assert (task["func"], task["args"], task["cluster"]) == (
+    assert (get_func_repr(task["func"]), task["args"], task["cluster"]) == (
         redelivery.DRIVE_TASK,
         (promise.id,),
         "driver",
@@ -131,7 +132,7 @@ def test_only_the_clusters_pending_unclaimed_and_unexpired_promises_are_pushed_a
 
     assert (report.examined, report.acted) == (1, 1)
     [task] = _pushed(broker)
-    assert task["func"] == redelivery.EXECUTE_TASK and task["args"] == ("p-lost",)
+    assert get_func_repr(task["func"]) == redelivery.EXECUTE_TASK and task["args"] == ("p-lost",)
     assert task["kwargs"] == {  # what the driver's own push carries
         "job_id": "job-1",
         "attempt": 2,
