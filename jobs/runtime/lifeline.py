@@ -117,6 +117,9 @@ def _cluster_class() -> type:
                     "signals follow the thread that forks the sentinel)"
                 )
             forks_die_with_parents()
+            from jobs.runtime import pusher
+
+            pusher.install()  # tasks the promise broker built are not signed to be unsigned
             return int(super().start())
 
     return Cluster

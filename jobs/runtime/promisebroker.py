@@ -98,7 +98,7 @@ class PromiseBroker(Broker):
         transaction.on_commit(lambda: func(*unpacked["args"], **unpacked["kwargs"]))
         return str(unpacked["id"])
 
-    def dequeue(self) -> list[tuple[str, str]] | None:
+    def dequeue(self) -> list[tuple[str, dict[str, Any]]] | None:
         if self._caught_up and not self._woken:
             self._wait()  # whatever was committed since the last take has notified us
         self._woken = False
@@ -165,13 +165,13 @@ class PromiseBroker(Broker):
             return []
         return self._select(sql.take_ids_sqlite(len(ids)), [now + VISIBILITY_MS, *ids, now])
 
-    def _tasks(self, rows: list[tuple[Any, ...]]) -> list[tuple[str, str]]:
+    def _tasks(self, rows: list[tuple[Any, ...]]) -> list[tuple[str, dict[str, Any]]]:
         if self.group == "driver":
             ids = [row[0] for row in rows]
             chunks = [ids[i : i + DRIVER_BATCH] for i in range(0, len(ids), DRIVER_BATCH)]
-            return [signed_task(DRIVE_MANY, (chunk,), {}, self.list_key) for chunk in chunks]
+            return [task(DRIVE_MANY, (chunk,), {}, self.list_key) for chunk in chunks]
         return [
-            signed_task(
+            task(
                 EXECUTE,
                 (row[0],),
                 {
@@ -243,10 +243,19 @@ class PromiseBroker(Broker):
 def signed_task(
     func: str, args: tuple[Any, ...], kwargs: dict[str, Any], cluster: str
 ) -> tuple[str, str]:
-    """(task id, package) of one django-q2 task as its pusher unpacks it: the fields its
-    worker reads, signed by django-q2's own `SignedPackage`."""
+    """(task id, package) of one django-q2 task for a broker elsewhere (Redis): `task`'s
+    fields, signed by django-q2's own `SignedPackage`."""
+    task_id, unsigned = task(func, args, kwargs, cluster)
+    return task_id, SignedPackage.dumps(unsigned)
+
+
+def task(
+    func: str, args: tuple[Any, ...], kwargs: dict[str, Any], cluster: str
+) -> tuple[str, dict[str, Any]]:
+    """(task id, task) of one django-q2 task as its worker reads it, for this process's
+    pusher (`jobs.runtime.pusher`: unsigned, it never leaves the process)."""
     task_id = uuid.uuid4().hex
-    task = {
+    unsigned = {
         "id": task_id,
         "name": str(args[0])[:100],  # the promise id(s): what an operator looks for
         "func": _function(func),  # pickled by reference: the worker skips `pydoc.locate`
@@ -256,7 +265,7 @@ def signed_task(
         "ack_failure": True,
         "cluster": cluster,
     }
-    return task_id, SignedPackage.dumps(task)
+    return task_id, unsigned
 
 
 @functools.cache
