@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
 
 from receipts import registry
 from receipts.append import StreamHandle, check_stream_name, observe, open_stream, refuse_nul
@@ -104,7 +104,7 @@ def _joining_families(new: Sequence[NewStream]) -> list[registry.StreamFamily | 
     """On PostgreSQL, when every read model of these streams can hand its new rows to the
     receipts' own statement (`insert_new`): each stream's family (None where it has no
     projector). None when one cannot, and on SQLite."""
-    if connection.vendor != "postgresql":
+    if connections[DEFAULT_DB_ALIAS].vendor != "postgresql":
         return None
     families: list[registry.StreamFamily | None] = []
     for item in new:
@@ -132,7 +132,7 @@ def _open_new_at_once(
     next is sealed)."""
     writer = Writer()
     try:
-        if len(new) <= _CHUNK and not connection.in_atomic_block:
+        if len(new) <= _CHUNK and not connections[DEFAULT_DB_ALIAS].in_atomic_block:
             return _placed([_send_new(writer, new, families, 0, ts, {}, joined)])
         with transaction.atomic():
             if len(new) <= _CHUNK:
@@ -156,7 +156,7 @@ _FIRST_CHUNK = 50
 def chunk_bounds(count: int) -> list[tuple[int, int]]:
     """How to cut a run of `count` new streams into `send_new_streams` calls: (start, end)
     of each chunk, the first small. One chunk on SQLite, where nothing is sent ahead."""
-    if connection.vendor != "postgresql":
+    if connections[DEFAULT_DB_ALIAS].vendor != "postgresql":
         return [(0, count)] if count else []
     starts = [0, *range(min(_FIRST_CHUNK, count), count, _CHUNK)] if count else []
     return list(itertools.pairwise([*starts, count]))
@@ -176,7 +176,7 @@ def send_new_streams(
     read model without `insert_new`): `append_new_streams` then."""
     if not new:
         return []
-    if not (in_pipeline() and connection.in_atomic_block):
+    if not (in_pipeline() and connections[DEFAULT_DB_ALIAS].in_atomic_block):
         return None
     families = _joining_families(new)
     if families is None:

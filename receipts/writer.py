@@ -229,9 +229,10 @@ class Writer:
 
     def __init__(self) -> None:
         self._held: tuple[str, int] | None = None  # the head assumed, in one statement
-        self.postgres = connection.vendor == "postgresql"
+        db = connections[DEFAULT_DB_ALIAS]  # one lookup of the thread's connection
+        self.postgres = db.vendor == "postgresql"
         if self.postgres:
-            connection.ensure_connection()
+            db.ensure_connection()
 
     @cached_property
     def _cursor(self) -> Any:

@@ -24,7 +24,7 @@ from functools import cache
 from typing import Any
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 
 from jobs.runtime import counters
 from jobs.runtime.promisebroker import channel_for, signed_task
@@ -78,7 +78,9 @@ def wake(cluster: str) -> None:
 
 def wakes_by_notify() -> bool:
     """The database broker on PostgreSQL: a cluster is woken by `pg_notify`."""
-    return bool(settings.Q_CLUSTER.get("orm")) and connection.vendor == "postgresql"
+    return (
+        bool(settings.Q_CLUSTER.get("orm")) and connections[DEFAULT_DB_ALIAS].vendor == "postgresql"
+    )
 
 
 def push_committed_many(cluster: str, func: str, calls: Sequence[Sequence[Any]]) -> int:

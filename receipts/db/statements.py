@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 
 from receipts.db.one_statement import gathering
 from receipts.db.pipeline import in_pipeline, results_now
@@ -19,8 +19,9 @@ def cursor() -> Any:
     statements it runs with `prepare=True` are prepared once per connection)."""
     import psycopg
 
-    connection.ensure_connection()
-    return psycopg.Cursor(connection.connection)
+    db = connections[DEFAULT_DB_ALIAS]  # one lookup of the thread's connection
+    db.ensure_connection()
+    return psycopg.Cursor(db.connection)
 
 
 def prepared(
