@@ -156,25 +156,13 @@ def test_a_job_from_driver_to_settlement_costs_five_round_trips(monkeypatch):
     assert (drove(), began(), settled()) == (1, 2, 1)
 
 
-def test_a_begin_on_the_job_its_delivery_saw_is_one_round_trip(monkeypatch, caplog):
-    monkeypatch.setitem(handlers._HANDLERS, AGENT, lambda job, ctx: JobResult.success("ran"))
-    for _ in range(2):  # the second with every statement prepared
-        job = _job()
-        seen = queue.get(job.job_id)
-        with syncs() as began:
-            running = _begin(job, seen)
-        assert running.job == queue.get(job.job_id) and running.job.status == "running"
-    assert began() == 1  # claim, lock, the two receipts, the row and the COMMIT together
-    assert not [r for r in caplog.records if r.levelname == "WARNING"]
-
-
 def executed(lines: list[str]) -> list[str]:
     """The statements the client had the server run: its Execute and simple Query
     messages (a Parse only prepares)."""
     return [line for line in lines if line.split("\t")[2:3] in (["Execute"], ["Query"])]
 
 
-def test_a_begin_and_a_settlement_on_known_state_are_one_statement_each(monkeypatch):
+def test_a_begin_and_a_settlement_on_known_state_are_one_statement_each(monkeypatch, caplog):
     monkeypatch.setitem(handlers._HANDLERS, AGENT, lambda job, ctx: JobResult.success("ran"))
     for _ in range(2):  # the second with every statement prepared
         job = _job()
@@ -192,3 +180,4 @@ def test_a_begin_and_a_settlement_on_known_state_are_one_statement_each(monkeypa
     assert types == ["job.enqueued", "job.leased", "job.heartbeat", "job.completed"]
     assert store.verify(f"jobs/{job.job_id}").ok
     assert connection.connection.info.transaction_status.name == "IDLE"
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
