@@ -22,8 +22,11 @@ So a filtered list is shaped to have one plan:
 - a session's jobs, which have no newest-first index, are gathered from
   `job_session_status` and sorted (a chat session holds a handful); the page's order is
   then one no index gives, so no plan walks every job looking for them;
-- on PostgreSQL, `walking()` turns bitmap scans off for the statement (SET LOCAL inside
-  its transaction), so a capped count walks too.
+- on PostgreSQL, `walking()` turns bitmap scans and sorts off for its statements (SET
+  LOCAL inside its transaction): a capped count walks too (its LIMIT of a thousand can
+  exceed the planner's guess of the matches, which makes a sort of them look cheaper),
+  and a list led by no filter walks `job_newest` rather than sort a parallel scan of the
+  table. A session's page sorts all the same (every plan of it needs one).
 
 Filters on lane and routed group alone (no index of their own) walk `job_newest`.
 """
@@ -78,12 +81,15 @@ def narrowed(rows: QuerySet[Job], conditions: Mapping[str, Any]) -> QuerySet[Job
     return rows.order_by(*((lead,) if lead else ()), *NEWEST)
 
 
-SETTING = "SELECT set_config('enable_bitmapscan', %s, true)"
+SETTINGS = ("enable_bitmapscan", "enable_sort")
+SET = "SELECT " + ", ".join(f"set_config('{name}', %s, true)" for name in SETTINGS)
+SHOW = "SELECT " + ", ".join(f"current_setting('{name}')" for name in SETTINGS)
 
 
 @contextmanager
 def walking() -> Iterator[None]:
-    """Run the statements inside with bitmap scans off (PostgreSQL; nothing on SQLite).
+    """Run the statements inside with bitmap scans and sorts off (PostgreSQL; nothing on
+    SQLite).
 
     One statement more: SET LOCAL (`set_config(..., true)`) in a transaction of its own,
     or, inside a caller's transaction, set and then put back as it was on the way out."""
@@ -92,13 +98,13 @@ def walking() -> Iterator[None]:
         return
     if not connection.in_atomic_block:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(SETTING, ["off"])
-            yield  # the commit ends the setting
+            cursor.execute(SET, ["off"] * len(SETTINGS))
+            yield  # the commit ends the settings
         return
     with connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting('enable_bitmapscan')")
-        (before,) = cursor.fetchone()
-        cursor.execute(SETTING, ["off"])
-    yield  # (an error: the caller's rollback undoes the setting)
+        cursor.execute(SHOW)
+        before = list(cursor.fetchone())
+        cursor.execute(SET, ["off"] * len(SETTINGS))
+    yield  # (an error: the caller's rollback undoes the settings)
     with connection.cursor() as cursor:
-        cursor.execute(SETTING, [before])
+        cursor.execute(SET, before)

@@ -121,13 +121,13 @@ def test_a_capped_count_of_a_status_walks_its_index() -> None:
 
 
 @pytest.mark.postgres_only
-def test_walking_puts_back_the_setting_inside_a_transaction() -> None:
+def test_walking_puts_back_the_settings_inside_a_transaction() -> None:
     with connection.cursor() as cursor:  # the test runs inside a transaction
         with index_walks.walking():
-            cursor.execute("SHOW enable_bitmapscan")
-            assert cursor.fetchone()[0] == "off"
-        cursor.execute("SHOW enable_bitmapscan")
-        assert cursor.fetchone()[0] == "on"
+            cursor.execute(index_walks.SHOW)
+            assert cursor.fetchone() == ("off", "off")
+        cursor.execute(index_walks.SHOW)
+        assert cursor.fetchone() == ("on", "on")
 
 
 @pytest.mark.postgres_only
@@ -156,6 +156,33 @@ def test_the_changelist_page_and_count_walk_one_index(admin_client, query: str) 
 
 
 # ---- what the shaped lists return (both backends) -----------------------------------------
+
+
+def test_a_filtered_changelist_counts_up_to_its_cap(admin_client, monkeypatch) -> None:
+    from jobs.admin import changelist
+
+    monkeypatch.setattr(changelist.JobPaginator, "filtered_cap", 2)
+    for i in range(3):
+        enqueue("factory", "factory.run", at=NOW + i, lane="chat")
+    enqueue("codex", "factory.run", at=NOW + 9, lane="chat")
+    response = admin_client.get(f"{CHANGELIST}?agent=factory&lane=chat")
+    cl = response.context["cl"]
+    assert cl.paginator.count_label == "more than 2"
+    assert len(cl.result_list) == 3
+    response = admin_client.get(f"{CHANGELIST}?agent=codex&lane=chat")
+    assert response.context["cl"].paginator.count_label == "1"
+
+
+def test_a_column_search_narrows_like_a_filter(admin_client) -> None:
+    mine = enqueue("factory", "factory.run", at=NOW, lane="chat")
+    enqueue("factory", "factory.run", at=NOW + 1, lane="collect")
+    enqueue("codex", "factory.run", at=NOW + 2, lane="chat")
+    response = admin_client.get(f"{CHANGELIST}?lane=chat&q=agent:factory")
+    assert [job.id for job in response.context["cl"].result_list] == [mine]
+    response = admin_client.get(f"{CHANGELIST}?agent=codex&q=agent:factory")
+    assert list(response.context["cl"].result_list) == []  # two agents at once: none
+    response = admin_client.get(f"{CHANGELIST}?lane=chat&q={mine}")  # an id: not walked
+    assert [job.id for job in response.context["cl"].result_list] == [mine]
 
 
 def enqueue(agent: str, kind: str, *, at: int, lane: str = "collect", org: str = "org-1") -> str:
