@@ -299,10 +299,18 @@ def canceled_by(job_ids: Iterable[str]) -> dict[str, str | None]:
 SETTLED = tuple(s for s in STATUSES if s in TERMINAL_STATUSES)  # in vocabulary order
 
 
-def settled_since(since: int) -> QuerySet[Job]:
-    """The jobs settled (terminal, last updated) at or after `since`, unordered: for the
-    caller to aggregate."""
-    return Job.objects.filter(status__in=SETTLED, updated_at__gte=since).order_by()
+def settled_since(since: int) -> list[QuerySet[Job]]:
+    """The jobs settled (terminal, last updated) at or after `since`, one unordered query
+    per settled status, for the caller to aggregate each.
+
+    Each is one (status, updated_at >= since) range of `job_status_updated`. One query for
+    all three, `status IN (every settled status)`, is the partial index's own condition:
+    the planner drops it from the scan and reads the whole index testing `updated_at`
+    (every settled job ever stored: 880k entries, 67 ms at 1M for 712 in the window); an
+    OR of the three ranges is read as three only while the statistics say so."""
+    return [
+        Job.objects.filter(status=status, updated_at__gte=since).order_by() for status in SETTLED
+    ]
 
 
 def active_count() -> int:
