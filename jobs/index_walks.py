@@ -26,9 +26,8 @@ So a filtered list is shaped to have one plan:
   LOCAL inside its transaction): a capped count walks too (its LIMIT of a thousand can
   exceed the planner's guess of the matches, which makes a sort of them look cheaper),
   and a list led by no filter walks `job_newest` rather than sort a parallel scan of the
-  table. A session's page sorts all the same (every plan of it needs one). JIT is off
-  too: a disabled plan node adds 1e10 to the plan's cost, far past `jit_above_cost`, and
-  compiling the statement took 50-90 ms of a 0.1 ms read.
+  table. A session's page sorts all the same (every plan of it needs one). JIT and
+  parallel workers are off too (WALK below).
 
 Filters on lane and routed group alone (no index of their own) walk `job_newest`.
 """
@@ -83,30 +82,47 @@ def narrowed(rows: QuerySet[Job], conditions: Mapping[str, Any]) -> QuerySet[Job
     return rows.order_by(*((lead,) if lead else ()), *NEWEST)
 
 
-SETTINGS = ("enable_bitmapscan", "enable_sort", "jit")
-SET = "SELECT " + ", ".join(f"set_config('{name}', %s, true)" for name in SETTINGS)
-SHOW = "SELECT " + ", ".join(f"current_setting('{name}')" for name in SETTINGS)
+# Planner settings for the statements of a walk, and for a search's few rows (bitmaps of
+# its indexes, then sorted): no JIT (a disabled node's 1e10 cost, or a never-analyzed
+# table's guesses, put a 0.1 ms read past `jit_above_cost`: 50-90 ms compiling) and no
+# parallel workers (starting two cost 10 ms of a 0.1 ms search on 1M jobs never analyzed).
+WALK = {
+    "enable_bitmapscan": "off",
+    "enable_sort": "off",
+    "jit": "off",
+    "max_parallel_workers_per_gather": "0",
+}
+GATHER = {"jit": "off", "max_parallel_workers_per_gather": "0"}
+
+
+def _set(names: Iterable[str]) -> str:
+    return "SELECT " + ", ".join(f"set_config('{name}', %s, true)" for name in names)
+
+
+def _show(names: Iterable[str]) -> str:
+    return "SELECT " + ", ".join(f"current_setting('{name}')" for name in names)
 
 
 @contextmanager
-def walking() -> Iterator[None]:
-    """Run the statements inside with bitmap scans, sorts and JIT off (PostgreSQL;
-    nothing on SQLite).
+def walking(settings: Mapping[str, str] = WALK) -> Iterator[None]:
+    """Run the statements inside with `settings` (PostgreSQL; nothing on SQLite): by
+    default bitmap scans, sorts, JIT and parallel workers off.
 
     One statement more: SET LOCAL (`set_config(..., true)`) in a transaction of its own,
     or, inside a caller's transaction, set and then put back as it was on the way out."""
     if connection.vendor != "postgresql":
         yield
         return
+    names, values = list(settings), list(settings.values())
     if not connection.in_atomic_block:
         with transaction.atomic(), connection.cursor() as cursor:
-            cursor.execute(SET, ["off"] * len(SETTINGS))
+            cursor.execute(_set(names), values)
             yield  # the commit ends the settings
         return
     with connection.cursor() as cursor:
-        cursor.execute(SHOW)
+        cursor.execute(_show(names))
         before = list(cursor.fetchone())
-        cursor.execute(SET, ["off"] * len(SETTINGS))
+        cursor.execute(_set(names), values)
     yield  # (an error: the caller's rollback undoes the settings)
     with connection.cursor() as cursor:
-        cursor.execute(SET, before)
+        cursor.execute(_set(names), before)

@@ -253,10 +253,9 @@ class JobChangeList(ChangeList):
         return index_walks.narrowed(rows, chosen)
 
     def get_results(self, request: HttpRequest) -> None:
-        if not self.walks:  # a search's few rows: a BitmapOr of its indexes, then sorted
-            self._get_results(request)
-            return
-        with index_walks.walking():  # the count and the page, each on one index walk
+        # the count and the page each on one index walk; a search's few rows gathered
+        # from its indexes (a BitmapOr of id, session and objective), then sorted
+        with index_walks.walking(index_walks.WALK if self.walks else index_walks.GATHER):
             self._get_results(request)
 
     def _get_results(self, request: HttpRequest) -> None:

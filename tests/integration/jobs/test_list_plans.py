@@ -150,14 +150,15 @@ def test_the_settled_window_is_a_range_of_each_status() -> None:
 
 @pytest.mark.postgres_only
 def test_walking_puts_back_the_settings_inside_a_transaction() -> None:
+    show = "SELECT " + ", ".join(f"current_setting('{n}')" for n in index_walks.WALK)
     with connection.cursor() as cursor:  # the test runs inside a transaction
-        cursor.execute(index_walks.SHOW)
+        cursor.execute(show)
         before = cursor.fetchone()
-        assert before[:2] == ("on", "on")
+        assert before[:3] == ("on", "on", "on")
         with index_walks.walking():
-            cursor.execute(index_walks.SHOW)
-            assert cursor.fetchone() == ("off", "off", "off")
-        cursor.execute(index_walks.SHOW)
+            cursor.execute(show)
+            assert cursor.fetchone() == ("off", "off", "off", "0")
+        cursor.execute(show)
         assert cursor.fetchone() == before
 
 
