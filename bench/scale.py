@@ -748,9 +748,9 @@ def report(path: Path, server: str) -> str:
             seen_keys.append(key)
     by: dict[tuple[str, str, str], dict[str, Any]] = {}
     for r in figures:  # with --repeat, the lower median of each figure's runs at a size
-        key = (r["scenario"], r["figure"], r["size"])
-        if key not in by or r["median_ms"] < by[key]["median_ms"]:
-            by[key] = r
+        at = (r["scenario"], r["figure"], r["size"])
+        if at not in by or r["median_ms"] < by[at]["median_ms"]:
+            by[at] = r
     for scenario, name in seen_keys:
         cells, ratios, foreign, queries = [], [], [], []
         for s in sizes:
