@@ -709,7 +709,7 @@ def report(path: Path, server: str) -> str:
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     figures = [r for r in records if r["record"] == "figure"]
     sizes = [s for s in SIZES if any(r["size"] == s for r in figures)]
-    base, top = sizes[0], sizes[-1]
+    base, top = sizes[1 if sizes[0] == "empty" and len(sizes) > 2 else 0], sizes[-1]
     out = [f"Run `{path.stem}` (`{path}`)", ""]
     builds = [r for r in records if r["record"] == "build"]
     stores = [r for r in records if r["record"] == "store"]
