@@ -4,28 +4,42 @@
     .venv/bin/python bench/scale.py --sizes 1k,100k      # limit the sizes
     .venv/bin/python bench/scale.py --sizes 1m --build-only
     .venv/bin/python bench/scale.py --sizes 1k,250k --scenarios queue   # a deep backlog
+    .venv/bin/python bench/scale.py --sizes empty,1k,1m --scenarios mixed,queued,backlog
+    .venv/bin/python bench/scale.py --only 'GET /jobs'   # only the figures this finds
     .venv/bin/python bench/scale.py --rebuild            # rebuild the stores even if present
     .venv/bin/python bench/scale.py --report bench/results/scale-<stamp>.jsonl
     .venv/bin/python bench/scale.py --smoke              # one store of 400 jobs, one run a figure
 
-Per size up to three stores, each its own database on --server (default
+Per size up to four stores, each its own database on --server (default
 postgres://root@127.0.0.1:5432/; names from --database-prefix, default receipt_scale):
 `receipt_scale_<size>` (settled and active jobs),
-`receipt_scale_<size>_backlog` (40 % of the jobs queued, no workers) and, with
-`--scenarios queue`, `receipt_scale_<size>_queue` (80 % queued: a deep backlog that is cheap
-to build, 200k queued at 250k). They are built by
-bench/scale_data.py (real sealing, real fold and `row_for`, COPY, ANALYZE) and reused:
-the build is skipped when the database holds the right number of jobs and streams.
+`receipt_scale_<size>_backlog` (40 % of the jobs queued, no workers), with `--scenarios
+queue`, `receipt_scale_<size>_queue` (80 % queued: a deep backlog that is cheap to build,
+200k queued at 250k) and, with `--scenarios queued`, `receipt_scale_<size>_queued`
+(every job queued, in batches of 100 as the batch endpoint writes them, never vacuumed
+nor analyzed: the planner has no statistics). The size `empty` (mixed only) is an empty
+store, the enqueue figures' baseline. They are built by bench/scale_data.py (real
+sealing, real fold and `row_for`, COPY, ANALYZE) and reused: the build is skipped when the
+database holds the right number of jobs and streams.
+
+Figures: the admin changelist unfiltered, under each filter and each pair of filters it
+offers, and each search; `GET /jobs` unfiltered, under each filter and each pair of
+filters (a pair with a session or an objective takes the other value from one of its
+jobs), and keyset pages; a job, its receipts, its diagnosis and its admin page (settled,
+running, queued, the newest queued); the dashboard, `/metrics`, `/healthz`; the recovery
+loops, the watchdog and `receipts verify`; and the enqueue rate against the history
+beside it: 200 jobs one by one (`jobs.queue.enqueue`) and 200 in one `enqueue_many`,
+ms per job, removed again after each run (untimed).
 
 Each figure: one warm-up (its SQL captured with CaptureQueriesContext), then the median of
 --runs (5) runs in ms. Admin pages and the API go through django.test.Client logged in as
 a superuser (the API accepts a staff session); recovery loops run one pass each inside a
 transaction that is rolled back (so every run sees the same store). The report prints,
-per figure, the ms at each size and the ratio to 1k (target T-5: 1M <= 1.5x 1k; the
-largest size measured is held to it), and for every miss EXPLAIN (ANALYZE, BUFFERS) of
-its slowest statements on the largest store. Each size runs in its own process (Django
-binds one database per process). Output: the markdown on stdout, JSON lines in
-bench/results/scale-<stamp>.jsonl, progress on stderr. Nothing asserts on time.
+per figure, the ms at each size and the ratio to its first size (target T-5: 1M <= 1.5x
+1k; the largest size measured is held to it), and for every miss EXPLAIN (ANALYZE,
+BUFFERS) of its slowest statements on the largest store. Each size runs in its own
+process (Django binds one database per process). Output: the markdown on stdout, JSON
+lines in bench/results/scale-<stamp>.jsonl, progress on stderr. Nothing asserts on time.
 """
 
 from __future__ import annotations
@@ -33,6 +47,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -46,10 +61,14 @@ RESULTS = Path(os.environ.get("BENCH_RESULTS") or ROOT / "bench" / "results")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import smoke  # noqa: E402
 
-SIZES = {"1k": 1_000, "100k": 100_000, "250k": 250_000, "1m": 1_000_000}
-SCENARIOS = ("mixed", "backlog", "queue")
-SEEDS = {"mixed": 0, "backlog": 7, "queue": 11}
+SIZES = {"empty": 0, "1k": 1_000, "100k": 100_000, "250k": 250_000, "1m": 1_000_000}
+SCENARIOS = ("mixed", "backlog", "queue", "queued")
+SEEDS = {"mixed": 0, "backlog": 7, "queue": 11, "queued": 13}
+# Stores left as enqueues through the batch endpoint leave them on a server without
+# autovacuum: never vacuumed nor analyzed, so the planner has no statistics of any column.
+UNANALYZED = ("queued",)
 TARGET = 1.5
+ONLY: list[str] = []  # --only: a regular expression the figures measured must match
 ROW_MARK = b'name="_selected_action"'
 CHUNK_JOBS = 2_000
 SEED = 20261201
@@ -160,7 +179,10 @@ def build(n: int, scenario: str, workers: int) -> dict[str, Any]:
     sql("SELECT setval(pg_get_serial_sequence('receipt_receipt', 'seq'), %s)", [max(seq, 1)])
     indexed = time.monotonic()
     for table in _LOAD_TABLES:
-        sql(f"VACUUM (ANALYZE) {table}")
+        if scenario in UNANALYZED:  # as a batch endpoint leaves them with autovacuum off
+            sql("DELETE FROM pg_statistic WHERE starelid = %s::regclass", [table])
+        else:
+            sql(f"VACUUM (ANALYZE) {table}")
     sql("CHECKPOINT")
     finished = time.monotonic()
     return {
@@ -196,8 +218,15 @@ class Bench:
         self.client.force_login(user)
 
     def figure(
-        self, name: str, call: Callable[[], Any], per: Callable[[], int] | None = None
+        self,
+        name: str,
+        call: Callable[[], Any],
+        per: Callable[[], int] | None = None,
+        after: Callable[[], Any] | None = None,
     ) -> None:
+        """`after`, if given, runs untimed after each call (the enqueue figures' clean-up)."""
+        if ONLY and not re.search(ONLY[0], name):
+            return
         from django.core.signals import request_started
         from django.db import connection, reset_queries
         from django.test.utils import CaptureQueriesContext
@@ -210,6 +239,8 @@ class Bench:
                 t0 = time.perf_counter()
                 status = call()
                 warm = (time.perf_counter() - t0) * 1000
+            if after is not None:
+                after()
             captured_list = list(captured.captured_queries)  # before the log is reset
         finally:
             request_started.connect(reset_queries)
@@ -219,6 +250,8 @@ class Bench:
             t0 = time.perf_counter()
             call()
             times.append((time.perf_counter() - t0) * 1000 / (per() if per else 1))
+            if after is not None:
+                after()
         warm /= per() if per else 1
         queries = [
             {"sql": q["sql"], "ms": round(float(q["time"]) * 1000, 3)} for q in captured_list
@@ -302,11 +335,14 @@ def samples(n: int) -> dict[str, Any]:
         "ORDER BY created_at DESC, id DESC OFFSET %s LIMIT 1",
         [max(0, _sample("SELECT count(*) FROM jobs_job WHERE status = 'queued'") // 2)],
     )
+    pick["newest_queued"] = _sample(
+        "SELECT id FROM jobs_job WHERE status = 'queued' ORDER BY created_at DESC, id DESC LIMIT 1"
+    )
     pick["running"] = _sample(
         "SELECT id FROM jobs_job WHERE status = 'running' ORDER BY created_at DESC LIMIT 1"
     )
     pick["session"] = _sample(
-        "SELECT session_key FROM jobs_job WHERE id = %s", [pick["settled"]]
+        "SELECT session_key FROM jobs_job WHERE id = %s", [pick["settled"] or pick["queued"]]
     ) or _sample(
         "SELECT session_key FROM jobs_job WHERE session_key IS NOT NULL "
         "ORDER BY created_at DESC LIMIT 1 OFFSET 5"
@@ -350,6 +386,104 @@ def rolled_back(run: Callable[[int], Any]) -> Callable[[], str]:
     return call
 
 
+# API filters (GET /jobs) and admin list filters (the changelist), each with the value the
+# figures use; pairs of filters that name a session or an objective take the other
+# filter's value from that session's or objective's job, so that no pair is empty.
+API_FILTERS = (
+    "status",
+    "agentId",
+    "kind",
+    "lane",
+    "routedGroup",
+    "organizationId",
+    "sessionKey",
+    "objectiveId",
+)
+ADMIN_FILTERS = {  # admin parameter -> the API filter of the same column
+    "status": "status",
+    "lane": "lane",
+    "agent": "agentId",
+    "kind": "kind",
+    "group": "routedGroup",
+    "org": "organizationId",
+}
+HELD_STATUS = {"mixed": "failed", "backlog": "queued", "queue": "queued", "queued": "queued"}
+ENQUEUE_JOBS = 200  # per run of the enqueue figures, removed again after each run
+
+
+def filter_values(scenario: str, pick: dict[str, Any]) -> dict[str, str]:
+    return {
+        "status": HELD_STATUS[scenario],
+        "agentId": "factory",
+        "kind": "factory.run",
+        "lane": "chat",
+        "routedGroup": "chat",
+        "organizationId": pick["org"],
+        "sessionKey": pick["session"],
+        "objectiveId": pick["objective"],
+    }
+
+
+def pair_values(a: str, b: str, values: dict[str, str], pick: dict[str, Any]) -> dict[str, str]:
+    """The two filters' values: the defaults, or, beside a session or an objective, the
+    values of one of its jobs."""
+    for key, ref in (("sessionKey", "session_row"), ("objectiveId", "objective_row")):
+        if key in (a, b) and pick.get(ref):
+            row = pick[ref]
+            return {a: row[a], b: row[b]}
+    return {a: values[a], b: values[b]}
+
+
+def _row_of(column: str, value: Any) -> dict[str, str] | None:
+    from delivery import sql
+
+    rows = sql(
+        "SELECT status, agent_id, kind, lane, worker_group, organization_id, session_key, "
+        f"objective_id FROM jobs_job WHERE {column} = %s ORDER BY created_at DESC LIMIT 1",
+        [value],
+    )
+    if not rows:
+        return None
+    return dict(zip(API_FILTERS, rows[0], strict=True))
+
+
+def _label(query: dict[str, str]) -> str:
+    """The query with sampled values shown as <sample> (they differ between stores); beside
+    a session or an objective every value is that job's."""
+    opaque = ("sessionKey", "objectiveId", "organizationId", "org", "session", "objective")
+    of_job = any(k in ("sessionKey", "objectiveId") for k in query)
+    return "&".join(f"{k}={'<sample>' if of_job or k in opaque else v}" for k, v in query.items())
+
+
+def enqueuer(bulk: bool) -> tuple[Callable[[], int], Callable[[], None]]:
+    """(enqueue ENQUEUE_JOBS jobs, remove them again): one by one through
+    `jobs.queue.enqueue`, or in one `jobs.queue.enqueue_many`."""
+    from delivery import payload, sql
+
+    from jobs import queue
+
+    made: list[str] = []
+
+    def enqueue() -> int:
+        if bulk:
+            requests = [queue.build_request("bench-noop", payload(i)) for i in range(ENQUEUE_JOBS)]
+            made.extend(r.job.job_id for r in queue.enqueue_many(requests))
+        else:
+            for i in range(ENQUEUE_JOBS):
+                made.append(queue.enqueue("bench-noop", payload(i)).job.job_id)
+        return ENQUEUE_JOBS
+
+    def remove() -> None:
+        streams = [f"jobs/{job_id}" for job_id in made]
+        sql("DELETE FROM receipt_receipt WHERE stream = ANY(%s)", [streams])
+        sql("DELETE FROM receipt_stream WHERE name = ANY(%s)", [streams])
+        sql("DELETE FROM jobs_delivery_promise WHERE job_id = ANY(%s)", [list(made)])
+        sql("DELETE FROM jobs_job WHERE id = ANY(%s)", [list(made)])
+        made.clear()
+
+    return enqueue, remove
+
+
 def measure(size: str, scenario: str, runs: int, out: Any) -> None:
     from django.conf import settings
 
@@ -362,10 +496,42 @@ def measure(size: str, scenario: str, runs: int, out: Any) -> None:
 
     n = SIZES[size]
     bench = Bench(size, scenario, runs, out)
+    fig = bench.figure
+    for bulk in (False, True):
+        enqueue, remove = enqueuer(bulk)
+        name = "enqueue_many, per job" if bulk else "enqueue one by one, per job"
+        fig(
+            f"{name} ({ENQUEUE_JOBS} a run)",
+            enqueue,
+            per=lambda: ENQUEUE_JOBS,
+            after=remove,
+        )
+    if n == 0:  # the empty store: the enqueue figures only
+        return
     pick = samples(n)
+    pick["session_row"] = _row_of("session_key", pick["session"])
+    pick["objective_row"] = _row_of("objective_id", pick["objective"])
     log(f"  samples: { {k: v for k, v in pick.items() if k not in ('objectives', 'verify')} }")
-    get, fig = bench.get, bench.figure
+    get = bench.get
     admin = "/admin/jobs/job/"
+    values = filter_values(scenario, pick)
+    api_queries: list[dict[str, str]] = [{}]
+    api_queries += [{key: values[key]} for key in API_FILTERS]
+    for extra in ("completed", "running", "queued"):  # the other statuses' first pages
+        if extra != values["status"]:
+            api_queries.append({"status": extra})
+    api_queries += [{"lane": "steer"}, {"routedGroup": "codex"}, {"agentId": "agent-07"}]
+    for i, a in enumerate(API_FILTERS):
+        for b in API_FILTERS[i + 1 :]:
+            api_queries.append(pair_values(a, b, values, pick))
+    admin_names = {api: param for param, api in ADMIN_FILTERS.items()}
+    admin_queries: list[dict[str, str]] = [{}]
+    params = list(ADMIN_FILTERS)
+    admin_queries += [{p: values[ADMIN_FILTERS[p]]} for p in params]
+    for i, a in enumerate(params):
+        for b in params[i + 1 :]:
+            pair = pair_values(ADMIN_FILTERS[a], ADMIN_FILTERS[b], values, pick)
+            admin_queries.append({admin_names[k]: v for k, v in pair.items()})
 
     fetched = {"pages": 1}
 
@@ -392,125 +558,85 @@ def measure(size: str, scenario: str, runs: int, out: Any) -> None:
 
         return call
 
-    if scenario == "mixed":
-        fig("admin changelist", get(admin))
-        for query in (
-            "status=failed",
-            "status=queued",
-            "status=running",
-            "lane=steer",
-            "agent=codex",
-            "agent=agent-07",
-            "kind=factory.task.monitor",
-            "group=codex",
-            f"org={pick['org']}",
-            "status=failed&agent=factory",
-        ):
-            fig(f"admin changelist ?{query}", get(f"{admin}?{query}"))
-        fig("admin search id", get(f"{admin}?q={pick['settled']}"))
-        fig("admin search session key", get(f"{admin}?q={pick['session']}"))
-        fig("admin search objective", get(f"{admin}?q={pick['objective']}"))
-        fig("admin job page (completed)", get(f"{admin}{pick['progress']}/change/"))
-        fig("admin job page (running)", get(f"{admin}{pick['running']}/change/"))
-        fig("GET /jobs", get("/jobs"))
-        for query in (
-            "status=failed",
-            "status=running",
-            "agentId=codex",
-            "kind=factory.run",
-            "lane=chat",
-            f"organizationId={pick['org']}",
-            f"sessionKey={pick['session']}",
-            f"objectiveId={pick['objective']}",
-            "routedGroup=codex",
-            "status=completed&agentId=agent-07",
-        ):
-            fig(
-                f"GET /jobs?{query.split('=')[0] + '=<sample>' if 'Key=' in query or 'objectiveId=' in query else query}",
-                get(f"/jobs?{query}"),
-            )
-        fig("GET /jobs keyset, per page (50 deep)", keyset(""), per=lambda: fetched["pages"])
+    from urllib.parse import urlencode
+
+    for query in admin_queries:
+        fig(f"admin changelist ?{_label(query)}", get(f"{admin}?{urlencode(query)}"))
+    searches = {
+        "id": pick["queued"] if scenario in ("queue", "queued") else pick["settled"],
+        "session": pick["session"],
+        "objective": pick["objective"],
+        "org:": f"org:{pick['org']}",
+        "agent:": "agent:factory",
+        "error:": "error:TimeoutError",
+    }
+    for label, term in searches.items():
+        fig(f"admin search {label}", get(f"{admin}?{urlencode({'q': term})}"))
+    fig(
+        "admin search agent: with ?status",
+        get(f"{admin}?{urlencode({'q': 'agent:factory', 'status': values['status']})}"),
+    )
+    for query in api_queries:
+        fig(f"GET /jobs?{_label(query)}", get(f"/jobs?{urlencode(query)}"))
+    for query in ({}, {"status": values["status"]}, {"agentId": "codex"}, {"lane": "chat"}):
         fig(
-            "GET /jobs?status=completed keyset, per page (50 deep)",
-            keyset("status=completed"),
+            f"GET /jobs?{_label(query)} keyset, per page (50 deep)",
+            keyset(urlencode(query)),
             per=lambda: fetched["pages"],
         )
-        fig(
-            "GET /jobs?agentId=codex keyset, per page (50 deep)",
-            keyset("agentId=codex"),
-            per=lambda: fetched["pages"],
-        )
-        fig("GET /jobs/<id>", get(f"/jobs/{pick['settled']}"))
+    jobs = {
+        "completed": pick["settled"],
+        "running": pick["running"],
+        "queued": pick["queued"],
+        "newest queued": pick["newest_queued"],
+    }
+    for label, job_id in jobs.items():
+        if job_id is None:
+            continue
+        fig(f"GET /jobs/<id> ({label})", get(f"/jobs/{job_id}"))
+        fig(f"GET /jobs/<id>/diagnosis ({label})", get(f"/jobs/{job_id}/diagnosis"))
+        fig(f"admin job page ({label})", get(f"{admin}{job_id}/change/"))
+    if pick["progress"]:
         fig("GET /jobs/<id>/receipts", get(f"/jobs/{pick['progress']}/receipts"))
-        fig("GET /jobs/<id>/diagnosis (completed)", get(f"/jobs/{pick['settled']}/diagnosis"))
-        fig("GET /jobs/<id>/diagnosis (running)", get(f"/jobs/{pick['running']}/diagnosis"))
-        fig("GET /jobs/<id>/diagnosis (queued)", get(f"/jobs/{pick['queued']}/diagnosis"))
-        fig("admin dashboard", get(f"{admin}dashboard/"))
-        fig("admin dashboard.json", get(f"{admin}dashboard.json"))
-        fig("admin dashboard.json, uncached", get(f"{admin}dashboard.json", uncached=True))
-        fig("GET /metrics", get("/metrics"))
-        fig("GET /healthz", get("/healthz"))
-        fig("GET /healthz, uncached", get("/healthz", uncached=True))
-        seen = set()
-        for loop in maintenance_loops(settings.RECEIPT, "all"):
-            if loop.name in seen:
-                continue
-            seen.add(loop.name)
-            fig(f"loop pass: {loop.name}", rolled_back(loop.run))
+    fig("admin dashboard", get(f"{admin}dashboard/"))
+    fig("admin dashboard.json", get(f"{admin}dashboard.json"))
+    fig("admin dashboard.json, uncached", get(f"{admin}dashboard.json", uncached=True))
+    fig("GET /metrics", get("/metrics"))
+    fig("GET /healthz", get("/healthz"))
+    fig("GET /healthz, uncached", get("/healthz", uncached=True))
+    seen = set()
+    for loop in maintenance_loops(settings.RECEIPT, "all"):
+        if loop.name in seen:
+            continue
+        seen.add(loop.name)
+        fig(f"loop pass: {loop.name}", rolled_back(loop.run))
+    if scenario != "mixed":
+        return
 
-        judge = objective_selectors.staleness()
+    judge = objective_selectors.staleness()
 
-        def watchdog_facts() -> int:
-            now, stale = now_ms(), 0
-            for objective_id in pick["objectives"]:
-                for fact in objective_selectors.active_job_facts(objective_id):
-                    stale += bool(fact.is_active and is_stale(fact, now, judge))
-            return len(pick["objectives"])
+    def watchdog_facts() -> int:
+        now, stale = now_ms(), 0
+        for objective_id in pick["objectives"]:
+            for fact in objective_selectors.active_job_facts(objective_id):
+                stale += bool(fact.is_active and is_stale(fact, now, judge))
+        return len(pick["objectives"])
 
-        fig(
-            "watchdog facts, per objective (<=100 with active jobs)",
-            watchdog_facts,
-            per=lambda: max(1, len(pick["objectives"])),
-        )
-        fig("watchdog handler scan", lambda: watchdog.scan(limit=200)["scanned"])
+    fig(
+        "watchdog facts, per objective (<=100 with active jobs)",
+        watchdog_facts,
+        per=lambda: max(1, len(pick["objectives"])),
+    )
+    fig("watchdog handler scan", lambda: watchdog.scan(limit=200)["scanned"])
 
-        def verify() -> int:
-            for stream in pick["verify"]:
-                result = store.verify(stream)
-                if not result.ok:
-                    raise RuntimeError(f"verify {stream}: {result.describe()}")
-            return len(pick["verify"])
+    def verify() -> int:
+        for stream in pick["verify"]:
+            result = store.verify(stream)
+            if not result.ok:
+                raise RuntimeError(f"verify {stream}: {result.describe()}")
+        return len(pick["verify"])
 
-        fig("receipts verify (20 streams)", verify)
-    else:
-        fig("admin changelist", get(admin))
-        fig("admin changelist ?status=queued", get(f"{admin}?status=queued"))
-        fig(
-            "admin changelist ?status=queued&agent=codex", get(f"{admin}?status=queued&agent=codex")
-        )
-        fig("admin changelist ?status=completed", get(f"{admin}?status=completed"))
-        fig("admin search id (queued)", get(f"{admin}?q={pick['queued']}"))
-        fig("admin job page (queued)", get(f"{admin}{pick['queued']}/change/"))
-        fig("GET /jobs", get("/jobs"))
-        fig("GET /jobs?status=queued", get("/jobs?status=queued"))
-        fig("GET /jobs?status=queued&agentId=codex", get("/jobs?status=queued&agentId=codex"))
-        fig("GET /jobs?status=failed", get("/jobs?status=failed"))
-        fig(
-            "GET /jobs?status=queued keyset, per page (50 deep)",
-            keyset("status=queued"),
-            per=lambda: fetched["pages"],
-        )
-        fig("GET /jobs keyset, per page (50 deep)", keyset(""), per=lambda: fetched["pages"])
-        fig("GET /jobs/<id> (queued)", get(f"/jobs/{pick['queued']}"))
-        fig("GET /jobs/<id>/diagnosis (queued)", get(f"/jobs/{pick['queued']}/diagnosis"))
-        fig("admin dashboard", get(f"{admin}dashboard/"))
-        fig("admin dashboard.json", get(f"{admin}dashboard.json"))
-        fig("admin dashboard.json, uncached", get(f"{admin}dashboard.json", uncached=True))
-        fig("GET /metrics", get("/metrics"))
-        fig("GET /healthz, uncached", get("/healthz", uncached=True))
-        for loop in maintenance_loops(settings.RECEIPT, "all"):
-            if loop.name in ("queued_redrive", "lease_expiry", "promise_sweep"):
-                fig(f"loop pass: {loop.name}", rolled_back(loop.run))
+    fig("receipts verify (20 streams)", verify)
 
 
 def _one(
@@ -587,7 +713,7 @@ def report(path: Path, server: str, prefix: str = "receipt_scale") -> str:
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     figures = [r for r in records if r["record"] == "figure"]
     sizes = [s for s in SIZES if any(r["size"] == s for r in figures)]
-    base, top = sizes[0], sizes[-1]
+    base, top = sizes[1 if sizes[0] == "empty" and len(sizes) > 2 else 0], sizes[-1]
     out = [f"Run `{path.stem}` (`{path}`)", ""]
     builds = [r for r in records if r["record"] == "build"]
     stores = [r for r in records if r["record"] == "store"]
@@ -616,7 +742,7 @@ def report(path: Path, server: str, prefix: str = "receipt_scale") -> str:
             )
         out.append("")
     head = "| scenario | figure | " + " | ".join(f"{s} ms" for s in sizes)
-    head += " | " + " | ".join(f"{s}/{base}" for s in sizes[1:]) + " | queries | foreign cores |"
+    head += " | " + " | ".join(f"{s}/first" for s in sizes[1:]) + " | queries | foreign cores |"
     out += [head, "|" + "---|" * (head.count("|") - 1)]
     misses = []
     seen_keys = []
@@ -624,7 +750,11 @@ def report(path: Path, server: str, prefix: str = "receipt_scale") -> str:
         key = (r["scenario"], r["figure"])
         if key not in seen_keys:
             seen_keys.append(key)
-    by = {(r["scenario"], r["figure"], r["size"]): r for r in figures}
+    by: dict[tuple[str, str, str], dict[str, Any]] = {}
+    for r in figures:  # with --repeat, the lower median of each figure's runs at a size
+        at = (r["scenario"], r["figure"], r["size"])
+        if at not in by or r["median_ms"] < by[at]["median_ms"]:
+            by[at] = r
     for scenario, name in seen_keys:
         cells, ratios, foreign, queries = [], [], [], []
         for s in sizes:
@@ -633,10 +763,12 @@ def report(path: Path, server: str, prefix: str = "receipt_scale") -> str:
             if r:
                 foreign.append(f"{r['foreign_cpu_cores']:.2f}")
                 queries.append(str(r["queries"]))
-        b = by.get((scenario, name, base))
+        # each figure against its smallest store (the enqueue figures: the empty one)
+        first = next(s for s in sizes if (scenario, name, s) in by)
+        b = by[(scenario, name, first)]
         for s in sizes[1:]:
             r = by.get((scenario, name, s))
-            if r and b:
+            if r and s != first:
                 ratio = r["median_ms"] / max(b["median_ms"], 1e-6)
                 unfair = str(b["status"]).startswith("rows") and b["status"] != r["status"]
                 miss = ratio > TARGET and s == top and not unfair
@@ -676,7 +808,8 @@ def report(path: Path, server: str, prefix: str = "receipt_scale") -> str:
             )
     out += [
         "",
-        f"Target T-5: figure at {top} <= {TARGET}x its figure at {base}. "
+        f"Target T-5: figure at {top} <= {TARGET}x its figure at the first size measured "
+        f"({base}; the enqueue figures: the empty store). "
         f"{len(misses)} of {len(seen_keys)} figures miss (n/c: not comparable, the page at "
         f"{base} had fewer rows than at {top}; loops: compare the per-job rows).",
     ]
@@ -699,7 +832,9 @@ def report(path: Path, server: str, prefix: str = "receipt_scale") -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="1k,100k,1m")
-    parser.add_argument("--scenarios", default="mixed,backlog", help="of mixed, backlog, queue")
+    parser.add_argument(
+        "--scenarios", default="mixed,backlog", help="of mixed, backlog, queue, queued"
+    )
     parser.add_argument("--server", default="postgres://root@127.0.0.1:5432/")
     parser.add_argument("--database-prefix", default="receipt_scale", help="<prefix>_<size>...")
     parser.add_argument("--runs", type=int, default=5)
@@ -707,10 +842,20 @@ def main() -> None:
     parser.add_argument("--build-only", action="store_true")
     parser.add_argument("--workers", type=int, default=2, help="processes sealing receipts")
     parser.add_argument("--report", type=Path, help="only print the report of a results file")
+    parser.add_argument("--only", help="measure only the figures this regular expression finds")
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="measure every size this many times, in turn; the report keeps each figure's "
+        "lower median (on a shared machine other work only ever adds time)",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--scenario", help=argparse.SUPPRESS)
     parser.add_argument("--stamp", help=argparse.SUPPRESS)
     args = smoke.parse(parser, {"sizes": "smoke", "runs": 1, "workers": 1})
+    if args.only:
+        ONLY.append(args.only)
     if args.child:
         os.environ.setdefault("RECEIPT_LOG_LEVEL", "WARNING")
         out = (RESULTS / f"scale-{args.stamp}.jsonl").open("a")
@@ -740,8 +885,10 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     path = RESULTS / f"scale-{stamp}.jsonl"
-    for size in sizes:
+    for size in [s for _ in range(args.repeat) for s in sizes]:
         for scenario in scenarios:
+            if size == "empty" and scenario != "mixed":
+                continue  # one empty store: the enqueue figures' baseline
             command = [
                 sys.executable,
                 __file__,
@@ -761,6 +908,7 @@ def main() -> None:
                 str(args.workers),
             ]
             command += ["--rebuild"] if args.rebuild else []
+            command += ["--only", args.only] if args.only else []
             command += ["--build-only"] if args.build_only else []
             log(f"== {size} {scenario}: {' '.join(command[1:])}")
             subprocess.run(command, check=True)

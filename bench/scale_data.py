@@ -17,6 +17,9 @@ Two scenarios:
   driver promise timed out), the rest settled history as in `mixed`.
 - `queue`: a deep backlog, cheap to build: 80 % of the jobs queued as in `backlog`, the
   rest settled (at 250k jobs: 200k queued).
+- `queued`: every job queued, as a batch endpoint leaves them with no workers: batches of
+  BATCH jobs of one agent sharing their `created_at` (one `enqueue_many`), over the last
+  two days, each with its driver promise pending and deliverable. One receipt a job.
 """
 
 from __future__ import annotations
@@ -72,7 +75,9 @@ QUEUE = (
     ("canceled", 20),
     ("queued", 800),
 )
-MIXES = {"mixed": MIXED, "backlog": BACKLOG, "queue": QUEUE}
+QUEUED = (("queued", 1),)
+MIXES = {"mixed": MIXED, "backlog": BACKLOG, "queue": QUEUE, "queued": QUEUED}
+BATCH = 100  # jobs per batch of the `queued` scenario (one agent, one created_at)
 ACTIVE = frozenset({"queued", "queued_retry", "leased", "running"})
 
 
@@ -85,6 +90,12 @@ def plan(n: int, scenario: str, now: int, seed: int) -> list[tuple[int, str]]:
     rng = random.Random(seed)
     table = MIXES[scenario]
     out = []
+    if scenario == "queued":  # batches: one created_at per BATCH jobs
+        for start in range(0, n, BATCH):
+            created = now - rng.randrange(60_000, 2 * DAY)
+            out += [(created, "queued")] * min(BATCH, n - start)
+        out.sort()
+        return out
     for _ in range(n):
         outcome = _pick(rng, table)
         if outcome in ACTIVE and scenario == "mixed":
@@ -166,6 +177,7 @@ PROMISE_COLUMNS = (
     "worker_id",
     "result",
     "available_at",
+    "ordered_at",
 )
 
 
@@ -193,7 +205,10 @@ def build_chunk(args: tuple[int, list[tuple[int, str]], int, int, str, int]) -> 
     agent_weights = [a[1] for a in AGENTS]
     for offset, (created, outcome) in enumerate(items):
         index = first + offset
-        agent, _, kinds = rng.choices(AGENTS, agent_weights)[0]
+        if scenario == "queued":  # a batch is one agent's (its created_at names the batch)
+            agent, _, kinds = random.Random(created).choices(AGENTS, agent_weights)[0]
+        else:
+            agent, _, kinds = rng.choices(AGENTS, agent_weights)[0]
         kind = rng.choice(kinds)
         job_id = f"{base36(created)}-{rng.getrandbits(48):012x}"
         stream = job_stream(job_id)
@@ -482,7 +497,9 @@ def build_chunk(args: tuple[int, list[tuple[int, str]], int, int, str, int]) -> 
         # the job's driver promise (D-1)
         driver_timeout = created + max(lease_ms, 60_000) * 2
         if state.status == "queued":
-            if scenario != "mixed" or outcome == "queued_retry":
+            if scenario == "queued":  # no workers ever ran, no sweep either
+                pstate, settled = "pending", None
+            elif scenario != "mixed" or outcome == "queued_retry":
                 pstate, settled = "timedout", None
             else:
                 pstate, settled = "pending", None
@@ -504,6 +521,7 @@ def build_chunk(args: tuple[int, list[tuple[int, str]], int, int, str, int]) -> 
                     worker.split("/")[0] if worker and settled else None,
                     None,
                     created if pstate == "pending" else driver_timeout,
+                    created,  # its place in the take order (priority 0)
                 ]
             )
         )

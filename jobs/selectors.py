@@ -3,7 +3,9 @@ job's latest progress report (U-2). The bounded counts of the dashboard, `/metri
 `/healthz` are in `jobs.counts`.
 
 No OFFSET and no COUNT: a page is `created_at, id` strictly below the cursor, served by
-the `(filter, -created_at, -id)` indexes, starting at the cursor.
+one filter's `(filter, -created_at, -id)` index, starting at the cursor, with the other
+filters tested per row (`jobs.index_walks`: a plan that stops at the page's end whatever
+the planner's statistics).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from django.db import connection
 from django.db.models import Count, Q, QuerySet
 from django.db.models.fields.json import KT
 
+from jobs import index_walks
 from jobs.core.state import JobState
 from jobs.core.vocabulary import (
     ACTIVE_STATUSES,
@@ -97,6 +100,28 @@ def filtered(filters: dict[str, Any], *, organization_id: str | None = None) -> 
     return rows
 
 
+def conditions(
+    filters: dict[str, Any], *, organization_id: str | None = None
+) -> dict[str, Any] | None:
+    """column -> value of the filters given (an unknown one is InvalidRequest), with an
+    org-bound caller's organization; None when no job can match (the filter names
+    another organization than the caller's)."""
+    found: dict[str, Any] = {}
+    for key, value in filters.items():
+        if value in (None, ""):
+            continue
+        column = FILTERS.get(key)
+        if column is None:
+            raise InvalidRequest("invalid_filter", f"unknown filter {key!r}")
+        found[column] = value
+    if organization_id is None:
+        return found
+    # Q-2: an org-bound caller sees only its organization
+    if found.setdefault("organization_id", organization_id) != organization_id:
+        return None
+    return found
+
+
 def page(
     filters: dict[str, Any],
     *,
@@ -105,7 +130,11 @@ def page(
     organization_id: str | None = None,
 ) -> Page:
     size = clamp_limit(limit)
-    rows = filtered(filters, organization_id=organization_id)
+    narrowed = conditions(filters, organization_id=organization_id)
+    if narrowed is None:
+        return Page([], None)
+    # one filter's index walked in its order, the others tested per row (jobs.index_walks)
+    rows = index_walks.narrowed(Job.objects.all(), narrowed)
     if cursor:
         created_at, job_id = decode_cursor(cursor)
         # `created_at <= c` is implied by the OR, but only it can start the index scan at
@@ -113,7 +142,8 @@ def page(
         rows = rows.filter(created_at__lte=created_at).filter(
             Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=job_id)
         )
-    found = list(rows.order_by("-created_at", "-id").values_list("state", flat=True)[: size + 1])
+    with index_walks.walking():
+        found = list(rows.values_list("state", flat=True)[: size + 1])
     jobs = [job_from_wire(wire) for wire in found[:size]]
     next_cursor = None
     if len(found) > size:
@@ -269,10 +299,21 @@ def canceled_by(job_ids: Iterable[str]) -> dict[str, str | None]:
 SETTLED = tuple(s for s in STATUSES if s in TERMINAL_STATUSES)  # in vocabulary order
 
 
-def settled_since(since: int) -> QuerySet[Job]:
-    """The jobs settled (terminal, last updated) at or after `since`, unordered: for the
-    caller to aggregate."""
-    return Job.objects.filter(status__in=SETTLED, updated_at__gte=since).order_by()
+def settled_since(since: int) -> list[QuerySet[Job]]:
+    """The jobs settled (terminal, last updated) at or after `since`, one unordered query
+    per settled status, for the caller to aggregate each.
+
+    Each is one (status, updated_at >= since) range of `job_status_updated`. One query for
+    all three, `status IN (every settled status)`, is the partial index's own condition:
+    the planner drops it from the scan and reads the whole index testing `updated_at`
+    (every settled job ever stored: 880k entries, 67 ms at 1M for 712 in the window); an
+    OR of the three ranges is read as three only while the statistics say so. Read them
+    inside `index_walks.walking()`: a table never analyzed took `job_error_prefix` (whose
+    condition names `failed`, and which holds every queued job) for a cheap bitmap of the
+    failed jobs, and read a million entries of it."""
+    return [
+        Job.objects.filter(status=status, updated_at__gte=since).order_by() for status in SETTLED
+    ]
 
 
 def active_count() -> int:

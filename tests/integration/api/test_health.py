@@ -57,14 +57,19 @@ def test_healthz_reports_queue_depth_and_stable_placeholders(anonymous):
     assert out["database"]["ok"] is True and out["detail"] is False
 
 
+def job_reads(queries: CaptureQueriesContext) -> list[str]:
+    return [q["sql"] for q in queries.captured_queries if "jobs_job" in q["sql"].lower()]
+
+
 def test_queue_counts_are_cached_active_every_2s_settled_every_60s(monkeypatch):
     clock = [1000.0]
     monkeypatch.setattr(health.time, "monotonic", lambda: clock[0])
     with CaptureQueriesContext(connection) as queries:
         assert health.queue_counts()["total"] == 0
-    assert len(queries) == 2  # each count stops at its cap + 1: a LIMIT inside the COUNT
-    assert all("LIMIT" in q["sql"].upper() for q in queries)
-    assert "GROUP BY" not in " ".join(q["sql"].upper() for q in queries)
+    reads = job_reads(queries)  # (on PostgreSQL also the settings of the index walk)
+    assert len(reads) == 2  # each count stops at its cap + 1: a LIMIT inside the COUNT
+    assert all("LIMIT" in sql.upper() for sql in reads)
+    assert "GROUP BY" not in " ".join(sql.upper() for sql in reads)
     job = queue.enqueue("factory", payload()).job
     with CaptureQueriesContext(connection) as queries:
         clock[0] += 1.9
@@ -73,7 +78,7 @@ def test_queue_counts_are_cached_active_every_2s_settled_every_60s(monkeypatch):
     clock[0] += 0.2
     with CaptureQueriesContext(connection) as queries:
         assert health.queue_counts()["queued"] == 1
-    assert len(queries) == 1  # only the active statuses: an indexed, small range
+    assert len(job_reads(queries)) == 1  # only the active statuses: an indexed, small range
     queue.abort(job.job_id)
     clock[0] += 2.1
     assert health.queue_counts()["canceled"] == 0  # settled counts refresh every 60 s

@@ -82,8 +82,9 @@ def test_every_count_reads_a_limited_range():
     with CaptureQueriesContext(connection) as queries:
         counts.active_cells()
         counts.by_status(["queued"], updated_since_ms=NOW)
-    assert len(queries) == 2
-    for q in queries.captured_queries:
+    reads = job_reads(queries)  # (on PostgreSQL also the setting that turns bitmaps off)
+    assert len(reads) == 2
+    for q in reads:
         sql = q["sql"].upper()
         assert "COUNT(*) FROM (SELECT 1 FROM JOBS_JOB" in sql and "LIMIT" in sql
         assert "GROUP BY" not in sql
@@ -96,11 +97,15 @@ def test_a_keyset_page_starts_its_index_range_at_the_cursor():
     first = selectors.page({}, limit=3)
     with CaptureQueriesContext(connection) as queries:
         second = selectors.page({}, limit=3, cursor=first.next_cursor)
-    sql = queries.captured_queries[-1]["sql"]
-    assert '"created_at" <=' in sql
+    (read,) = job_reads(queries)
+    assert '"created_at" <=' in read["sql"]
     seen = [j.job_id for j in first.jobs + second.jobs]
     created = {job_id: created_at(job_id) for job_id in ids}
     assert seen == sorted(ids, key=lambda job_id: (created[job_id], job_id), reverse=True)
+
+
+def job_reads(queries: CaptureQueriesContext) -> list[dict[str, str]]:
+    return [q for q in queries.captured_queries if "jobs_job" in q["sql"].lower()]
 
 
 def created_at(job_id: str) -> int:
