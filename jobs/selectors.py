@@ -87,17 +87,8 @@ class Page:
 
 
 def filtered(filters: dict[str, Any], *, organization_id: str | None = None) -> QuerySet[Job]:
-    rows = Job.objects.all()
-    for key, value in filters.items():
-        if value in (None, ""):
-            continue
-        column = FILTERS.get(key)
-        if column is None:
-            raise InvalidRequest("invalid_filter", f"unknown filter {key!r}")
-        rows = rows.filter(**{column: value})
-    if organization_id is not None:  # an org-bound caller sees only its organization
-        rows = rows.filter(organization_id=organization_id)
-    return rows
+    found = conditions(filters, organization_id=organization_id)
+    return Job.objects.none() if found is None else Job.objects.filter(**found)
 
 
 def conditions(

@@ -72,7 +72,8 @@ class OneStatement:
 
 
 def _guarded(sql: str, guard: str) -> str:
-    """`sql` (an UPDATE ... RETURNING) touching rows only when `guard` holds."""
+    """`sql` (an UPDATE ... RETURNING whose WHERE is a conjunction, as every requirement's
+    is) touching rows only when `guard` holds."""
     if not guard:
         return sql
     where, returning = sql.rsplit(" RETURNING ", 1)
