@@ -200,6 +200,7 @@ def test_a_filtered_changelist_counts_up_to_its_cap(admin_client, monkeypatch) -
     response = admin_client.get(f"{CHANGELIST}?agent=factory&lane=chat")
     cl = response.context["cl"]
     assert cl.paginator.count_label == "more than 2"
+    assert '<span id="rcpt-result-count">more than 2</span> results' in response.content.decode()
     assert len(cl.result_list) == 3
     response = admin_client.get(f"{CHANGELIST}?agent=codex&lane=chat")
     assert response.context["cl"].paginator.count_label == "1"
