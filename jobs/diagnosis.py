@@ -25,8 +25,8 @@ from jobs.core.diagnosis import (
 from jobs.core.names import recovery_generation_id
 from jobs.core.state import JobState
 from jobs.errors import JobNotFound
-from jobs.models import DeliveryPromise, WorkerProcess
-from jobs.runtime import processes
+from jobs.models import WorkerProcess
+from jobs.runtime import processes, promises
 from jobs.runtime.dispatch import MAX_GENERATIONS
 from jobs.timing_config import current_timing
 from receipts.clock import now_ms as wall_clock_ms
@@ -40,24 +40,12 @@ def facts_for(job_id: str, *, now_ms: int | None = None) -> Facts:
     config = settings.RECEIPT
     live_rows = processes.live(now_ms=now)
     live = Counter(p.role for p in live_rows)
-    pending = tuple(
-        PendingDelivery(p.id, p.function, p.created_at, p.timeout_at)
-        for p in DeliveryPromise.objects.filter(
-            job_id=job_id, state="pending", timeout_at__gt=now, held_by__isnull=True
-        ).order_by("created_at")
-    )
-    last_driver = (
-        DeliveryPromise.objects.filter(job_id=job_id, function="driver")
-        .order_by("-created_at")
-        .values_list("created_at", flat=True)
-        .first()
-    )
+    pending = tuple(PendingDelivery(*row) for row in promises.awaiting_delivery(job_id, now_ms=now))
+    last_driver = promises.last_driver_start(job_id)
     peers: tuple[str, ...] = ()
     if job.session_key:
         peers = selectors.active_session_peers(job.session_key, exclude=job_id)
-    exhausted = DeliveryPromise.objects.filter(
-        pk=recovery_generation_id(job_id, MAX_GENERATIONS)
-    ).exists()
+    exhausted = bool(promises.existing([recovery_generation_id(job_id, MAX_GENERATIONS)]))
     return Facts(
         job=job,
         now_ms=now,

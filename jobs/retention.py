@@ -25,6 +25,7 @@ from django.db import connection, transaction
 from django.db.models import CharField, Exists, OuterRef, Q, Value
 from django.db.models.functions import Collate, Concat
 
+from jobs import callbacks
 from jobs.core.retention import Lane, Windows, lanes
 from jobs.core.vocabulary import (
     JOB_STREAM_PREFIX,
@@ -32,7 +33,7 @@ from jobs.core.vocabulary import (
     job_stream,
     validate_job_id,
 )
-from jobs.models import Callback, DeliveryPromise, Job
+from jobs.models import Callback, Job
 from jobs.runtime import counters, faults, promises
 from jobs.runtime.loops import Report
 from observability.logs import log_event
@@ -351,15 +352,10 @@ def check(prefix: str) -> list[receipt_retention.Issue]:
         for i in orphans
     ]
     named: set[str] = set()
-    # the delivery tables have no index for an id prefix: scanned only by a whole verify
-    for model in (DeliveryPromise, Callback) if not id_prefix else ():
+    if not id_prefix:  # the delivery tables have no index for an id prefix: a whole verify only
         no_job_stream = ~Exists(StreamRow.objects.filter(name=_stream_of("job_id")))
-        named |= set(
-            model.objects.filter(job_id__startswith=id_prefix)
-            .filter(no_job_stream)
-            .values_list("job_id", flat=True)
-            .distinct()[:limit]
-        )
+        named |= promises.job_ids_where(no_job_stream, limit=limit)
+        named |= callbacks.job_ids_where(no_job_stream, limit=limit)
     named -= set(orphans)
     for name in receipt_retention.missing(sorted(job_stream(i) for i in named)):
         issues.append(

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import connection, transaction
-from django.db.models import CharField, Exists, Value
+from django.db.models import CharField, Exists, Q, Value
 from django.db.models.functions import Concat
 
 from jobs import promise_sql as sql
@@ -359,6 +359,44 @@ def jobs_with_pending(job_ids: list[str], *, now_ms: int) -> set[str]:
         job_id__in=job_ids, state="pending", timeout_at__gt=now_ms
     )
     return set(rows.values_list("job_id", flat=True))
+
+
+def awaiting_delivery(job_id: str, *, now_ms: int) -> list[tuple[str, str, int, int]]:
+    """(id, function, created at, timeout at) of a job's pending promises that no limit
+    holds, oldest first: the deliveries diagnosis says are on their way."""
+    rows = DeliveryPromise.objects.filter(
+        job_id=job_id, state="pending", timeout_at__gt=now_ms, held_by__isnull=True
+    ).order_by("created_at")
+    return list(rows.values_list("id", "function", "created_at", "timeout_at"))
+
+
+def last_driver_start(job_id: str) -> int | None:
+    """When a driver promise of the job was last created (ms), if ever."""
+    rows = DeliveryPromise.objects.filter(job_id=job_id, function="driver")
+    return rows.order_by("-created_at").values_list("created_at", flat=True).first()
+
+
+def existing(promise_ids: list[str]) -> set[str]:
+    """Which of these promise ids are taken (whatever their state)."""
+    return set(DeliveryPromise.objects.filter(pk__in=promise_ids).values_list("pk", flat=True))
+
+
+def job_ids_where(condition: Any, *, limit: int) -> set[str]:
+    """Up to `limit` distinct job ids of promises meeting an ORM condition on their row
+    (retention's check: promises of a job whose stream is gone)."""
+    rows = DeliveryPromise.objects.filter(condition).values_list("job_id", flat=True)
+    return set(rows.distinct()[:limit])
+
+
+def unclaimed_attempts(promise_ids: list[str]) -> list[tuple[str, int | None]]:
+    """(job id, attempt) of those of these promises a worker could still claim: pending and
+    unclaimed (one past its timeout that the sweep has not marked yet still is)."""
+    rows = DeliveryPromise.objects.filter(
+        Q(state="pending") | Q(state="timedout", settled_at__isnull=True),
+        pk__in=promise_ids,
+        worker_id__isnull=True,
+    )
+    return list(rows.values_list("job_id", "attempt"))
 
 
 # ---- maintenance: the passes that look for promises by state rather than by id -----------

@@ -38,7 +38,6 @@ from itertools import pairwise
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Q
 
 from jobs import selectors
 from jobs.core.names import recovery_generation_id
@@ -56,7 +55,6 @@ from jobs.core.vocabulary import (
     job_id_from_stream,
     job_stream,
 )
-from jobs.models import DeliveryPromise
 from jobs.projector import row_for
 from jobs.runtime import promises
 from jobs.runtime.dispatch import MAX_GENERATIONS, redrive_key
@@ -225,11 +223,7 @@ class Checker:
         pending = promises.jobs_with_pending([j.job_id for j in queued.values()], now_ms=now)
         waiting = {i: j for i, j in queued.items() if j.job_id not in pending}
         keys = {i: _start_keys(j) for i, j in waiting.items()}
-        taken = set(
-            DeliveryPromise.objects.filter(
-                pk__in=[k for ks in keys.values() for k in ks]
-            ).values_list("pk", flat=True)
-        )
+        taken = promises.existing([k for ks in keys.values() for k in ks])
         claimable = self._claimable({j.job_id: j for j in waiting.values()})
         timing = TimingSettings.from_config(settings.RECEIPT)
         for index, job in states.items():
@@ -267,14 +261,9 @@ class Checker:
             for t in tasks
             if not t.is_driver and self.world.job_ids[t.job] in jobs
         ]
-        rows = DeliveryPromise.objects.filter(
-            Q(state="pending") | Q(state="timedout", settled_at__isnull=True),
-            pk__in=held,
-            worker_id__isnull=True,
-        )
         return {
             job_id
-            for job_id, attempt in rows.values_list("job_id", "attempt")
+            for job_id, attempt in promises.unclaimed_attempts(held)
             if attempt == jobs[job_id].attempt + 1
         }
 
