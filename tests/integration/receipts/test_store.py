@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from django.db import connection, transaction
+from django.db import IntegrityError, connection, transaction
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -276,3 +276,19 @@ def test_append_notifies_listeners_on_postgres(receipt_listener):
     [r] = store.append("notify/1", {"type": "ping"})
     payloads = [n.payload for n in listener.notifies(timeout=5, stop_after=1)]
     assert payloads == [f"{r.seq} notify/1 ping"]
+
+
+def test_a_second_receipt_with_an_existing_hash_is_refused():
+    """S-3: the hash is unique, and a receipt is found by its hash."""
+    first = store.append("unique/a", [{"type": "t"}])[0]
+    row = ReceiptRow.objects.get(hash=first.hash)
+    assert (row.stream, row.stream_seq) == ("unique/a", 1)
+    twin = {
+        f.attname: getattr(row, f.attname)
+        for f in ReceiptRow._meta.concrete_fields
+        if f.attname != "seq"
+    }
+    twin.update(stream="unique/b", receipt_id="r-twin")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        ReceiptRow.objects.create(**twin)
+    assert ReceiptRow.objects.filter(hash=first.hash).count() == 1
