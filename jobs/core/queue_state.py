@@ -9,6 +9,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, Final
 
 from jobs.core.groups import is_group_name
+from receipts.core import chain
 from receipts.core.chain import Receipt
 
 STREAM_PREFIX: Final = "queues/"
@@ -56,10 +57,7 @@ def reduce(state: QueueState | None, receipt: Receipt) -> QueueState | None:
 
 
 def fold(receipts: Sequence[Receipt]) -> QueueState | None:
-    state: QueueState | None = None
-    for receipt in receipts:
-        state = reduce(state, receipt)
-    return state
+    return chain.fold(receipts, reduce)
 
 
 _WIRE = {

@@ -17,6 +17,7 @@ from jobs.core.schedules import (
     RUN_NOW,
     SKIPPED,
 )
+from receipts.core import chain
 from receipts.core.chain import Receipt
 
 ACTIVE: Final = "active"
@@ -126,10 +127,7 @@ def reduce(state: ScheduleState | None, receipt: Receipt) -> ScheduleState | Non
 
 
 def fold(receipts: Sequence[Receipt]) -> ScheduleState | None:
-    state: ScheduleState | None = None
-    for receipt in receipts:
-        state = reduce(state, receipt)
-    return state
+    return chain.fold(receipts, reduce)
 
 
 _WIRE = {
