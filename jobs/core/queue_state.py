@@ -5,9 +5,10 @@ one `jobs_queue` row per group that was ever paused."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from jobs.core import flat_wire
 from jobs.core.groups import is_group_name
 from receipts.core import chain
 from receipts.core.chain import Receipt
@@ -60,23 +61,9 @@ def fold(receipts: Sequence[Receipt]) -> QueueState | None:
     return chain.fold(receipts, reduce)
 
 
-_WIRE = {
-    "group": "group",
-    "paused": "paused",
-    "paused_by": "pausedBy",
-    "paused_at": "pausedAt",
-    "resumed_by": "resumedBy",
-    "resumed_at": "resumedAt",
-    "updated_at": "updatedAt",
-    "receipt_count": "receiptCount",
-    "head": "head",
-}
-
-
 def to_wire(state: QueueState) -> dict[str, Any]:
-    return {_WIRE[k]: v for k, v in asdict(state).items()}
+    return flat_wire.to_wire(state)
 
 
 def from_wire(wire: dict[str, Any]) -> QueueState:
-    values: dict[str, Any] = {k: wire.get(w) for k, w in _WIRE.items()}
-    return QueueState(**values)
+    return flat_wire.from_wire(QueueState, wire)
