@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 from django.db.models import Model
 
 from receipts import registry
+from receipts.core import chain
 from receipts.core.chain import Receipt
 
 S = TypeVar("S")
@@ -44,9 +45,7 @@ class RowProjector(Generic[S]):
             before = handle.cache[self.cache_key]
         else:  # only a stream with receipts before these has a row
             before = self.load_state(key) if handle.count > len(receipts) else None
-        after = before
-        for receipt in receipts:
-            after = self.reduce(after, receipt)
+        after = chain.fold(receipts, self.reduce, before)
         handle.cache[self.cache_key] = after
         if after is not None:  # (J-3: a late failure of a job that never existed: no row)
             self.project(handle, key, before, after)
