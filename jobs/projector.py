@@ -214,7 +214,6 @@ PROJECTOR = JobProjector(
     noun="a job",
     id_from_stream=job_id_from_stream,
     reduce=reduce,
-    fold=fold_job,
     row_for=row_for,
     load_state=load_state,
 )

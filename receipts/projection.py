@@ -29,7 +29,6 @@ class RowProjector(Generic[S]):
     noun: str  # what the stream names, for refusing a stray name ("a job")
     id_from_stream: Callable[[str], str | None]
     reduce: Callable[[S | None, Receipt], S | None]
-    fold: Callable[[Sequence[Receipt]], S | None]
     row_for: Callable[[S], dict[str, Any]]  # every column of the row, from the fold alone
     load_state: Callable[[str], S | None]  # the state the row holds
 
@@ -64,7 +63,7 @@ class RowProjector(Generic[S]):
         return dict(row) if row else None
 
     def compute(self, stream: str, receipts: Sequence[Receipt]) -> dict[str, Any] | None:
-        state = self.fold(receipts)
+        state = chain.fold(receipts, self.reduce)
         return self.row_for(state) if state is not None else None
 
     def write(self, stream: str, row: dict[str, Any] | None) -> None:
