@@ -104,9 +104,7 @@ class JobProjector(RowProjector[JobState]):
             if handle.count > len(receipts) or handle.cache.get(CACHE_KEY) is not None:
                 self.apply(handle, receipts)  # not a new job stream
                 continue
-            after: JobState | None = None
-            for receipt in receipts:
-                after = reduce(after, receipt)
+            after = fold_job(receipts)
             handle.cache[CACHE_KEY] = after
             if after is not None:
                 rows.append(row_for(after))
@@ -124,9 +122,7 @@ class JobProjector(RowProjector[JobState]):
         the store sends in the receipts' own statement (`store.append_new_streams`)."""
         rows: list[dict[str, Any]] = []
         for handle, receipts in batch:
-            after: JobState | None = None
-            for receipt in receipts:
-                after = reduce(after, receipt)
+            after = fold_job(receipts)
             handle.cache[CACHE_KEY] = after
             if after is not None:
                 rows.append(row_for(after))
@@ -218,7 +214,6 @@ PROJECTOR = JobProjector(
     noun="a job",
     id_from_stream=job_id_from_stream,
     reduce=reduce,
-    fold=fold_job,
     row_for=row_for,
     load_state=load_state,
 )

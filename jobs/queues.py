@@ -79,7 +79,6 @@ PROJECTOR = RowProjector(
     noun="a worker group",
     id_from_stream=group_from_stream,
     reduce=queue_state.reduce,
-    fold=queue_state.fold,
     row_for=row_for,
     load_state=load_state,
 )

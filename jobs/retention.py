@@ -26,6 +26,7 @@ from django.db.models import CharField, Exists, OuterRef, Q, Value
 from django.db.models.functions import Collate, Concat
 
 from jobs import callbacks
+from jobs.core.diagnosis import utc_text
 from jobs.core.retention import Lane, Windows, lanes
 from jobs.core.vocabulary import (
     JOB_STREAM_PREFIX,
@@ -395,13 +396,7 @@ def pruned_wire(job_id: str, tombstone: Tombstone) -> dict[str, Any]:
 
 def describe_pruned(job_id: str, tombstone: Tombstone) -> str:
     return (
-        f"job {job_id} was pruned on {_utc(tombstone.pruned_at_ms)} after "
+        f"job {job_id} was pruned on {utc_text(tombstone.pruned_at_ms)} after "
         f"{tombstone.receipt_count} receipts, head hash {tombstone.head}, final status "
         f"{tombstone.final_status}"
     )
-
-
-def _utc(ms: int) -> str:
-    from datetime import UTC, datetime
-
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")

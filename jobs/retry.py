@@ -224,17 +224,7 @@ def retry_matching(
                 break  # every job of this status was taken
         if report.next_cursor is not None:
             break
-    log_event(
-        logger,
-        "jobs.bulk_retried",
-        f"{by}: {report.describe()}",
-        by=by,
-        retried=report.retried,
-        skipped=report.skipped_total,
-        batches=report.batches,
-        errors=len(report.errors),
-    )
-    return report
+    return _logged(report, by=by)
 
 
 def retry_ids(
@@ -269,6 +259,10 @@ def retry_ids(
                 reason=reason,
                 now_ms=now_ms,
             )
+    return _logged(report, by=by)
+
+
+def _logged(report: BulkReport, *, by: str) -> BulkReport:
     log_event(
         logger,
         "jobs.bulk_retried",

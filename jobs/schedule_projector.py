@@ -51,7 +51,6 @@ PROJECTOR = RowProjector(
     noun="a schedule",
     id_from_stream=name_from_stream,
     reduce=schedule_state.reduce,
-    fold=schedule_state.fold,
     row_for=row_for,
     load_state=load_state,
 )

@@ -222,10 +222,7 @@ def fire(name: str, *, now_ms: int) -> str | None:
 
 def pause(name: str, *, by: str, now_ms: int | None = None) -> ScheduleState:
     """Stop firing `name` until it is resumed; pausing a paused schedule changes nothing."""
-    check_text("invalid_by", "by", by, MAX_BY, required=True)
-    now = wall_clock_ms() if now_ms is None else now_ms
-    with transaction.atomic(), _locked(name) as (handle, state):
-        state = _existing(name, state)
+    with _operated(name, by=by, now_ms=now_ms) as (handle, state, now):
         if state.status != PAUSED_STATUS:
             handle.append(
                 {"type": core.PAUSED, "name": name, "by": by}, now_ms=now, context={"actor": by}
@@ -238,10 +235,7 @@ def pause(name: str, *, by: str, now_ms: int | None = None) -> ScheduleState:
 def resume(name: str, *, by: str, now_ms: int | None = None) -> ScheduleState:
     """Fire `name` again from its first tick after now: ticks that fell while it was
     paused do not run."""
-    check_text("invalid_by", "by", by, MAX_BY, required=True)
-    now = wall_clock_ms() if now_ms is None else now_ms
-    with transaction.atomic(), _locked(name) as (handle, state):
-        state = _existing(name, state)
+    with _operated(name, by=by, now_ms=now_ms) as (handle, state, now):
         if state.status == PAUSED_STATUS:
             after = ticks.next_after(core.from_wire(state.definition), now)
             body = {"type": core.RESUMED, "name": name, "nextRunAt": after, "by": by}
@@ -260,10 +254,7 @@ class RunNow:
 def run_now(name: str, *, by: str, now_ms: int | None = None) -> RunNow:
     """Enqueue `name`'s job now, paused or not, under a job id of its own
     (`sched-<name>-now-<n>`); its ticks are unchanged. A refused enqueue writes nothing."""
-    check_text("invalid_by", "by", by, MAX_BY, required=True)
-    now = wall_clock_ms() if now_ms is None else now_ms
-    with transaction.atomic(), _locked(name) as (handle, state):
-        state = _existing(name, state)
+    with _operated(name, by=by, now_ms=now_ms) as (handle, state, now):
         item = core.from_wire(state.definition)
         job_id = core.run_now_job_id(name, handle.count + 1)
         enqueued = queue.enqueue(
@@ -276,12 +267,18 @@ def run_now(name: str, *, by: str, now_ms: int | None = None) -> RunNow:
     return result
 
 
-def _existing(name: str, state: ScheduleState | None) -> ScheduleState:
-    if state is None:
-        raise ScheduleNotFound(name)
-    if state.status == REMOVED_STATUS:
-        raise ScheduleNotFound(name, removed=True)
-    return state
+@contextmanager
+def _operated(
+    name: str, *, by: str, now_ms: int | None
+) -> Iterator[tuple[store.StreamHandle, ScheduleState, int]]:
+    """An operator's action on `name`: `by` checked, the stream locked in a transaction,
+    the schedule declared (not removed); yields the handle, its state and the time."""
+    check_text("invalid_by", "by", by, MAX_BY, required=True)
+    now = wall_clock_ms() if now_ms is None else now_ms
+    with transaction.atomic(), _locked(name) as (handle, state):
+        if state is None or state.status == REMOVED_STATUS:
+            raise ScheduleNotFound(name, removed=state is not None)
+        yield handle, state, now
 
 
 def _logged(action: str, name: str, by: str, **fields: Any) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from objectives.core.board import section_for, task_counts
-from objectives.core.reducer import fold_objective, reduce
+from objectives.core.reducer import reduce
 from objectives.core.state import ObjectiveState, objective_from_wire, objective_to_wire
 from objectives.core.vocabulary import (
     OBJECTIVE_STREAM_PREFIX,
@@ -59,7 +59,6 @@ PROJECTOR = RowProjector(
     noun="an objective",
     id_from_stream=objective_id_from_stream,
     reduce=reduce,
-    fold=fold_objective,
     row_for=row_for,
     load_state=load_state,
 )

@@ -252,12 +252,7 @@ def _name_displaced(
     for index, seq, leaf, row in displaced:
         name = f"{row.stream}#{row.stream_seq}"
         if leaf in where:
-            other_seq, other = where[leaf]
-            out.add(
-                other,
-                f"leaf {index}: the log has it at seq {seq}, the store at seq {other_seq}: "
-                "reordered",
-            )
+            _reordered(index, seq, where[leaf], out)
         else:
             out.add(
                 name,
@@ -265,6 +260,14 @@ def _name_displaced(
                 f"{row.hash[:16]}: rewritten",
             )
             gone.pop(leaf, None)
+
+
+def _reordered(index: int, seq: int, found: tuple[int, str], out: Against) -> None:
+    """Leaf `index` is a receipt the store holds, but at another seq."""
+    other_seq, other = found
+    out.add(
+        other, f"leaf {index}: the log has it at seq {seq}, the store at seq {other_seq}: reordered"
+    )
 
 
 def _rows_by_hash(hashes: Iterable[str]) -> dict[str, tuple[int, str]]:
@@ -290,12 +293,7 @@ def _name_gone(gone: dict[str, tuple[int, int]], names: dict[str, str], out: Aga
             names[head] = f"{name}#{count}"
     for h, (index, seq) in sorted(gone.items(), key=lambda item: item[1]):
         if h in moved:
-            other_seq, other = moved[h]
-            out.add(
-                other,
-                f"leaf {index}: the log has it at seq {seq}, the store at seq {other_seq}: "
-                "reordered",
-            )
+            _reordered(index, seq, moved[h], out)
             continue
         out.add(
             names.get(h, f"receipt {h[:16]}"),

@@ -15,6 +15,7 @@ from typing import Any, Generic, TypeVar
 from django.db.models import Model
 
 from receipts import registry
+from receipts.core import chain
 from receipts.core.chain import Receipt
 
 S = TypeVar("S")
@@ -28,7 +29,6 @@ class RowProjector(Generic[S]):
     noun: str  # what the stream names, for refusing a stray name ("a job")
     id_from_stream: Callable[[str], str | None]
     reduce: Callable[[S | None, Receipt], S | None]
-    fold: Callable[[Sequence[Receipt]], S | None]
     row_for: Callable[[S], dict[str, Any]]  # every column of the row, from the fold alone
     load_state: Callable[[str], S | None]  # the state the row holds
 
@@ -44,9 +44,7 @@ class RowProjector(Generic[S]):
             before = handle.cache[self.cache_key]
         else:  # only a stream with receipts before these has a row
             before = self.load_state(key) if handle.count > len(receipts) else None
-        after = before
-        for receipt in receipts:
-            after = self.reduce(after, receipt)
+        after = chain.fold(receipts, self.reduce, before)
         handle.cache[self.cache_key] = after
         if after is not None:  # (J-3: a late failure of a job that never existed: no row)
             self.project(handle, key, before, after)
@@ -65,7 +63,7 @@ class RowProjector(Generic[S]):
         return dict(row) if row else None
 
     def compute(self, stream: str, receipts: Sequence[Receipt]) -> dict[str, Any] | None:
-        state = self.fold(receipts)
+        state = chain.fold(receipts, self.reduce)
         return self.row_for(state) if state is not None else None
 
     def write(self, stream: str, row: dict[str, Any] | None) -> None:

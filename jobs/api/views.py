@@ -73,7 +73,6 @@ OPTION_KEYS = (
     "delaySeconds",
     "priority",
 )
-EVENTS_RECEIPT = "/receipt/stream"
 MAX_BY_HINT = 80
 DEFAULT_RECEIPT_LIMIT = 100
 MAX_RECEIPT_LIMIT = 1000

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
+from jobs.core.state import is_int
+
 BUILTIN_GROUPS: Final[tuple[str, ...]] = ("chat", "control", "codex")
 RESERVED_NAMES: Final = frozenset({*BUILTIN_GROUPS, "driver", "api"})
 MAX_GROUP_NAME: Final = 32
@@ -108,7 +110,7 @@ def _one(name: object, value: Any) -> GroupSettings:
         value = {setting: getattr(value, setting) for setting in SETTING_NAMES}
     elif value is None:
         value = {}
-    elif _is_int(value):
+    elif is_int(value):
         value = {"concurrency": value}
     if not isinstance(value, Mapping):
         raise GroupsError(
@@ -126,7 +128,7 @@ def _one(name: object, value: Any) -> GroupSettings:
         if raw is None:
             continue
         low, high = BOUNDS[setting]
-        if not _is_int(raw) or not low <= raw <= high:
+        if not is_int(raw) or not low <= raw <= high:
             raise GroupsError(
                 f"group {name!r}: {setting} must be an integer from {low} to {high}, got {raw!r}"
             )
@@ -180,7 +182,3 @@ def shown(groups: Iterable[GroupSettings]) -> str:
         set_ = [f"{s}={getattr(group, s)}" for s in SETTING_NAMES if getattr(group, s) is not None]
         parts.append(f"{group.name}({', '.join(set_)})" if set_ else group.name)
     return ", ".join(parts)
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

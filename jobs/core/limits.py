@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from jobs.core.declared import parse_array
+from jobs.core.state import is_int
 
 MAX_NAME: Final = 64
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]*")
@@ -122,11 +123,11 @@ def check(limit: Limit) -> None:
     if limit.rate is None and limit.concurrency is None:
         raise LimitError(f"limit {name!r}: has neither a rate nor a concurrency")
     if limit.rate is not None and not (
-        _is_int(limit.rate) and 1 <= limit.rate <= MAX_RATE and _is_int(limit.per_ms)
+        is_int(limit.rate) and 1 <= limit.rate <= MAX_RATE and is_int(limit.per_ms)
     ):
         raise LimitError(f"limit {name!r}: rate must allow 1..{MAX_RATE} starts")
     if limit.concurrency is not None and not (
-        _is_int(limit.concurrency) and 1 <= limit.concurrency <= MAX_CONCURRENCY
+        is_int(limit.concurrency) and 1 <= limit.concurrency <= MAX_CONCURRENCY
     ):
         raise LimitError(f"limit {name!r}: concurrency must be an integer in 1..{MAX_CONCURRENCY}")
     if limit.key is not None:
@@ -137,10 +138,6 @@ def check(limit: Limit) -> None:
                 f"limit {name!r}: key must be a payload path like 'customer.id' or a task "
                 f"argument name, got {limit.key!r}"
             )
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def from_wire(wire: Any, *, where: str = "limit") -> Limit:

@@ -5,10 +5,12 @@ one `jobs_queue` row per group that was ever paused."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from jobs.core import flat_wire
 from jobs.core.groups import is_group_name
+from receipts.core import chain
 from receipts.core.chain import Receipt
 
 STREAM_PREFIX: Final = "queues/"
@@ -56,29 +58,12 @@ def reduce(state: QueueState | None, receipt: Receipt) -> QueueState | None:
 
 
 def fold(receipts: Sequence[Receipt]) -> QueueState | None:
-    state: QueueState | None = None
-    for receipt in receipts:
-        state = reduce(state, receipt)
-    return state
-
-
-_WIRE = {
-    "group": "group",
-    "paused": "paused",
-    "paused_by": "pausedBy",
-    "paused_at": "pausedAt",
-    "resumed_by": "resumedBy",
-    "resumed_at": "resumedAt",
-    "updated_at": "updatedAt",
-    "receipt_count": "receiptCount",
-    "head": "head",
-}
+    return chain.fold(receipts, reduce)
 
 
 def to_wire(state: QueueState) -> dict[str, Any]:
-    return {_WIRE[k]: v for k, v in asdict(state).items()}
+    return flat_wire.to_wire(state)
 
 
 def from_wire(wire: dict[str, Any]) -> QueueState:
-    values: dict[str, Any] = {k: wire.get(w) for k, w in _WIRE.items()}
-    return QueueState(**values)
+    return flat_wire.from_wire(QueueState, wire)

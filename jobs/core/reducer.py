@@ -100,6 +100,7 @@ from jobs.core.vocabulary import (
     job_id_from_stream,
     validate_job_id,
 )
+from receipts.core import chain
 from receipts.core.chain import Receipt
 
 LEASE_EXPIRED_ERROR: Final = "lease expired"
@@ -154,10 +155,7 @@ def reduce(state: JobState | None, receipt: Receipt) -> JobState | None:
 
 def fold_job(receipts: Iterable[Receipt]) -> JobState | None:
     """The state of a job after all of `receipts` (S-7), None if it never existed."""
-    state: JobState | None = None
-    for receipt in receipts:
-        state = reduce(state, receipt)
-    return state
+    return chain.fold(receipts, reduce)
 
 
 def _create(receipt: Receipt) -> JobState:

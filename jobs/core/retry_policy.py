@@ -31,6 +31,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from jobs.core.state import is_int
+
 # A policy declared in code may allow more attempts than a client's clamp (1..8).
 MAX_POLICY_ATTEMPTS: Final = 100
 MAX_BACKOFF_MS: Final = 7 * 86_400_000  # a week: a cap beyond it is a schedule, not a retry
@@ -59,7 +61,7 @@ class RetryPolicy:
 
     def __post_init__(self) -> None:
         if self.max_attempts is not None and not (
-            _is_int(self.max_attempts) and 1 <= self.max_attempts <= MAX_POLICY_ATTEMPTS
+            is_int(self.max_attempts) and 1 <= self.max_attempts <= MAX_POLICY_ATTEMPTS
         ):
             raise RetryPolicyError(
                 f"max_attempts must be an integer in 1..{MAX_POLICY_ATTEMPTS}; "
@@ -67,7 +69,7 @@ class RetryPolicy:
             )
         for name in ("base_ms", "cap_ms"):
             value = getattr(self, name)
-            if not (_is_int(value) and 0 <= value <= MAX_BACKOFF_MS):
+            if not (is_int(value) and 0 <= value <= MAX_BACKOFF_MS):
                 raise RetryPolicyError(
                     f"{name} must be an integer in 0..{MAX_BACKOFF_MS}; got {value!r}"
                 )
@@ -123,10 +125,6 @@ _DEFAULTS: Final[dict[str, Any]] = {
     "retry_matching": None,
     "never_retry_matching": None,
 }
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 def from_wire(wire: Mapping[str, Any]) -> RetryPolicy:

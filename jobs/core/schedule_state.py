@@ -5,9 +5,10 @@ its next tick and its last run. Pure: the shell writes the next tick into each r
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from jobs.core import flat_wire
 from jobs.core.schedules import (
     DECLARED,
     FIRED,
@@ -17,6 +18,7 @@ from jobs.core.schedules import (
     RUN_NOW,
     SKIPPED,
 )
+from receipts.core import chain
 from receipts.core.chain import Receipt
 
 ACTIVE: Final = "active"
@@ -126,35 +128,12 @@ def reduce(state: ScheduleState | None, receipt: Receipt) -> ScheduleState | Non
 
 
 def fold(receipts: Sequence[Receipt]) -> ScheduleState | None:
-    state: ScheduleState | None = None
-    for receipt in receipts:
-        state = reduce(state, receipt)
-    return state
-
-
-_WIRE = {
-    "name": "name",
-    "definition": "definition",
-    "source": "source",
-    "status": "status",
-    "next_run_at": "nextRunAt",
-    "last_tick_at": "lastTickAt",
-    "last_run_at": "lastRunAt",
-    "last_job_id": "lastJobId",
-    "last_error": "lastError",
-    "paused_by": "pausedBy",
-    "paused_at": "pausedAt",
-    "created_at": "createdAt",
-    "updated_at": "updatedAt",
-    "receipt_count": "receiptCount",
-    "head": "head",
-}
+    return chain.fold(receipts, reduce)
 
 
 def to_wire(state: ScheduleState) -> dict[str, Any]:
-    return {_WIRE[k]: v for k, v in asdict(state).items()}
+    return flat_wire.to_wire(state)
 
 
 def from_wire(wire: dict[str, Any]) -> ScheduleState:
-    values: dict[str, Any] = {k: wire.get(w) for k, w in _WIRE.items()}
-    return ScheduleState(**values)
+    return flat_wire.from_wire(ScheduleState, wire)

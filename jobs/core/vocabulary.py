@@ -28,7 +28,6 @@ LEASED_STATUSES: Final[frozenset[Status]] = frozenset({"leased", "running"})
 CommandType = Literal["steer", "follow_up", "abort"]
 COMMAND_TYPES: Final[tuple[CommandType, ...]] = ("steer", "follow_up", "abort")
 CommandLane = Literal["steer", "follow_up"]
-COMMAND_LANES: Final[tuple[CommandLane, ...]] = ("steer", "follow_up")
 
 # J-2 receipt types on `jobs/<jobId>` (body.type).
 JOB_ENQUEUED: Final = "job.enqueued"

@@ -9,9 +9,10 @@ is what the lock installs.
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
+if TYPE_CHECKING or find_spec("django.tasks") is None:
     from django_tasks import (
         DEFAULT_TASK_BACKEND_ALIAS,
         DEFAULT_TASK_QUEUE_NAME,
@@ -35,55 +36,31 @@ if TYPE_CHECKING:
 
     SOURCE = "django_tasks"
 else:
-    try:
-        from django.tasks import (
-            DEFAULT_TASK_BACKEND_ALIAS,
-            DEFAULT_TASK_QUEUE_NAME,
-            default_task_backend,
-            task_backends,
-        )
-        from django.tasks.backends.base import BaseTaskBackend
-        from django.tasks.base import (
-            DEFAULT_TASK_PRIORITY,
-            Task,
-            TaskContext,
-            TaskError,
-            TaskResult,
-            TaskResultStatus,
-            task,
-        )
-        from django.tasks.exceptions import (
-            InvalidTask,
-            InvalidTaskBackend,
-            TaskResultDoesNotExist,
-            TaskResultMismatch,
-        )
-        from django.tasks.signals import task_enqueued, task_finished, task_started
+    from django.tasks import (
+        DEFAULT_TASK_BACKEND_ALIAS,
+        DEFAULT_TASK_QUEUE_NAME,
+        default_task_backend,
+        task_backends,
+    )
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import (
+        DEFAULT_TASK_PRIORITY,
+        Task,
+        TaskContext,
+        TaskError,
+        TaskResult,
+        TaskResultStatus,
+        task,
+    )
+    from django.tasks.exceptions import (
+        InvalidTask,
+        InvalidTaskBackend,
+        TaskResultDoesNotExist,
+        TaskResultMismatch,
+    )
+    from django.tasks.signals import task_enqueued, task_finished, task_started
 
-        SOURCE = "django.tasks"
-    except ImportError:
-        from django_tasks import (
-            DEFAULT_TASK_BACKEND_ALIAS,
-            DEFAULT_TASK_QUEUE_NAME,
-            default_task_backend,
-            task_backends,
-        )
-        from django_tasks.backends.base import BaseTaskBackend
-        from django_tasks.base import (
-            DEFAULT_TASK_PRIORITY,
-            Task,
-            TaskContext,
-            TaskError,
-            TaskResult,
-            TaskResultStatus,
-            task,
-        )
-        from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend
-        from django_tasks.exceptions import InvalidTaskError as InvalidTask
-        from django_tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
-        from django_tasks.signals import task_enqueued, task_finished, task_started
-
-        SOURCE = "django_tasks"
+    SOURCE = "django.tasks"
 
 __all__ = [
     "DEFAULT_TASK_BACKEND_ALIAS",

@@ -39,6 +39,7 @@ from objectives.core.state import (
     TaskRun,
 )
 from objectives.core.wire import from_wire
+from receipts.core import chain
 from receipts.core.chain import Receipt
 
 MAX_NOTES: Final = 100
@@ -65,10 +66,7 @@ def reduce(state: ObjectiveState | None, receipt: Receipt) -> ObjectiveState | N
 
 
 def fold_objective(receipts: Iterable[Receipt]) -> ObjectiveState | None:
-    state: ObjectiveState | None = None
-    for receipt in receipts:
-        state = reduce(state, receipt)
-    return state
+    return chain.fold(receipts, reduce)
 
 
 def apply(state: ObjectiveState | None, body: Body, ts: int, *, stream: str = "") -> ObjectiveState:

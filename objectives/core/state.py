@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from objectives.core.dag import TaskSpec
 from objectives.core.intake import Check
 from objectives.core.policy import Policy
 from objectives.core.vocabulary import (
@@ -54,14 +55,9 @@ class Checkpoint:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Task:
-    id: str
-    title: str
-    command: str | None = None
-    prompt: str | None = None
-    depends_on: tuple[str, ...] = ()
-    timeout_ms: int | None = None
-    executor: str | None = None
+class Task(TaskSpec):
+    """A planned task: its spec, as the plan gave it, and its progress."""
+
     status: str = "pending"
     status_at: int = 0
     runs: tuple[TaskRun, ...] = ()

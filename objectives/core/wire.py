@@ -16,12 +16,9 @@ from collections.abc import Hashable, Mapping
 from functools import cache
 from typing import Any, TypeVar, cast
 
+from jobs.core.flat_wire import camel
+
 T = TypeVar("T")
-
-
-def camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part.capitalize() for part in rest)
 
 
 def to_wire(value: Any) -> Any:

@@ -85,24 +85,19 @@ def _check(value: Any, path: str, seen: set[int], depth: int, max_depth: int | N
         if math.isnan(value) or math.isinf(value):
             raise CanonicalJSONError(path, f"non-finite number {value!r} is not JSON")
         return
-    if isinstance(value, dict):
+    if isinstance(value, (dict, list)):
         marker = id(value)
         if marker in seen:
             raise CanonicalJSONError(path, "cycle detected")
         seen.add(marker)
-        for key, item in value.items():
-            if not isinstance(key, str):
-                raise CanonicalJSONError(path, f"object key {key!r} is not a string")
-            _check(item, f"{path}.{key}", seen, depth + 1, max_depth)
-        seen.discard(marker)
-        return
-    if isinstance(value, list):
-        marker = id(value)
-        if marker in seen:
-            raise CanonicalJSONError(path, "cycle detected")
-        seen.add(marker)
-        for index, item in enumerate(value):
-            _check(item, f"{path}[{index}]", seen, depth + 1, max_depth)
+        if isinstance(value, dict):
+            for key, item in value.items():
+                if not isinstance(key, str):
+                    raise CanonicalJSONError(path, f"object key {key!r} is not a string")
+                _check(item, f"{path}.{key}", seen, depth + 1, max_depth)
+        else:
+            for index, item in enumerate(value):
+                _check(item, f"{path}[{index}]", seen, depth + 1, max_depth)
         seen.discard(marker)
         return
     raise CanonicalJSONError(path, f"value of type {type(value).__name__} is not JSON")

@@ -14,7 +14,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, TypeVar
 
 from receipts.core.canonical import (
     CanonicalJSONError,
@@ -27,6 +27,8 @@ from receipts.core.storable import first_unstorable
 
 _BASE36 = "0123456789abcdefghijklmnopqrstuvwxyz"
 _HEX16 = re.compile("[0-9a-f]{16}")
+
+S = TypeVar("S")
 
 
 def base36(number: int) -> str:
@@ -426,8 +428,10 @@ def check_against_head(chain: Verification, row: StreamRecord | None) -> Verific
 
 
 def fold(
-    receipts: Iterable[Receipt], reducer: Callable[[Any, Receipt], Any], initial: Any = None
-) -> Any:
+    receipts: Iterable[Receipt],
+    reducer: Callable[[S | None, Receipt], S | None],
+    initial: S | None = None,
+) -> S | None:
     """Fold `receipts` with `reducer`, starting from `initial` (S-7)."""
     state = initial
     for receipt in receipts:

@@ -10,7 +10,6 @@ records it on the job's audit stream (U-3).
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
@@ -18,6 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 from jobs import limits, queue, queues, redrive, retry, schedules, selectors, validation
 from jobs.api.parameters import parse_limit
 from jobs.api.serializers import JobFilter
+from jobs.core.diagnosis import utc_text as utc
 from jobs.errors import JobsError
 from jobs.models import Job
 from jobs.presenters import job_json
@@ -40,10 +40,6 @@ DEFAULT_LIST_LIMIT = 20
 # `jobs retry` filter flags -> the GET /jobs filters (status is the walk's, not a filter)
 RETRY_FILTERS = {"kind": "kind", "agent": "agentId", "org": "organizationId"}
 DRY_RUN_CAP = 10_000
-
-
-def utc(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 def _json_arg(text: str, name: str) -> Any:
