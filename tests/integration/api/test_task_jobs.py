@@ -8,6 +8,11 @@ import pytest
 
 from jobs.tasks.framework import TaskResultStatus, default_task_backend
 
+# A payload may name a task only in a module the process has loaded or an installed app
+# holds (jobs.tasks.payload): the project's own task module, loaded as a project's is.
+# Without it this test passed only after another had imported it.
+from tests.integration.tasks import defs  # noqa: F401
+
 pytestmark = pytest.mark.django_db
 
 
