@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import logging
 import os
 import socket
 import statistics
@@ -164,7 +165,6 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1000, help="jobs per request (http batch)")
     args = smoke.parse(parser, {"n": 20, "reps": 1, "http": True, "batch": 10})
     setup_django(args.database_url, "orm")
-    import logging
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one log line per request
     records = []

@@ -55,6 +55,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(os.environ.get("BENCH_RESULTS") or ROOT / "bench" / "results")
@@ -557,8 +558,6 @@ def measure(size: str, scenario: str, runs: int, out: Any) -> None:
             return seen
 
         return call
-
-    from urllib.parse import urlencode
 
     for query in admin_queries:
         fig(f"admin changelist ?{_label(query)}", get(f"{admin}?{urlencode(query)}"))
