@@ -752,6 +752,7 @@ def start_attempt(
     claimed: Callable[[], bool] | None = None,
     assumed: JobState | None = None,
     gate: Callable[[JobState], str | None | object] | None = None,
+    clock: Callable[[], int] | None = None,
 ) -> tuple[Start, JobState | None]:
     """Begin attempt `attempt` as `worker_id` (D-5): lease a queued job with its first
     heartbeat in one append.
@@ -769,6 +770,11 @@ def start_attempt(
 
     `gate`: asked under the lock, once the job may start: the limit key the attempt runs
     under (a str, or None), or anything else to refuse the start (`Start.HELD`).
+
+    `clock`: read once more when the gate started the attempt under a cap's key. Its lock
+    may have waited for a stopping job of the key to commit; stamped with the time taken
+    before, the lease would read as begun before that job ended, more running than the
+    cap at once in the receipts.
     """
     now = wall_clock_ms() if now_ms is None else now_ms
     with _worker_txn(), _locked(job_id, known=assumed, assume=True) as (handle, job):
@@ -786,6 +792,8 @@ def start_attempt(
             verdict = gate(job) if gate is not None else None
             if verdict is not None and not isinstance(verdict, str):
                 return Start.HELD, job
+            if verdict is not None and clock is not None:
+                now = max(now, clock())  # got the cap's key: stamped from then on
             until = now + (job.lease_ms or current_timing().job_lease_ms)
             fence = Fence(worker_id, attempt)
             events = bodies.leased(job_id, fence, lease_until=until, start=True, limit_key=verdict)

@@ -86,6 +86,7 @@ def begin(
     worker_id: str,
     now_ms: int,
     seen: JobState | None = None,
+    clock: Callable[[], int] | None = None,
 ) -> Ended | Running:
     """Claim the promise and start the attempt: one transaction, retried as a unit on a
     transient storage error (the platform's outage never costs the job an attempt).
@@ -93,7 +94,10 @@ def begin(
     `seen`: the job as the delivery read it. When it is plainly queued for this attempt,
     the begin assumes it still is and sends everything with the COMMIT (one round trip);
     if the claim is refused or the stream moved since, that transaction fails whole and
-    the begin reads and decides as without it."""
+    the begin reads and decides as without it.
+
+    `clock`: read again once a cap's key is locked (`queue.start_attempt`): a start that
+    waited there for a stopping job is stamped after that job's end."""
     if seen is not None and seen.job_id == job_id and _assumable(seen, attempt):
         try:
             return with_storage_retry(
@@ -107,13 +111,24 @@ def begin(
     return with_storage_retry(
         f"begin {job_id}",
         lambda: _begin(
-            promise_id, job_id=job_id, attempt=attempt, worker_id=worker_id, now_ms=now_ms
+            promise_id,
+            job_id=job_id,
+            attempt=attempt,
+            worker_id=worker_id,
+            now_ms=now_ms,
+            clock=clock,
         ),
     )
 
 
 def _begin(
-    promise_id: str, *, job_id: str, attempt: int, worker_id: str, now_ms: int
+    promise_id: str,
+    *,
+    job_id: str,
+    attempt: int,
+    worker_id: str,
+    now_ms: int,
+    clock: Callable[[], int] | None,
 ) -> Ended | Running:
     held: list[limits.Hold] = []
 
@@ -128,7 +143,13 @@ def _begin(
         # the claim travels with the job's lock and read; known before anything is decided
         claimed = promises.send_claim(promise_id, worker_id)
         start, job = queue.start_attempt(
-            job_id, worker_id=worker_id, attempt=attempt, now_ms=now_ms, claimed=claimed, gate=gate
+            job_id,
+            worker_id=worker_id,
+            attempt=attempt,
+            now_ms=now_ms,
+            claimed=claimed,
+            gate=gate,
+            clock=clock,
         )
         if start is Start.UNCLAIMED:  # the same delivery is running elsewhere
             return Ended("stale_attempt", _outcome("stale_attempt", job_id, attempt))

@@ -101,6 +101,7 @@ def execute(
             worker_id=worker_id_for(group, dispatch_key, job_id),
             now_ms=wall_clock_ms(),
             seen=_seen(state),
+            clock=wall_clock_ms,
         )
         if isinstance(begun, attempts.Ended):
             return _finish(begun)

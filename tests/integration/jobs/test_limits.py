@@ -321,3 +321,30 @@ def test_the_cli_lists_each_limit_and_how_full_it_is(declare):
     call_command("jobs", "limits", "--json", stdout=out)
     [cap] = [shown for shown in json.loads(out.getvalue())["limits"] if "concurrency" in shown]
     assert cap["concurrency"]["busiest"] == [{"key": "acme", "running": 1, "full": True}]
+
+
+def test_a_start_under_a_cap_is_stamped_once_it_holds_the_key(declare):
+    """The begin's time is read before the cap's key is locked, and that lock may wait for
+    a stopping job of the key: a capped start is stamped again once it holds the key, so
+    its lease never reads as begun before the job it waited for ended. A start under no
+    cap keeps the time it was given."""
+    declare(name="per-customer", kinds=(KIND,), concurrency=1, key="customer.id")
+    capped = delivered(customer={"id": "c1"})
+    free = queue.enqueue(AGENT, payload("factory.dispatch")).job
+    assert driver.drive(free.job_id)["status"] == "dispatched"
+    free_id = driver.execute_promise_id(free.job_id, 1, free.job_id)
+    given, later = wall_clock_ms(), wall_clock_ms() + 5_000
+
+    for (job_id, execute_id), stamped in (((free.job_id, free_id), given), (capped, later)):
+        running = attempts.begin(
+            execute_id,
+            job_id=job_id,
+            attempt=1,
+            worker_id="chat:limits:1",
+            now_ms=given,
+            clock=lambda: later,
+        )
+        assert isinstance(running, attempts.Running)
+        [leased] = [r for r in store.read(f"jobs/{job_id}") if r.type == "job.leased"]
+        assert leased.ts == stamped
+        assert running.job.lease_until == stamped + running.job.lease_ms

@@ -130,10 +130,8 @@ def test_two_attempts_under_one_live_fence_are_caught(monkeypatch):
     monkeypatch.setattr(promises, "send_claim", lambda promise_id, worker_id: lambda: True)
     original = queue.start_attempt
 
-    def start_attempt(job_id, *, worker_id, attempt, now_ms=None, claimed=None, gate=None):
-        start, job = original(
-            job_id, worker_id=worker_id, attempt=attempt, now_ms=now_ms, claimed=claimed, gate=gate
-        )
+    def start_attempt(job_id, *, worker_id, attempt, now_ms=None, **rest):
+        start, job = original(job_id, worker_id=worker_id, attempt=attempt, now_ms=now_ms, **rest)
         if (
             start is queue.Start.STALE
             and job is not None
