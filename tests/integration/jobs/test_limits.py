@@ -347,4 +347,5 @@ def test_a_start_under_a_cap_is_stamped_once_it_holds_the_key(declare):
         assert isinstance(running, attempts.Running)
         [leased] = [r for r in store.read(f"jobs/{job_id}") if r.type == "job.leased"]
         assert leased.ts == stamped
+        assert running.job.lease_ms is not None
         assert running.job.lease_until == stamped + running.job.lease_ms
