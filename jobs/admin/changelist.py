@@ -70,14 +70,54 @@ def group_cell(routed: str, contract: str | None, *, by_design: bool = False) ->
 
 
 # `error:<start>`: failed and retrying (queued) jobs whose last error starts with the text,
-# case as written, at most ERROR_PREFIX_CHARS of it; on PostgreSQL a range of the partial
-# index job_error_prefix (migration 0020), whose expression this one is, to the letter.
+# case as written, at most ERROR_PREFIX_CHARS of it. On PostgreSQL two partial indexes hold
+# exactly the jobs with an error (migration 0022): job_error_prefix, whose expression is
+# error_prefix() to the letter, and job_errors_newest. A search first gathers up to
+# ERRORS_GATHERED matches from the prefix's range: fewer, and they are the whole answer,
+# sorted; as many, and matches are common enough that a newest-first walk of the jobs with
+# an error fills a page after a few rows. Either way the rows read do not grow with N.
 ERROR_PREFIX_CHARS = 100
+ERRORS_GATHERED = 1000
 ERROR_STATUSES = ("failed", "queued")
 
 
 def error_prefix() -> Substr:
     return Substr(KT("state__lastError"), 1, ERROR_PREFIX_CHARS)
+
+
+def has_error(vendor: str, alias: str) -> Q:
+    """The rows whose `alias` (the fold's lastError, as text) holds an error. A JSON null
+    reads as NULL through PostgreSQL's `->>` (whose `json` column has no JSON equality to
+    test it with) but as the text 'null' through SQLite's KT."""
+    if vendor == "postgresql":
+        return Q(**{f"{alias}__isnull": False})
+    return ~Q(state__lastError=None)
+
+
+def error_start(term: str) -> str | None:
+    """`error:Timeout` -> "Timeout", cut to the indexed prefix; None for any other term."""
+    prefix, sep, value = term.strip().partition(":")
+    if sep and prefix.lower() == "error" and value.strip():
+        return value.strip()[:ERROR_PREFIX_CHARS]
+    return None
+
+
+def errors_starting(rows: QuerySet[Job], start: str) -> QuerySet[Job]:
+    """The failed and retrying jobs of `rows` whose last error starts with `start`."""
+    return rows.alias(error_text=KT("state__lastError"), error_prefix=error_prefix()).filter(
+        has_error(connections[rows.db].vendor, "error_text"),
+        status__in=ERROR_STATUSES,
+        error_prefix__startswith=start,
+    )
+
+
+def few_errors(rows: QuerySet[Job], start: str) -> list[str] | None:
+    """The ids of every job whose last error starts with `start`, gathered from the prefix
+    index, or None when there are ERRORS_GATHERED or more."""
+    with index_walks.walking(index_walks.GATHER):
+        gathered = errors_starting(rows.order_by(), start).values_list("pk", flat=True)
+        ids = list(gathered[:ERRORS_GATHERED])
+    return ids if len(ids) < ERRORS_GATHERED else None
 
 
 def column_search(term: str) -> tuple[str, str] | None:
@@ -89,18 +129,12 @@ def column_search(term: str) -> tuple[str, str] | None:
     return None
 
 
-def parse_search(term: str) -> Q | None:
-    """`org:acme` -> one exact column; `error:Timeout` -> the start of the last error; a
-    bare term -> id, session key or objective id."""
+def bare_search(term: str) -> Q | None:
+    """A bare term -> id, session key or objective id; None for an empty term or one a
+    column or the error search takes (JobChangeList narrows by those)."""
     term = term.strip()
-    if not term:
+    if not term or column_search(term) or error_start(term):
         return None
-    prefix, sep, value = term.partition(":")
-    if sep and prefix.lower() == "error" and value.strip():
-        start = value.strip()[:ERROR_PREFIX_CHARS]
-        return Q(status__in=ERROR_STATUSES, error_prefix__startswith=start)
-    if sep and prefix.lower() in SEARCH_PREFIXES and value.strip():
-        return Q(**{SEARCH_PREFIXES[prefix.lower()]: value.strip()})
     return Q(pk=term) | Q(session_key=term) | Q(objective_id=term)
 
 
@@ -233,7 +267,7 @@ class JobPaginator(CheapCountPaginator):
 
 class JobChangeList(ChangeList):
     result_list: Any  # the page's rows, set by ChangeList.get_results
-    walks = True  # narrowed by filters and column searches only (no id or error search)
+    walks = False  # set per request: False for an id search or an error search's few rows
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Job]:
         rows = super().get_queryset(request, exclude_parameters)
@@ -248,7 +282,12 @@ class JobChangeList(ChangeList):
             column, value = searched
             if chosen.setdefault(column, value) != value:
                 return rows.none()  # a filter and the search ask for two values of one column
-        elif not self.walks:  # id, session or objective (OR-ed), or error: their own indexes
+        elif (start := error_start(self.query)) is not None:
+            ids = few_errors(rows, start)  # few: gathered and sorted; many: walked
+            self.walks = ids is None
+            rows = errors_starting(rows, start) if ids is None else rows.filter(pk__in=ids)
+            return rows.filter(*(index_walks.tested(c, v) for c, v in chosen.items()))
+        elif not self.walks:  # id, session or objective (OR-ed): their own indexes
             return rows.filter(*(index_walks.tested(c, v) for c, v in chosen.items()))
         return index_walks.narrowed(rows, chosen)
 
@@ -262,13 +301,8 @@ class JobChangeList(ChangeList):
         super().get_results(request)
         # Two keys of the page's folds: the last error is cut in the database, since a
         # handler's error can be 8,000 characters and a page shows a hundred of them.
-        # A JSON null reads as NULL through PostgreSQL's `->>` (whose `json` column has no
-        # JSON equality to test it with) but as the text 'null' through SQLite's KT.
         rows = self.result_list
-        if connections[rows.db].vendor == "postgresql":
-            known = Q(last_error_text__isnull=False)
-        else:
-            known = ~Q(state__lastError=None)
+        known = has_error(connections[rows.db].vendor, "last_error_text")
         annotated = rows.annotate(
             max_attempts=KT("state__maxAttempts"),
             run_at=KT("state__runAt"),  # G-3: a delayed job shows when it is due
@@ -398,10 +432,8 @@ class JobList(OperatorAdmin):
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
     ) -> tuple[QuerySet[Job], bool]:
-        condition = parse_search(search_term)
-        if condition is None or column_search(search_term) is not None:
-            return queryset, False  # a column search: JobChangeList narrows by it
-        return queryset.alias(error_prefix=error_prefix()).filter(condition), False
+        condition = bare_search(search_term)
+        return (queryset if condition is None else queryset.filter(condition)), False
 
     @admin.display(description="id")
     def id_col(self, obj: Job) -> str:

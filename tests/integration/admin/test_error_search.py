@@ -1,6 +1,8 @@
 """Issue 34 item 6: failed and retrying jobs are found by the start of their last error
-(`error:<text>` in the jobs list's search), bounded to its first 100 characters and, on
-PostgreSQL, a range of the partial index job_error_prefix."""
+(`error:<text>` in the jobs list's search), bounded to its first 100 characters. Issue 35
+item 5: flat at a million; on PostgreSQL few matches are a range of the partial index
+job_error_prefix, many a newest-first walk of job_errors_newest, and neither index holds
+a queued job with no error."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import json
 import pytest
 from django.db import connection
 
-from jobs import queue
+from jobs import index_walks, queue
 from jobs.admin import changelist
 from jobs.core.state import Fence
 from jobs.models import Job
@@ -59,23 +61,68 @@ def test_a_long_search_is_cut_to_the_indexed_prefix(admin_client):
     assert changelist.ERROR_PREFIX_CHARS == 100
 
 
-@pytest.mark.postgres_only
-def test_the_error_search_is_a_range_of_the_prefix_index():
-    now = NOW
-    with connection.cursor() as cursor:  # many failed jobs, of other errors, then statistics
+def test_many_matches_are_walked_newest_first_with_the_same_answer(admin_client, monkeypatch):
+    jobs = [failed(TIMEOUT, at=NOW + 10 * n, retrying=n % 2 == 1) for n in range(5)]
+    refused = failed(REFUSED, at=NOW + 100)
+    gathered = listed(admin_client, "error:TimeoutError")
+    monkeypatch.setattr(changelist, "ERRORS_GATHERED", 3)  # 5 matches: walked
+    assert changelist.few_errors(Job.objects.all(), "TimeoutError") is None
+    assert changelist.few_errors(Job.objects.all(), "Connection") == [refused]
+    walked = listed(admin_client, "error:TimeoutError")
+    assert walked == gathered == set(jobs)
+    page = text(admin_client.get(CHANGELIST, {"q": "error:TimeoutError"}))
+    assert [page.index(job_id) for job_id in reversed(jobs)] == sorted(
+        page.index(job_id) for job_id in jobs
+    )  # newest first
+    assert listed(admin_client, "error:Connection") == {refused}
+
+
+def bulk_jobs(status: str, error_sql: str, *, count: int = 5000) -> None:
+    """`count` jobs of one status straight into the table, their lastError from
+    `error_sql` (an SQL expression of the series number g, or NULL), then statistics."""
+    with connection.cursor() as cursor:
         cursor.execute(
             "INSERT INTO jobs_job (id, agent_id, lane, kind, status, worker_group, attempt, "
-            "created_at, updated_at, state) SELECT 'bulk-' || g, 'factory', 'collect', "
-            "'factory.run', 'failed', 'chat', 1, %s + g, %s + g, "
-            "json_build_object('lastError', 'ValueError: bad input ' || g) "
-            "FROM generate_series(1, 5000) AS g",
-            [now, now],
+            "created_at, updated_at, state) SELECT %s || '-' || g, 'factory', 'collect', "
+            "'factory.run', %s, 'chat', 1, %s + g, %s + g, "
+            f"json_build_object('lastError', {error_sql}) "
+            "FROM generate_series(1, %s) AS g",
+            [status, status, NOW, NOW, count],
         )
         cursor.execute("ANALYZE jobs_job")
-    found = (
-        Job.objects.alias(error_prefix=changelist.error_prefix())
-        .filter(changelist.parse_search("error:TimeoutError"))
-        .order_by("-created_at", "-id")[:100]
-    )
-    plan = json.loads(found.explain(format="json"))
-    assert "job_error_prefix" in json.dumps(plan), plan
+
+
+def plan_of(rows) -> str:
+    return json.dumps(json.loads(rows.explain(format="json")))
+
+
+@pytest.mark.postgres_only
+def test_few_matches_are_a_range_of_the_prefix_index():
+    bulk_jobs("failed", "'ValueError: bad input ' || g")
+    with index_walks.walking(index_walks.GATHER):
+        plan = plan_of(changelist.errors_starting(Job.objects.all(), "TimeoutError")[:1000])
+    assert "job_error_prefix" in plan, plan
+
+
+@pytest.mark.postgres_only
+def test_many_matches_walk_the_newest_jobs_with_an_error_and_sort_nothing():
+    bulk_jobs("failed", "'TimeoutError: ' || g")
+    assert changelist.few_errors(Job.objects.all(), "TimeoutError") is None
+    rows = changelist.errors_starting(Job.objects.all(), "TimeoutError")
+    with index_walks.walking():
+        plan = plan_of(rows.order_by(*index_walks.NEWEST)[:100])
+    assert "job_errors_newest" in plan and '"Sort"' not in plan, plan
+
+
+@pytest.mark.postgres_only
+def test_a_queued_job_with_no_error_adds_no_entry_to_the_error_indexes():
+    failed(TIMEOUT)
+    bulk_jobs("queued", "NULL")  # its ANALYZE counts each partial index's entries
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT relname, reltuples FROM pg_class WHERE relname IN "
+            "('job_error_prefix', 'job_errors_newest', 'job_newest')"
+        )
+        entries = dict(cursor.fetchall())
+    assert entries["job_newest"] >= 5001
+    assert entries["job_error_prefix"] == entries["job_errors_newest"] == 1
