@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import json
 from collections import deque
+from functools import lru_cache
 from typing import Any
 
 from django.conf import settings
 from django.http.request import RawPostDataException
-from django.urls import reverse
+from django.urls import get_script_prefix, get_urlconf, reverse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
 from rest_framework import exceptions
@@ -273,13 +274,25 @@ def enqueue_json(result: queue.EnqueueResult, warnings: list[str]) -> dict[str, 
         "jobId": job.job_id,
         "stream": job_stream(job.job_id),
         "status": job.status,
-        # reversed: a host project may include Receipt's URLs under any prefix
-        "events": {
-            "job": reverse("job-events", args=(job.job_id,)),
-            "receipt": reverse("receipt-stream"),
-        },
+        "events": event_paths(job.job_id),
     }
     return body
+
+
+def event_paths(job_id: str) -> dict[str, str]:
+    """A job's live-event paths, reversed (a host project may include Receipt's URLs under
+    any prefix) once per prefix and URLconf: a job id needs no quoting in a path."""
+    job_path, receipt_path = _event_paths(get_script_prefix(), get_urlconf())
+    return {"job": job_path.replace(_JOB_ID_SLOT, job_id), "receipt": receipt_path}
+
+
+_JOB_ID_SLOT = "job-id-slot"
+
+
+@lru_cache(maxsize=32)
+def _event_paths(script_prefix: str, urlconf: str | None) -> tuple[str, str]:
+    job_path = reverse("job-events", args=(_JOB_ID_SLOT,), urlconf=urlconf)
+    return job_path, reverse("receipt-stream", urlconf=urlconf)
 
 
 # Receipt's API authenticates, renders and fails the same way in any project: its DRF

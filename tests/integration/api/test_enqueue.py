@@ -258,3 +258,27 @@ def test_the_depth_error_names_the_enforced_limit(api, settings, style, extra):
     assert f"nesting deeper than {limit} levels" in out["detail"]
     fitting = {"payload": payload(deep=_nested(limit))}
     assert api.post("/agents/factory/jobs", fitting)[0] == 202
+
+
+def test_event_paths_follow_the_script_prefix_and_the_urlconf(settings):
+    from django.urls import reverse, set_script_prefix, set_urlconf
+
+    from jobs.api.views import event_paths
+
+    job_id = "a.B_c:d-1"
+    try:
+        for prefix in ("/", "/mounted/", "/"):  # each prefix reversed once, then reused
+            set_script_prefix(prefix)
+            assert event_paths(job_id) == {
+                "job": reverse("job-events", args=(job_id,)),
+                "receipt": reverse("receipt-stream"),
+            }
+            assert event_paths(job_id)["job"] == f"{prefix}jobs/{job_id}/events"
+        set_urlconf("tests.integration.api.prefixed_urls")  # a host's include under /api/
+        assert event_paths(job_id) == {
+            "job": f"/api/jobs/{job_id}/events",
+            "receipt": "/api/receipt/stream",
+        }
+    finally:
+        set_script_prefix("/")
+        set_urlconf(None)
