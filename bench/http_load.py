@@ -1,11 +1,14 @@
-"""The HTTP enqueue path under load (T-2): concurrent clients against uvicorn.
+"""The HTTP enqueue path under load (T-2): concurrent clients against one API server.
 
     .venv/bin/python bench/http_load.py [--database-url URL] [--n 2000] [--clients 1,8,64]
-                                        [--workers 1] [--reps 1] [--uvicorn-args "..."]
+                                        [--workers 1] [--reps 1] [--server granian|uvicorn]
+                                        [--uvicorn-args "..."]
     .venv/bin/python bench/http_load.py --smoke    # 20 requests at 1 and 2 clients
 
-One uvicorn server (`--workers N`: N worker processes behind one socket) is started on
-receipt_site.asgi with the production flags (no access log, warning level). For each
+One server (`--workers N`: N worker processes behind one socket) is started with the
+production flags of the README (no access log, warning level): granian on
+receipt_site.wsgi by default, uvicorn on receipt_site.asgi, or gunicorn. `--uvicorn-args`
+adds flags to any of them. For each
 client count C, C asyncio keep-alive HTTP/1.1 connections send N
 `POST /agents/bench-noop/jobs` in all, one request in flight per connection, after 20
 untimed warm-up requests per connection. Each level starts from empty tables (TRUNCATE +
@@ -14,7 +17,7 @@ using httpx.AsyncClient: httpx costs ~2 ms of client CPU per request on this 2-c
 (the server's competitor for CPU) and its pool failed with ReadError at 64 connections.
 
 Reported per level: jobs/s (wall clock), p50 / p95 latency (nearest rank), the server's
-CPU seconds per request (user + system of the uvicorn process and its children, read with
+CPU seconds per request (user + system of the server process and its children, read with
 psutil before and after the timed loop; PostgreSQL's backends are not included) and the
 rate that implies per server core (1 / CPU-s per request), the client's own CPU seconds
 (it shares the machine), and the foreign CPU (other work on the machine, bench/noise.py).
@@ -65,7 +68,15 @@ def gunicorn_command(port: int, workers: int) -> list[str]:
     return [*command, "--worker-class", "gthread", "--log-level", "warning"]
 
 
-SERVERS = {"uvicorn": uvicorn_command, "gunicorn": gunicorn_command}
+def granian_command(port: int, workers: int) -> list[str]:
+    """The API under WSGI on granian (HTTP parsed in Rust, the app on blocking threads)."""
+    command = [sys.executable, "-m", "granian", "--interface", "wsgi", "--no-ws"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]
+    command += ["--blocking-threads", "8", "--log-level", "warning", "--no-access-log"]
+    return [*command, "receipt_site.wsgi:application"]
+
+
+SERVERS = {"uvicorn": uvicorn_command, "gunicorn": gunicorn_command, "granian": granian_command}
 
 
 @contextlib.contextmanager
@@ -186,7 +197,13 @@ def main() -> None:
     parser.add_argument("--clients", default="1,8,64")
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--reps", type=int, default=1)
-    parser.add_argument("--server", choices=sorted(SERVERS), default="uvicorn")
+    parser.add_argument(
+        "--server",
+        choices=sorted(SERVERS),
+        default="granian",
+        help="granian (WSGI, the production layout's API server), uvicorn (ASGI), or "
+        "gunicorn (WSGI, gthread; not installed with Receipt: pip install gunicorn)",
+    )
     parser.add_argument(
         "--uvicorn-args", default="", help='more server flags, e.g. "--loop asyncio --http h11"'
     )

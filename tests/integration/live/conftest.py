@@ -63,11 +63,12 @@ def _free_port() -> int:
 
 
 def _command(port: int, wsgi: bool) -> list[str]:
-    if wsgi:  # the request/response API under gunicorn, as the production layout allows
+    if wsgi:  # the request/response API under granian, as the production layout serves it
         return [
-            *(sys.executable, "-m", "gunicorn", "receipt_site.wsgi:application"),
-            *("--bind", f"127.0.0.1:{port}", "--worker-class", "gthread", "--threads", "4"),
-            *("--graceful-timeout", "2", "--log-level", "warning"),
+            *(sys.executable, "-m", "granian", "--interface", "wsgi", "--no-ws"),
+            *("--host", "127.0.0.1", "--port", str(port), "--blocking-threads", "4"),
+            *("--workers-kill-timeout", "2", "--log-level", "warning"),
+            "receipt_site.wsgi:application",
         ]
     return [
         *(sys.executable, "-m", "uvicorn", "receipt_site.asgi:application"),
@@ -78,7 +79,7 @@ def _command(port: int, wsgi: bool) -> list[str]:
 
 @contextlib.contextmanager
 def serve(tmp: Path, *, wsgi: bool = False, **env: str) -> Iterator[Server]:
-    """uvicorn on the ASGI app, or with `wsgi` gunicorn on the WSGI app."""
+    """uvicorn on the ASGI app, or with `wsgi` granian on the WSGI app."""
     port = _free_port()
     log = tmp / f"server-{port}.log"
     with open(log, "ab") as out:

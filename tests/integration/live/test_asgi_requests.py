@@ -1,5 +1,5 @@
 """T-2: plain API requests over HTTP answer exactly as under Django's test client, under
-uvicorn (ASGI) and under gunicorn (WSGI, the production layout's API server).
+uvicorn (ASGI) and under granian (WSGI, the production layout's API server).
 
 The ASGI handler (jobs.live.asgi) runs non-live requests through the middleware chain in
 sync mode, on a pooled request thread, and WhiteNoise behind an async-capable wrapper
@@ -30,9 +30,9 @@ TRANSPORT_HEADERS = {"date", "server", "content-length", "transfer-encoding", "c
 BODY = {"kind": "factory.dispatch", "authContext": AUTH}
 
 
-@pytest.fixture(scope="module", params=["uvicorn", "gunicorn"])
+@pytest.fixture(scope="module", params=["uvicorn", "granian"])
 def server(request, django_db_setup, django_db_blocker, tmp_path_factory) -> Iterator[Server]:
-    wsgi = request.param == "gunicorn"
+    wsgi = request.param == "granian"
     with django_db_blocker.unblock(), serve(tmp_path_factory.mktemp("t2"), wsgi=wsgi) as running:
         yield running
 
