@@ -72,12 +72,13 @@ def group_cell(routed: str, contract: str | None, *, by_design: bool = False) ->
 # `error:<start>`: failed and retrying (queued) jobs whose last error starts with the text,
 # case as written, at most ERROR_PREFIX_CHARS of it. On PostgreSQL two partial indexes hold
 # exactly the jobs with an error (migration 0022): job_error_prefix, whose expression is
-# error_prefix() to the letter, and job_errors_newest. A search first gathers up to
-# ERRORS_GATHERED matches from the prefix's range: fewer, and they are the whole answer,
-# sorted; as many, and matches are common enough that a newest-first walk of the jobs with
-# an error fills a page after a few rows. Either way the rows read do not grow with N.
+# error_prefix() to the letter, and job_errors_newest. A search first gathers up to the
+# list's count cap + 1 matches from the prefix's range: fewer, and they are the whole
+# answer, sorted; as many, and matches are common enough that a newest-first walk of the
+# jobs with an error fills a page after a few rows (and the list says "more than" the cap
+# without counting them again). Either way the rows read do not grow with N.
 ERROR_PREFIX_CHARS = 100
-ERRORS_GATHERED = 1000
+ERRORS_PAST_CAP = "receipt_errors_past_cap"  # set on the request by JobChangeList
 ERROR_STATUSES = ("failed", "queued")
 
 
@@ -113,11 +114,12 @@ def errors_starting(rows: QuerySet[Job], start: str) -> QuerySet[Job]:
 
 def few_errors(rows: QuerySet[Job], start: str) -> list[str] | None:
     """The ids of every job whose last error starts with `start`, gathered from the prefix
-    index, or None when there are ERRORS_GATHERED or more."""
+    index, or None when there are more than the list counts (JobPaginator.filtered_cap)."""
+    most = JobPaginator.filtered_cap
     with index_walks.walking(index_walks.GATHER):
         gathered = errors_starting(rows.order_by(), start).values_list("pk", flat=True)
-        ids = list(gathered[:ERRORS_GATHERED])
-    return ids if len(ids) < ERRORS_GATHERED else None
+        ids = list(gathered[: most + 1])
+    return ids if len(ids) <= most else None
 
 
 def column_search(term: str) -> tuple[str, str] | None:
@@ -246,10 +248,13 @@ class JobPaginator(CheapCountPaginator):
 
     max_pages = 100
     filtered_cap = 1_000
+    past_cap = False  # already known to hold more than filtered_cap rows (no count needed)
 
     @cached_property
     def _measured(self) -> tuple[int, str]:
         rows = self.object_list
+        if self.past_cap:
+            return self.filtered_cap + 1, "more_than"
         if not isinstance(rows, QuerySet) or not rows.query.where:
             return super()._measured
         counted = rows[: self.filtered_cap + 1].count()
@@ -285,6 +290,8 @@ class JobChangeList(ChangeList):
         elif (start := error_start(self.query)) is not None:
             ids = few_errors(rows, start)  # few: gathered and sorted; many: walked
             self.walks = ids is None
+            # gathered past the count's cap, with no filter to narrow them: not counted again
+            setattr(request, ERRORS_PAST_CAP, ids is None and not chosen)
             rows = errors_starting(rows, start) if ids is None else rows.filter(pk__in=ids)
             return rows.filter(*(index_walks.tested(c, v) for c, v in chosen.items()))
         elif not self.walks:  # id, session or objective (OR-ed): their own indexes
@@ -401,7 +408,6 @@ class JobList(OperatorAdmin):
     ordering = ("-created_at", "-id")
     sortable_by = ()  # any other order would sort the whole table
     show_facets = admin.ShowFacets.NEVER  # facet counts are one COUNT per choice
-    paginator = JobPaginator
     list_per_page = 100
     list_max_show_all = 100
     dashboard_template = "admin/jobs/job/dashboard.html"
@@ -428,6 +434,11 @@ class JobList(OperatorAdmin):
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return JobChangeList
+
+    def get_paginator(self, request: HttpRequest, *args: Any, **kwargs: Any) -> JobPaginator:
+        paginator = JobPaginator(*args, **kwargs)
+        paginator.past_cap = getattr(request, ERRORS_PAST_CAP, False)
+        return paginator
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str

@@ -39,6 +39,10 @@ def listed(admin_client, term: str) -> set[str]:
     }
 
 
+def counted(page: str) -> str:
+    return page.split('id="rcpt-result-count">', 1)[1].split("<", 1)[0]
+
+
 def test_error_search_finds_failed_and_retrying_jobs_by_the_start_of_their_error(admin_client):
     timed_out = failed(TIMEOUT)
     retrying = failed(TIMEOUT, retrying=True, at=NOW + 10)
@@ -65,7 +69,7 @@ def test_many_matches_are_walked_newest_first_with_the_same_answer(admin_client,
     jobs = [failed(TIMEOUT, at=NOW + 10 * n, retrying=n % 2 == 1) for n in range(5)]
     refused = failed(REFUSED, at=NOW + 100)
     gathered = listed(admin_client, "error:TimeoutError")
-    monkeypatch.setattr(changelist, "ERRORS_GATHERED", 3)  # 5 matches: walked
+    monkeypatch.setattr(changelist.JobPaginator, "filtered_cap", 3)  # 5 matches: walked
     assert changelist.few_errors(Job.objects.all(), "TimeoutError") is None
     assert changelist.few_errors(Job.objects.all(), "Connection") == [refused]
     walked = listed(admin_client, "error:TimeoutError")
@@ -74,6 +78,11 @@ def test_many_matches_are_walked_newest_first_with_the_same_answer(admin_client,
     assert [page.index(job_id) for job_id in reversed(jobs)] == sorted(
         page.index(job_id) for job_id in jobs
     )  # newest first
+    assert counted(page) == "more than 3"  # known from the gather, not counted again
+    failed_only = text(
+        admin_client.get(CHANGELIST, {"q": "error:TimeoutError", "status": "failed"})
+    )
+    assert counted(failed_only) == "3"  # under a filter: counted
     assert listed(admin_client, "error:Connection") == {refused}
 
 
