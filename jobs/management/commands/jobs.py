@@ -232,13 +232,7 @@ class Command(BaseCommand):
         if not group:
             raise CommandError(f"jobs queues {verb} needs the worker group's name")
         state = (queues.pause if verb == "pause" else queues.resume)(group, by=by)
-        return {
-            "ok": True,
-            **queues.queue_json(group, None),
-            "paused": state.paused,
-            "pausedBy": state.paused_by if state.paused else None,
-            "pausedAt": state.paused_at if state.paused else None,
-        }
+        return {"ok": True, **queues.queue_json(group, state)}
 
     def _retry(self, o, by):
         bulk = [k for k in ("status", *RETRY_FILTERS, "since", "until") if o[k] is not None]
