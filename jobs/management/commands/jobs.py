@@ -242,12 +242,7 @@ class Command(BaseCommand):
             done = retry.retry_job(
                 o["job_id"], by=by, include_canceled=o["include_canceled"], reason=o["reason"]
             )
-            return {
-                "ok": True,
-                "job": job_json(done.job),
-                "retry": done.job.retries,
-                "delivery": done.started.promise_id,
-            }
+            return done.to_wire()
         if o["status"] is None:
             raise CommandError("give a job id, or --status failed|canceled to retry many")
         if o["include_canceled"]:
