@@ -39,9 +39,7 @@ from jobs.errors import InvalidRequest, JobIdTaken, JobNotFound, JobTerminal, Se
 from jobs.models import Job
 from jobs.projector import CACHE_KEY, load_state, state_from_rows, state_read
 from jobs.timing_config import current_timing
-from jobs.validation import MAX_AGENT_ID as MAX_AGENT_ID
 from jobs.validation import MAX_BY, EnqueueRequest, check_payload_size, check_text, warnings_for
-from jobs.validation import MAX_SESSION_KEY as MAX_SESSION_KEY
 from jobs.validation import build_request as build_request
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
