@@ -239,26 +239,22 @@ def _record_outcomes(run: _Pass) -> bool:
     integration = s.integration
     validate = facts.get(integration.validate_job_id or "")
     if integration.status in ("requested", "validating") and validate and validate.is_terminal:
-        bodies.append(
-            {
-                "type": v.INTEGRATION_VALIDATION_FAILED,
-                "jobId": validate.job_id,
-                "reason": f"validate job {validate.job_id} {validate.status} without a "
-                f"verdict: {validate.last_error or 'no error recorded'}",
-            }
-        )
+        bodies.append(_no_verdict(v.INTEGRATION_VALIDATION_FAILED, "validate", validate))
     publish = facts.get(integration.publish_job_id or "")
     if integration.status == "publish_requested" and publish and publish.is_terminal:
-        bodies.append(
-            {
-                "type": v.PUBLISH_FAILED,
-                "jobId": publish.job_id,
-                "reason": f"publish job {publish.job_id} {publish.status} without a "
-                f"verdict: {publish.last_error or 'no error recorded'}",
-            }
-        )
+        bodies.append(_no_verdict(v.PUBLISH_FAILED, "publish", publish))
     run.emit(*bodies)
     return bool(bodies)
+
+
+def _no_verdict(body_type: str, what: str, fact: JobFact) -> Body:
+    """A validate or publish job that settled without reporting its verdict."""
+    return {
+        "type": body_type,
+        "jobId": fact.job_id,
+        "reason": f"{what} job {fact.job_id} {fact.status} without a verdict: "
+        f"{fact.last_error or 'no error recorded'}",
+    }
 
 
 def outcome_body(task: Task, open_run: TaskRun, fact: JobFact) -> Body:
