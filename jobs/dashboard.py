@@ -75,14 +75,7 @@ def queue_depth(*, now_ms: int) -> dict[str, Any]:
         if cell.oldest_created_at is not None and cell.oldest_id is not None:
             first = (cell.oldest_created_at, cell.oldest_id)
             oldest[cell.lane] = min(oldest.get(cell.lane, first), first)
-    groups = current_timing().group_names()
-    cells.sort(
-        key=lambda c: (
-            _rank(ACTIVE_ORDER, c["status"]),
-            _rank(LANES, c["lane"]),
-            _rank(groups, c["group"]),
-        )
-    )
+    _sort_cells(cells, ACTIVE_ORDER)
     total = sum(totals.values(), counts.Count(0))
     return {
         "queued": queued_split(totals.get("queued", counts.Count(0)), now_ms=now_ms),
@@ -141,8 +134,8 @@ def recent_terminal(*, now_ms: int) -> dict[str, Any]:
             )
         ]
     cells = []
-    last_hour = dict.fromkeys(TERMINAL_ORDER, 0)
-    last_5 = dict.fromkeys(TERMINAL_ORDER, 0)
+    last_hour: dict[str, int] = dict.fromkeys(TERMINAL_ORDER, 0)
+    last_5: dict[str, int] = dict.fromkeys(TERMINAL_ORDER, 0)
     for row in rows:
         cells.append(
             {
@@ -155,35 +148,36 @@ def recent_terminal(*, now_ms: int) -> dict[str, Any]:
         )
         last_hour[row["status"]] += row["count"]
         last_5[row["status"]] += row["recent"]
-    groups = current_timing().group_names()
-    cells.sort(
-        key=lambda c: (
-            _rank(TERMINAL_ORDER, c["status"]),
-            _rank(LANES, c["lane"]),
-            _rank(groups, c["group"]),
-        )
-    )
+    _sort_cells(cells, TERMINAL_ORDER)
     return {
         "windowMs": RECENT_MS,
         "since": since_long,
         "cells": cells,
-        "throughput": [
-            {
-                "window": "5m",
-                "windowMs": SHORT_MS,
-                **last_5,
-                "total": sum(last_5.values()),
-                "perMinute": round(sum(last_5.values()) / 5, 2),
-            },
-            {
-                "window": "60m",
-                "windowMs": RECENT_MS,
-                **last_hour,
-                "total": sum(last_hour.values()),
-                "perMinute": round(sum(last_hour.values()) / 60, 2),
-            },
-        ],
+        "throughput": [_throughput(SHORT_MS, last_5), _throughput(RECENT_MS, last_hour)],
     }
+
+
+def _throughput(window_ms: int, by_status: dict[str, int]) -> dict[str, Any]:
+    minutes, total = window_ms // 60_000, sum(by_status.values())
+    return {
+        "window": f"{minutes}m",
+        "windowMs": window_ms,
+        **by_status,
+        "total": total,
+        "perMinute": round(total / minutes, 2),
+    }
+
+
+def _sort_cells(cells: list[dict[str, Any]], statuses: tuple[str, ...]) -> None:
+    """In the order of `statuses`, lanes and the deployment's worker groups."""
+    groups = current_timing().group_names()
+    cells.sort(
+        key=lambda c: (
+            _rank(statuses, c["status"]),
+            _rank(LANES, c["lane"]),
+            _rank(groups, c["group"]),
+        )
+    )
 
 
 def settled_per_minute(*, now_ms: int) -> dict[str, Any]:

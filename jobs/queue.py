@@ -39,9 +39,7 @@ from jobs.errors import InvalidRequest, JobIdTaken, JobNotFound, JobTerminal, Se
 from jobs.models import Job
 from jobs.projector import CACHE_KEY, load_state, state_from_rows, state_read
 from jobs.timing_config import current_timing
-from jobs.validation import MAX_AGENT_ID as MAX_AGENT_ID
 from jobs.validation import MAX_BY, EnqueueRequest, check_payload_size, check_text, warnings_for
-from jobs.validation import MAX_SESSION_KEY as MAX_SESSION_KEY
 from jobs.validation import build_request as build_request
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
@@ -718,8 +716,15 @@ def lease(
             return WriteResult(Outcome.NOT_QUEUED, job)
         until = now + (lease_ms or job.lease_ms or current_timing().job_lease_ms)
         events = bodies.leased(job_id, Fence(worker_id, attempt), lease_until=until, start=start)
-        handle.append(events, now_ms=now, context=_context(job))
-        return WriteResult(Outcome.APPLIED, _state(handle))
+        return _applied(handle, job, events, now)
+
+
+def _applied(
+    handle: StreamHandle, job: JobState, events: Any, now: int, by: str | None = None
+) -> WriteResult:
+    """Append `events` to the locked job's stream: the write applied, the job after it."""
+    handle.append(events, now_ms=now, context=_context(job, by))
+    return WriteResult(Outcome.APPLIED, _state(handle))
 
 
 def _worker_txn() -> Any:
@@ -815,12 +820,7 @@ def release_lease(
         if outcome is not Outcome.APPLIED:
             return WriteResult(outcome, job)
         assert job is not None
-        handle.append(
-            bodies.lease_expired(job, reason=reason),
-            now_ms=now,
-            context=_context(job),
-        )
-        return WriteResult(Outcome.APPLIED, _state(handle))
+        return _applied(handle, job, bodies.lease_expired(job, reason=reason), now)
 
 
 def _fenced(
@@ -840,8 +840,7 @@ def _fenced(
         body = make_body(job, now)
         if body is None:
             return WriteResult(Outcome.APPLIED, job)
-        handle.append(body, now_ms=now, context=_context(job))
-        return WriteResult(Outcome.APPLIED, _state(handle))
+        return _applied(handle, job, body, now)
 
 
 def heartbeat(job_id: str, *, fence: Fence, now_ms: int | None = None) -> WriteResult:
@@ -944,12 +943,7 @@ def cancel(
             return WriteResult(Outcome.TERMINAL, job)
         if job.status != "queued":
             return WriteResult(Outcome.NOT_QUEUED, job)
-        handle.append(
-            bodies.canceled(job_id, reason=reason, by=by),
-            now_ms=now,
-            context=_context(job, by),
-        )
-        return WriteResult(Outcome.APPLIED, _state(handle))
+        return _applied(handle, job, bodies.canceled(job_id, reason=reason, by=by), now, by)
 
 
 def consume_commands(
@@ -976,12 +970,7 @@ def _expire_if_due(job_id: str, now: int) -> WriteResult:
             return WriteResult(Outcome.TERMINAL, job)
         if job.status not in LEASED_STATUSES or job.lease_until is None or job.lease_until > now:
             return WriteResult(Outcome.NOT_DUE, job)
-        handle.append(
-            bodies.lease_expired(job),
-            now_ms=now,
-            context=_context(job),
-        )
-        return WriteResult(Outcome.APPLIED, _state(handle))
+        return _applied(handle, job, bodies.lease_expired(job), now)
 
 
 def expire_lease(job_id: str, *, now_ms: int | None = None) -> WriteResult:

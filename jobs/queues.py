@@ -143,12 +143,14 @@ def listing() -> list[dict[str, Any]]:
     return [queue_json(group, rows.get(group)) for group in group_names()]
 
 
-def queue_json(group: str, row: Queue | None) -> dict[str, Any]:
+def queue_json(group: str, row: Queue | QueueState | None) -> dict[str, Any]:
+    """The group as listed, from its row or its fold; a resumed group names no pauser."""
+    paused = bool(row and row.paused)
     return {
         "group": group,
-        "paused": bool(row and row.paused),
-        "pausedBy": row.paused_by if row else None,
-        "pausedAt": row.paused_at if row else None,
+        "paused": paused,
+        "pausedBy": row.paused_by if row and paused else None,
+        "pausedAt": row.paused_at if row and paused else None,
         "stream": stream_of(group),
     }
 

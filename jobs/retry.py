@@ -31,6 +31,7 @@ from jobs.core.state import JobState
 from jobs.core.vocabulary import RETRYABLE_STATUSES
 from jobs.errors import InvalidRequest, JobNotFound, JobNotRetryable
 from jobs.models import Job
+from jobs.presenters import job_json
 from jobs.runtime import dispatch
 from jobs.validation import MAX_BY, check_text
 from observability.logs import log_event
@@ -48,6 +49,15 @@ _UNIT_MS = {"s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 class Retried:
     job: JobState  # queued again, its `retries` counting this one
     started: dispatch.StartResult  # the driver delivery opened for it
+
+    def to_wire(self) -> dict[str, Any]:
+        """The answer of the API and the CLI."""
+        return {
+            "ok": True,
+            "job": job_json(self.job),
+            "retry": self.job.retries,
+            "delivery": self.started.promise_id,
+        }
 
 
 def retry_job(

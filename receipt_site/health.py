@@ -76,10 +76,16 @@ def _count_queue(organization_id: str | None) -> dict[str, Any]:
         "total": total.value,
         **{status: n.value for status, n in shown.items()},
         "capped": [status for status, n in shown.items() if n.capped],
+        **_caps(),
+        "updatedAt": now,
+    }
+
+
+def _caps() -> dict[str, int]:
+    return {
         "countCap": counts.STATUS_CAP,
         "settledCap": counts.SETTLED_CAP,
         "settledWindowMs": SETTLED_WINDOW_MS,
-        "updatedAt": now,
     }
 
 
@@ -119,9 +125,7 @@ def _stale(
             "total": None,
             **dict.fromkeys(STATUSES),
             "capped": [],
-            "countCap": counts.STATUS_CAP,
-            "settledCap": counts.SETTLED_CAP,
-            "settledWindowMs": SETTLED_WINDOW_MS,
+            **_caps(),
             "updatedAt": None,
         }
     )
@@ -259,16 +263,12 @@ def _database() -> dict[str, Any]:
         )
     else:
         target = f"sqlite:{db['NAME']}"
+    found: dict[str, Any] = {"ok": True, "vendor": connection.vendor, "target": target}
     try:
         _ping()
-        return {"ok": True, "vendor": connection.vendor, "target": target}
     except Exception as error:  # health must answer whatever the database does
-        return {
-            "ok": False,
-            "vendor": connection.vendor,
-            "target": target,
-            "error": type(error).__name__,
-        }
+        found.update(ok=False, error=type(error).__name__)
+    return found
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

@@ -93,7 +93,7 @@ def public_key_pem() -> bytes | None:
 # ---- reads ------------------------------------------------------------------------------
 
 
-def _stored(number: int) -> Stored:
+def by_number(number: int) -> Stored:
     found = append.read(STREAM, after=number - 1, limit=1)
     if not found or found[0].stream_seq != number:
         raise CheckpointNotFound(f"checkpoint {number} not found")
@@ -107,11 +107,7 @@ def _stored(number: int) -> Stored:
 
 def latest() -> Stored | None:
     number = LogCheckpoint.objects.order_by("-number").values_list("number", flat=True).first()
-    return None if number is None else _stored(number)
-
-
-def by_number(number: int) -> Stored:
-    return _stored(number)
+    return None if number is None else by_number(number)
 
 
 def by_size(tree_size: int) -> Stored:
@@ -120,14 +116,14 @@ def by_size(tree_size: int) -> Stored:
     )
     if number is None:
         raise CheckpointNotFound(f"no checkpoint of {tree_size} leaves")
-    return _stored(number)
+    return by_number(number)
 
 
 def by_hash(hash_hex: str) -> Stored:
     number = LogCheckpoint.objects.filter(hash=hash_hex).values_list("number", flat=True).first()
     if number is None:
         raise CheckpointNotFound(f"no checkpoint {hash_hex[:16]}")
-    return _stored(number)
+    return by_number(number)
 
 
 def first_covering(index: int) -> Stored | None:
@@ -138,7 +134,7 @@ def first_covering(index: int) -> Stored | None:
         .values_list("number", flat=True)
         .first()
     )
-    return None if number is None else _stored(number)
+    return None if number is None else by_number(number)
 
 
 def resolve(ref: str | int | None, *, field: str = "checkpoint") -> Stored:
@@ -184,7 +180,7 @@ def make(*, now_ms: int, interval_ms: int = 0, force: bool = False) -> Stored | 
     if not _due(latest(), size, now_ms=now_ms, interval_ms=interval_ms, force=force):
         return None  # most passes: decided without taking the stream's lock
     with transaction.atomic(), append.open_stream(STREAM, savepoint=False) as handle:
-        last = _stored(handle.count) if handle.count else None
+        last = by_number(handle.count) if handle.count else None
         size = log.head().size
         if not _due(last, size, now_ms=now_ms, interval_ms=interval_ms, force=force):
             return None

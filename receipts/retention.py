@@ -13,7 +13,7 @@ Nothing here decides what is prunable, and nothing here updates a tombstone.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from django.db import transaction
@@ -112,38 +112,18 @@ def record(
         return handle.append(body, now_ms=now_ms, context={"actor": by})[0]
 
 
+# A tombstone's fields are its row's columns, but for these two names.
+_COLUMN_OF = {"settled_at_ms": "settled_at", "pruned_at_ms": "pruned_at"}
+
+
 def _row(t: Tombstone, retention_stream: str) -> TombstoneRow:
-    return TombstoneRow(
-        stream=t.stream,
-        family=t.family,
-        receipt_count=t.receipt_count,
-        head=t.head,
-        final_status=t.final_status,
-        settled_at=t.settled_at_ms,
-        pruned_at=t.pruned_at_ms,
-        organization_id=t.organization_id,
-        agent_id=t.agent_id,
-        kind=t.kind,
-        retention_stream=retention_stream,
-        batch=t.batch,
-        leaves=t.leaves,
-    )
+    columns = {_COLUMN_OF.get(f.name, f.name): getattr(t, f.name) for f in fields(Tombstone)}
+    return TombstoneRow(**columns, retention_stream=retention_stream)
 
 
 def _tombstone(row: TombstoneRow) -> Tombstone:
     return Tombstone(
-        stream=row.stream,
-        family=row.family,
-        receipt_count=row.receipt_count,
-        head=row.head,
-        final_status=row.final_status,
-        settled_at_ms=row.settled_at,
-        pruned_at_ms=row.pruned_at,
-        organization_id=row.organization_id,
-        agent_id=row.agent_id,
-        kind=row.kind,
-        batch=row.batch,
-        leaves=row.leaves,
+        **{f.name: getattr(row, _COLUMN_OF.get(f.name, f.name)) for f in fields(Tombstone)}
     )
 
 

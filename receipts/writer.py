@@ -144,10 +144,6 @@ def chunks(items: Sequence[Any], width: int) -> list[Sequence[Any]]:
     return [items[i : i + size] for i in range(0, len(items), size)]
 
 
-def _json(rows: list[dict[str, Any]]) -> str:
-    return wire_json.dumps(rows)
-
-
 @cache
 def _insert_pg(n: int) -> str:
     """PostgreSQL: the INSERT of `n` receipts of one stream (`_rows`' parameters)."""
@@ -168,11 +164,11 @@ def _open_new_sql(source: str, inserts: tuple[str, ...], positions: bool) -> str
 
 
 def _streams_json(receipts: Sequence[Receipt]) -> str:
-    return _json([{"s": r.stream, "h": r.hash, "t": r.ts} for r in receipts])
+    return wire_json.dumps([{"s": r.stream, "h": r.hash, "t": r.ts} for r in receipts])
 
 
 def _receipts_json(receipts: Sequence[Receipt]) -> str:
-    return _json(
+    return wire_json.dumps(
         [
             {
                 "q": r.seq,

@@ -75,13 +75,7 @@ class _QueueChangeView(ApiView):
         if unknown:
             raise InvalidRequest("unknown_field", f"unknown field {unknown[0]}: expected by")
         state = self.change(group, by=actor(principal, body.get("by")))
-        row = {
-            **queues.queue_json(group, None),
-            "paused": state.paused,
-            "pausedBy": state.paused_by if state.paused else None,
-            "pausedAt": state.paused_at if state.paused else None,
-        }
-        return Response({"ok": True, "queue": row})
+        return Response({"ok": True, "queue": queues.queue_json(group, state)})
 
 
 _CHANGED = {

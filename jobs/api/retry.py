@@ -27,7 +27,6 @@ from jobs.api.views import ApiView, JobDetailView, actor, read_json_object
 from jobs.core.vocabulary import is_job_id
 from jobs.errors import InvalidRequest, JobsError
 from jobs.models import Job
-from jobs.presenters import job_json
 from receipts.clock import now_ms as wall_clock_ms
 
 ONE_KEYS = ("reason", "by", "includeCanceled")
@@ -164,15 +163,7 @@ class RetryJobView(ApiView):
             include_canceled=_flag(body, "includeCanceled"),
             reason=_text(body, "reason"),
         )
-        return Response(
-            {
-                "ok": True,
-                "job": job_json(done.job),
-                "retry": done.job.retries,
-                "delivery": done.started.promise_id,
-            },
-            status=202,
-        )
+        return Response(done.to_wire(), status=202)
 
 
 class RetryJobsView(ApiView):

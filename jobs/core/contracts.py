@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final, Literal, get_args
 
+from jobs.core import flat_wire
 from jobs.core.groups import BUILTIN_GROUPS, GroupsError, check_name
 from jobs.core.retry_policy import RetryPolicy, register_retry_policy, unregister_retry_policy
 from receipts.core.errors import AppError
@@ -96,18 +97,7 @@ class KindContract:
     built_in: bool = True
 
     def to_wire(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "workerGroup": self.worker_group,
-            "durableWorkflow": self.durable_workflow,
-            "durableActivity": self.durable_activity,
-            "objectiveScoped": self.objective_scoped,
-            "reconcileOnTerminalOrExpiredLease": self.reconcile_on_terminal_or_expired_lease,
-            "liveExecution": self.live_execution,
-            "terminalObjectiveAudit": self.terminal_objective_audit,
-            "authContextRequired": self.auth_context_required,
-            "builtIn": self.built_in,
-        }
+        return flat_wire.to_wire(self)
 
 
 def _row(

@@ -6,6 +6,7 @@ so the answer can be checked rather than trusted.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -195,144 +196,121 @@ def retrying_detail(job: JobState, due: int, now: int) -> str:
 
 
 def diagnose(facts: Facts) -> list[Blocker]:
+    return list(_blockers(facts))
+
+
+def _blockers(facts: Facts) -> Iterator[Blocker]:
     job, now = facts.job, facts.now_ms
     group = routed_group(job.agent_id, job.kind, job.queue)
-    out: list[Blocker] = []
     if job.is_terminal:
         reason = job.last_error or job.cancel_reason or "completed"
         again = "it will not run again"
         if job.status in RETRYABLE_STATUSES:
             again += " unless retried"
-        out.append(Blocker("terminal", f"job is {job.status} ({reason}); {again}"))
-        return out
+        yield Blocker("terminal", f"job is {job.status} ({reason}); {again}")
+        return
     if job.retried_by is not None and job.attempt == job.retried_after_attempt:
-        out.append(Blocker("retried", retried_detail(job)))
+        yield Blocker("retried", retried_detail(job))
     if not facts.has_handler:
-        out.append(
-            Blocker(
-                "no_handler",
-                f"no handler is registered for agent '{job.agent_id}': "
-                f"a worker will fail it with No handler for agent "
-                f"'{job.agent_id}'",
-            )
+        yield Blocker(
+            "no_handler",
+            f"no handler is registered for agent '{job.agent_id}': "
+            f"a worker will fail it with No handler for agent "
+            f"'{job.agent_id}'",
         )
     if job.abort_requested:
-        out.append(
-            Blocker(
-                "abort_requested",
-                f"abort requested ({job.abort_reason or 'no reason'}); the worker "
-                "stops it at its next heartbeat",
-            )
+        yield Blocker(
+            "abort_requested",
+            f"abort requested ({job.abort_reason or 'no reason'}); the worker "
+            "stops it at its next heartbeat",
         )
     if facts.groups is not None and group not in facts.groups:
-        out.append(
-            Blocker(
-                "undeclared_group",
-                f"the job runs on worker group '{group}', which this deployment no longer "
-                f"declares (it has {', '.join(facts.groups)}): declare it again in "
-                "RECEIPT_WORKER_GROUPS, or cancel the job and enqueue it elsewhere",
-            )
+        yield Blocker(
+            "undeclared_group",
+            f"the job runs on worker group '{group}', which this deployment no longer "
+            f"declares (it has {', '.join(facts.groups)}): declare it again in "
+            "RECEIPT_WORKER_GROUPS, or cancel the job and enqueue it elsewhere",
         )
     worker_cluster = names.worker_cluster(group)
     if facts.live_processes.get(worker_cluster, 0) == 0:
-        out.append(
-            Blocker(
-                "no_live_process",
-                f"no live runworker process serves group '{group}': "
-                f"start `manage.py runworker --role {group}`",
-            )
+        yield Blocker(
+            "no_live_process",
+            f"no live runworker process serves group '{group}': "
+            f"start `manage.py runworker --role {group}`",
         )
     if job.status == "queued" and facts.live_processes.get("driver", 0) == 0:
-        out.append(
-            Blocker(
-                "no_live_driver",
-                "no live driver process: start `manage.py runworker --role driver`",
-            )
+        yield Blocker(
+            "no_live_driver",
+            "no live driver process: start `manage.py runworker --role driver`",
         )
     if job.holds_lease:
         until = job.lease_until or 0
         if until <= now:
-            out.append(
-                Blocker(
-                    "lease_expired",
-                    f"lease of attempt {job.attempt} ({job.worker_id}) "
-                    f"passed {human_ms(now - until)} ago; the lease "
-                    "expiry loop will requeue or fail it",
-                )
+            yield Blocker(
+                "lease_expired",
+                f"lease of attempt {job.attempt} ({job.worker_id}) "
+                f"passed {human_ms(now - until)} ago; the lease "
+                "expiry loop will requeue or fail it",
             )
         elif facts.holder_gone is not None:
             process, unseen = facts.holder_gone
-            out.append(
-                Blocker(
-                    "holder_gone",
-                    f"attempt {job.attempt} is held by {job.worker_id}, "
-                    f"but its process {process} is gone (unseen for "
-                    f"{human_ms(unseen)}); its lease is released "
-                    "within seconds and the job runs again",
-                )
+            yield Blocker(
+                "holder_gone",
+                f"attempt {job.attempt} is held by {job.worker_id}, "
+                f"but its process {process} is gone (unseen for "
+                f"{human_ms(unseen)}); its lease is released "
+                "within seconds and the job runs again",
             )
         else:
-            out.append(
-                Blocker(
-                    "running",
-                    f"attempt {job.attempt} is held by {job.worker_id}; "
-                    f"lease expires in {human_ms(until - now)}",
-                )
+            yield Blocker(
+                "running",
+                f"attempt {job.attempt} is held by {job.worker_id}; "
+                f"lease expires in {human_ms(until - now)}",
             )
-        return out
+        return
     due = job.scheduled_for(now)
     if due is not None and job.attempt > 0:  # a retry policy's backoff
-        out.append(Blocker("retrying", retrying_detail(job, due, now)))
-        return out
+        yield Blocker("retrying", retrying_detail(job, due, now))
+        return
     if due is not None:  # G-3: nothing below matters before its time
-        out.append(
-            Blocker(
-                "scheduled",
-                f"scheduled for {utc_text(due)} (in {human_ms(due - now)}); it is not "
-                "dispatched before then",
-            )
+        yield Blocker(
+            "scheduled",
+            f"scheduled for {utc_text(due)} (in {human_ms(due - now)}); it is not "
+            "dispatched before then",
         )
-        return out
+        return
     # queued. A paused queue comes first: nothing of the group starts until it is resumed.
     if facts.paused is not None:
         who, since = facts.paused
-        out.append(
-            Blocker(
-                "queue_paused",
-                f"queue paused by {who} at {utc_text(since)}: the group's jobs stay queued "
-                f"until it is resumed (`manage.py jobs queues resume {group}`)",
-            )
+        yield Blocker(
+            "queue_paused",
+            f"queue paused by {who} at {utc_text(since)}: the group's jobs stay queued "
+            f"until it is resumed (`manage.py jobs queues resume {group}`)",
         )
     if facts.held is not None:
-        out.append(Blocker("held_by_limit", held_detail(facts.held, now)))
+        yield Blocker("held_by_limit", held_detail(facts.held, now))
     # A saturated group comes next: it is why a pending delivery does not move.
     # Without a live process the group has no slots and `no_live_process` already says so.
     capacity = facts.capacity
     if capacity is not None and capacity.saturated:
-        out.append(Blocker("waiting_for_capacity", capacity_detail(capacity)))
+        yield Blocker("waiting_for_capacity", capacity_detail(capacity))
     if job.attempts_used >= job.max_attempts:
-        out.append(
-            Blocker(
-                "attempts_exhausted", f"{job.attempts_used} of {job.max_attempts} attempts used"
-            )
+        yield Blocker(
+            "attempts_exhausted", f"{job.attempts_used} of {job.max_attempts} attempts used"
         )
     for promise in facts.pending:
-        out.append(
-            Blocker(
-                "delivery_pending",
-                f"{promise.function} delivery {promise.id} pending for "
-                f"{human_ms(now - promise.created_at)} (times out in "
-                f"{human_ms(max(0, promise.timeout_at - now))})",
-            )
+        yield Blocker(
+            "delivery_pending",
+            f"{promise.function} delivery {promise.id} pending for "
+            f"{human_ms(now - promise.created_at)} (times out in "
+            f"{human_ms(max(0, promise.timeout_at - now))})",
         )
     if not facts.pending and facts.generations_exhausted:
-        out.append(
-            Blocker(
-                "delivery_exhausted",
-                "every delivery generation was used and the job is still queued; "
-                "the queued redrive no longer picks it up: redrive it by hand "
-                f"(admin 'Redrive now', or `manage.py jobs redrive {job.job_id}`)",
-            )
+        yield Blocker(
+            "delivery_exhausted",
+            "every delivery generation was used and the job is still queued; "
+            "the queued redrive no longer picks it up: redrive it by hand "
+            f"(admin 'Redrive now', or `manage.py jobs redrive {job.job_id}`)",
         )
     elif not facts.pending:
         age = now - job.updated_at
@@ -344,26 +322,20 @@ def diagnose(facts: Facts) -> list[Blocker]:
             if since < facts.cooldown_ms:
                 waits.append(f"cooldown {human_ms(facts.cooldown_ms - since)}")
         if waits:
-            out.append(
-                Blocker(
-                    "redrive_pending",
-                    f"no delivery in flight; the queued redrive picks it up after "
-                    f"{' and '.join(waits)}",
-                )
+            yield Blocker(
+                "redrive_pending",
+                f"no delivery in flight; the queued redrive picks it up after "
+                f"{' and '.join(waits)}",
             )
         else:
-            out.append(
-                Blocker(
-                    "awaiting_redrive",
-                    "no delivery in flight; the next queued redrive pass will start one",
-                )
+            yield Blocker(
+                "awaiting_redrive",
+                "no delivery in flight; the next queued redrive pass will start one",
             )
     if facts.session_peers:
-        out.append(
-            Blocker(
-                "singleton_peers",
-                f"other active jobs share session key '{job.session_key}': "
-                f"{', '.join(facts.session_peers[:5])}",
-            )
+        yield Blocker(
+            "singleton_peers",
+            f"other active jobs share session key '{job.session_key}': "
+            f"{', '.join(facts.session_peers[:5])}",
         )
-    return out
+    return

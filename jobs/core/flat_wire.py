@@ -1,6 +1,7 @@
-"""The camelCase wire form of a flat state dataclass (a queue's, a schedule's fold): each
-field's value as it is, under its name in camelCase. Reading fills a missing key with
-None, so a row written before a field existed still loads. Pure."""
+"""The camelCase wire form of a flat dataclass (a queue's or a schedule's fold, a kind's
+contract, a group's settings, a delivery promise): each field's value as it is, under its
+name in camelCase. Reading fills a missing key with None, so a row written before a field
+existed still loads. Pure."""
 
 from __future__ import annotations
 

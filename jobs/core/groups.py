@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
+from jobs.core import flat_wire
 from jobs.core.state import is_int
 
 BUILTIN_GROUPS: Final[tuple[str, ...]] = ("chat", "control", "codex")
@@ -51,12 +52,7 @@ class GroupSettings:
     execution_timeout_ms: int | None = None  # lowers the lease-derived timeout, never raises
 
     def to_wire(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "concurrency": self.concurrency,
-            "leaseMs": self.lease_ms,
-            "executionTimeoutMs": self.execution_timeout_ms,
-        }
+        return flat_wire.to_wire(self)
 
 
 SETTING_NAMES: Final = tuple(f.name for f in fields(GroupSettings) if f.name != "name")

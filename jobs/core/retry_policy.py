@@ -28,9 +28,10 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Final
 
+from jobs.core.flat_wire import camel
 from jobs.core.state import is_int
 
 # A policy declared in code may allow more attempts than a client's clamp (1..8).
@@ -105,26 +106,9 @@ class RetryPolicy:
 
 
 _CLASS_PATH: Final = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)+$")
-_WIRE_KEYS: Final = (
-    ("max_attempts", "maxAttempts"),
-    ("base_ms", "baseMs"),
-    ("factor", "factor"),
-    ("cap_ms", "capMs"),
-    ("retry_on", "retryOn"),
-    ("never_retry", "neverRetry"),
-    ("retry_matching", "retryMatching"),
-    ("never_retry_matching", "neverRetryMatching"),
-)
-_DEFAULTS: Final[dict[str, Any]] = {
-    "max_attempts": None,
-    "base_ms": DEFAULT_BASE_MS,
-    "factor": DEFAULT_FACTOR,
-    "cap_ms": DEFAULT_CAP_MS,
-    "retry_on": (),
-    "never_retry": (),
-    "retry_matching": None,
-    "never_retry_matching": None,
-}
+# Each field with its camelCase key and its default, as the class declares them.
+_WIRE_KEYS: Final = tuple((f.name, camel(f.name)) for f in fields(RetryPolicy))
+_DEFAULTS: Final[dict[str, Any]] = {f.name: f.default for f in fields(RetryPolicy)}
 
 
 def from_wire(wire: Mapping[str, Any]) -> RetryPolicy:
@@ -135,11 +119,11 @@ def from_wire(wire: Mapping[str, Any]) -> RetryPolicy:
     unknown = sorted(set(wire) - set(known))
     if unknown:
         raise RetryPolicyError(f"unknown retry policy keys: {', '.join(unknown)}")
-    fields: dict[str, Any] = {}
+    given: dict[str, Any] = {}
     for key, value in wire.items():
         field = known[key]
-        fields[field] = tuple(value) if isinstance(value, list) else value
-    return RetryPolicy(**fields)
+        given[field] = tuple(value) if isinstance(value, list) else value
+    return RetryPolicy(**given)
 
 
 def jitter_fraction(job_id: str, attempt: int) -> float:

@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from jobs.core.declared import parse_array
+from jobs.core.flat_wire import camel
 
 STREAM_PREFIX: Final = "schedules/"
 MAX_NAME: Final = 64
@@ -44,12 +45,8 @@ CRON_ALIASES: Final = (
 # the keyword of `jobs.queue.enqueue`. Every option is checked by the enqueue's own
 # validation when the schedule is declared.
 OPTIONS: dict[str, str] = {
-    "maxAttempts": "max_attempts",
-    "lane": "lane",
-    "sessionKey": "session_key",
-    "singletonMode": "singleton_mode",
-    "queue": "queue",
-    "priority": "priority",
+    camel(keyword): keyword
+    for keyword in ("max_attempts", "lane", "session_key", "singleton_mode", "queue", "priority")
 }
 # Keys of a schedule's wire form besides its options.
 _FIELDS = ("name", "agentId", "payload", "cron", "every", "timezone", "missed")

@@ -24,10 +24,9 @@ RETRYABLE_STATUSES: Final[frozenset[Status]] = frozenset({"failed", "canceled"})
 # A lease is held (and a fence can match) only in these statuses.
 LEASED_STATUSES: Final[frozenset[Status]] = frozenset({"leased", "running"})
 
-# J-1 queue commands and the narrower set of lanes a command may carry.
+# J-1 queue commands.
 CommandType = Literal["steer", "follow_up", "abort"]
 COMMAND_TYPES: Final[tuple[CommandType, ...]] = ("steer", "follow_up", "abort")
-CommandLane = Literal["steer", "follow_up"]
 
 # J-2 receipt types on `jobs/<jobId>` (body.type).
 JOB_ENQUEUED: Final = "job.enqueued"

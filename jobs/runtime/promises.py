@@ -9,8 +9,8 @@ their own statement). Must not decide delivery: that is the driver's and dispatc
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from django.db import connection, transaction
@@ -18,6 +18,7 @@ from django.db.models import CharField, Exists, Q, Value
 from django.db.models.functions import Concat
 
 from jobs import promise_sql as sql
+from jobs.core import flat_wire
 from jobs.core.names import RECOVERY_PART
 from jobs.core.scheduling import take_order
 from jobs.models import DeliveryPromise
@@ -67,45 +68,21 @@ class PromiseView:
         return self.state == "pending" or (self.state == "timedout" and self.settled_at is None)
 
     def to_wire(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "function": self.function,
-            "jobId": self.job_id,
-            "attempt": self.attempt,
-            "targetGroup": self.target_group,
-            "dispatchKey": self.dispatch_key,
-            "state": self.state,
-            "timeoutAt": self.timeout_at,
-            "createdAt": self.created_at,
-            "settledAt": self.settled_at,
-            "workerId": self.worker_id,
-            "result": self.result,
-        }
-
-
-def effective_state(row: DeliveryPromise, now_ms: int) -> str:
-    return _effective(row.state, row.timeout_at, now_ms)
+        return flat_wire.to_wire(self)
 
 
 def _effective(state: str, timeout_at: int, now_ms: int) -> str:
     return "timedout" if state == "pending" and timeout_at <= now_ms else state
 
 
+def _view(columns: Sequence[Any], now_ms: int) -> PromiseView:
+    """A promise from its columns in PromiseView's order, its state as of `now_ms`."""
+    found = PromiseView(*columns)
+    return replace(found, state=_effective(found.state, found.timeout_at, now_ms))
+
+
 def view(row: DeliveryPromise, now_ms: int) -> PromiseView:
-    return PromiseView(
-        row.id,
-        row.function,
-        row.job_id,
-        row.attempt,
-        row.target_group,
-        row.dispatch_key,
-        effective_state(row, now_ms),
-        row.timeout_at,
-        row.created_at,
-        row.settled_at,
-        row.worker_id,
-        row.result,
-    )
+    return _view([getattr(row, f.name) for f in fields(PromiseView)], now_ms)
 
 
 def get(promise_id: str, *, now_ms: int) -> PromiseView | None:
@@ -130,20 +107,7 @@ def get_with_jobs(promise_ids: list[str], *, now_ms: int) -> dict[str, tuple[Pro
     found = {}
     for row in rows:
         result = json.loads(row[11]) if isinstance(row[11], str | bytes) else row[11]
-        view = PromiseView(
-            id=row[0],
-            function=row[1],
-            job_id=row[2],
-            attempt=row[3],
-            target_group=row[4],
-            dispatch_key=row[5],
-            state=_effective(row[6], row[7], now_ms),
-            timeout_at=row[7],
-            created_at=row[8],
-            settled_at=row[9],
-            worker_id=row[10],
-            result=result,
-        )
+        view = _view((*row[:11], result), now_ms)
         found[view.id] = (view, row[12])
     return found
 

@@ -25,11 +25,12 @@ from django.conf import settings
 from django.db import transaction
 
 from jobs import queues
+from jobs.core.names import group_of_cluster
 from jobs.runtime import counters, promises, transport
 from jobs.runtime.dispatch import DRIVE_TASK
 from jobs.runtime.loops import Loop, Report
 from jobs.runtime.promisebroker import EXECUTE as EXECUTE_TASK
-from jobs.runtime.roles import group_of, is_cluster
+from jobs.runtime.roles import is_cluster
 from observability.logs import log_event
 
 logger = logging.getLogger("receipt.delivery")
@@ -57,7 +58,7 @@ def repush_lost(cluster: str, *, now_ms: int, limit: int = BATCH) -> Report:
     report = Report("redis_repush")
     if not transport.drained(cluster):  # tasks wait (or Redis is down): nothing doubles
         return report
-    group = group_of(cluster) or "driver"
+    group = group_of_cluster(cluster) or "driver"
     if group != "driver" and queues.is_paused(group):  # pushed again once it is resumed
         return report
     with transaction.atomic():

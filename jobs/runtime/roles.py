@@ -83,11 +83,6 @@ def preset_cluster_name(argv: list[str], environ: Any) -> None:
         return
 
 
-def group_of(cluster: str) -> str | None:
-    """The worker group a cluster serves (None for the driver)."""
-    return group_of_cluster(cluster)
-
-
 def cluster_for_group(group: str) -> str:
     if not is_group_name(group):
         raise UnknownRole(f"unknown worker group {group!r}")
@@ -98,7 +93,7 @@ def _longest_run_s(cluster: str, timing: TimingSettings) -> int:
     """Upper bound of one task's run time in `cluster`, in seconds."""
     if cluster == "driver":
         return 120
-    group = group_of(cluster)
+    group = group_of_cluster(cluster)
     declared = timing.declared(group)
     longest_lease = max(
         timing.job_lease_ms,

@@ -379,46 +379,27 @@ def _settle_after(
     ended_by = run.ended_by
     if ended_by in ("lease_lost", "terminal_state"):
         return _finish(attempts.abandon(running, ended_by, now_ms=wall_clock_ms()))
+
+    def settle(status: str, **outcome: Any) -> attempts.Ended:
+        return attempts.settle(running, status, now_ms=wall_clock_ms, **outcome)
+
     if ended_by == "execution_timeout":
+        timeout_ms = int(run.timeout_s * 1000)
         return _finish(
-            attempts.settle(
-                running,
-                "execution_timeout",
-                now_ms=wall_clock_ms,
-                error=f"execution timeout after {int(run.timeout_s * 1000)} ms",
-            )
+            settle("execution_timeout", error=f"execution timeout after {timeout_ms} ms")
         )
     if ended_by == "canceled":
-        return _finish(
-            attempts.settle(running, "canceled", now_ms=wall_clock_ms, reason=ctx.abort_reason)
-        )
+        return _finish(settle("canceled", reason=ctx.abort_reason))
     if error is not None:
-        return _finish(
-            attempts.settle(
-                running, "failed", now_ms=wall_clock_ms, error=f"{type(error).__name__}: {error}"
-            )
-        )
+        return _finish(settle("failed", error=f"{type(error).__name__}: {error}"))
     if not isinstance(result, JobResult):
-        return _finish(
-            attempts.settle(
-                running,
-                "failed",
-                now_ms=wall_clock_ms,
-                no_retry=True,
-                error=f"handler for agent '{running.job.agent_id}' returned "
-                f"{type(result).__name__}, not JobResult",
-            )
-        )
+        returned = f"handler for agent '{running.job.agent_id}' returned {type(result).__name__}"
+        return _finish(settle("failed", no_retry=True, error=f"{returned}, not JobResult"))
     if result.ok:
-        return _finish(
-            attempts.settle(running, "completed", now_ms=wall_clock_ms, result=result.result),
-            result.after_complete,
-        )
+        return _finish(settle("completed", result=result.result), result.after_complete)
     return _finish(
-        attempts.settle(
-            running,
+        settle(
             "failed",
-            now_ms=wall_clock_ms,
             error=result.error or "handler failed",
             no_retry=result.no_retry,
             result=result.result,

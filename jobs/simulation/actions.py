@@ -22,10 +22,10 @@ from django.db import transaction
 
 from jobs import queue, selectors
 from jobs.core.contracts import routed_group
+from jobs.core.names import group_of_cluster
 from jobs.core.vocabulary import RETRYABLE_STATUSES
 from jobs.errors import JobsError
 from jobs.runtime import dispatch, driver, loops, recovery
-from jobs.runtime.roles import group_of
 from jobs.simulation import worker
 from jobs.simulation.world import Attempt, Task, World
 
@@ -204,7 +204,7 @@ def deliver(world: World, task: Task) -> Result:
     if task.is_driver:
         result = driver.drive(task.promise_id, now_ms=world.clock.now_ms)
         return result["status"], f"{label} -> {result['status']}"
-    group = group_of(task.cluster)
+    group = group_of_cluster(task.cluster)
     assert group is not None
     process = world.rng.choice(world.processes[group])
     step = worker.start(world, process, task.promise_id)
@@ -317,7 +317,7 @@ def outage(world: World) -> Result:
     ms = world.rng.randint(10_000, 600_000)
     world.down[cluster] = max(world.down.get(cluster, 0), world.clock.now_ms + ms)
     lost = []
-    group = group_of(cluster)
+    group = group_of_cluster(cluster)
     if group is not None:
         for process in list(world.processes[group]):
             lost += world.crash(process)

@@ -133,46 +133,40 @@ class Checker:
 
     def _check_stream(self, job_id: str) -> Violation | None:
         label = self.world.job_label(job_id)
+
+        def broken(kind: str, detail: str) -> Violation:
+            return Violation(kind, f"{label}: {detail}", label)
+
         stream = job_stream(job_id)
         receipts = store.read(stream)
         verification = verify_chain(stream, receipts)
         if not verification.ok:
-            return Violation("chain", f"{label}: {verification.describe()}", label)
+            return broken("chain", verification.describe())
         info = store.stream_info(stream)
         if info is None or info.head != verification.head or info.count != len(receipts):
-            return Violation(
-                "chain",
-                f"{label}: stream row {info} does not match its {len(receipts)} receipts",
-                label,
-            )
+            return broken("chain", f"stream row {info} does not match its {len(receipts)} receipts")
         for before, receipt in pairwise(receipts):
             if receipt.ts < before.ts:
-                return Violation(
+                return broken(
                     "virtual_time",
-                    f"{label}: receipt {receipt.stream_seq} "
+                    f"receipt {receipt.stream_seq} "
                     f"({receipt.type}) at {receipt.ts} is before "
                     f"{before.ts}",
-                    label,
                 )
         state, again, after = settlements(receipts)
         if again:
-            return Violation(
-                "settles_once",
-                f"{label}: settled by {state and state.settled_by}, then {', '.join(again)}",
-                label,
+            return broken(
+                "settles_once", f"settled by {state and state.settled_by}, then {', '.join(again)}"
             )
         if after:
-            return Violation(
+            return broken(
                 "settled_is_final",
-                f"{label}: settled by {state and state.settled_by}, then {', '.join(after)}",
-                label,
+                f"settled by {state and state.settled_by}, then {', '.join(after)}",
             )
         attempts = lease_attempts(receipts)
         if any(b <= a for a, b in pairwise(attempts)):
-            return Violation(
-                "attempts_increase",
-                f"{label}: leases took attempts {attempts}, which do not rise strictly",
-                label,
+            return broken(
+                "attempts_increase", f"leases took attempts {attempts}, which do not rise strictly"
             )
         row = selectors.job_row(job_id)
         expected = row_for(state) if state is not None else None
@@ -180,18 +174,15 @@ class Checker:
             fields = sorted(
                 k for k in (expected or row or {}) if (row or {}).get(k) != (expected or {}).get(k)
             )
-            return Violation(
+            return broken(
                 "read_model",
-                f"{label}: the job row differs from the fold of its "
-                f"receipts in {', '.join(fields)}",
-                label,
+                f"the job row differs from the fold of its receipts in {', '.join(fields)}",
             )
         if state is not None and not 0 <= state.attempts_used <= state.max_attempts:
-            return Violation(
+            return broken(
                 "attempts_bounded",
-                f"{label}: attempt {state.attempt}, {state.attempts_used} of "
+                f"attempt {state.attempt}, {state.attempts_used} of "
                 f"{state.max_attempts} since its latest retry",
-                label,
             )
         return None
 

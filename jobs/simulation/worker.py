@@ -191,35 +191,14 @@ def finish(
     crash_after: bool = False,
 ) -> Step:
     """The handler returns (`ok`, `fail`) or raises (`raise`); the worker settles."""
-    if how == "ok":
-        return settle(
-            world,
-            attempt,
-            "completed",
-            result={"simulated": True},
-            transient=transient,
-            crash_after=crash_after,
-        )
-    if how == "fail":
-        return settle(
-            world,
-            attempt,
-            "failed",
-            error=HANDLER_ERROR,
-            no_retry=no_retry,
-            transient=transient,
-            crash_after=crash_after,
-        )
-    if how == "raise":
-        return settle(
-            world,
-            attempt,
-            "failed",
-            error=HANDLER_EXCEPTION,
-            transient=transient,
-            crash_after=crash_after,
-        )
-    raise ValueError(f"unknown handler ending {how!r}")
+    endings: dict[str, dict[str, Any]] = {
+        "ok": {"status": "completed", "result": {"simulated": True}},
+        "fail": {"status": "failed", "error": HANDLER_ERROR, "no_retry": no_retry},
+        "raise": {"status": "failed", "error": HANDLER_EXCEPTION},
+    }
+    if how not in endings:
+        raise ValueError(f"unknown handler ending {how!r}")
+    return settle(world, attempt, transient=transient, crash_after=crash_after, **endings[how])
 
 
 def settle(

@@ -183,11 +183,17 @@ def current_jobs(s: ObjectiveState) -> list[Enqueue]:
             if task.open_run is not None:
                 out += _task_enqueues(s, task, task.open_run)
         if s.integration.status in ("requested", "validating") and s.integration.validate_job_id:
-            out.append(_validate(s, s.integration.round, s.integration.validate_job_id))
+            out.append(
+                _round_job(s, v.KIND_VALIDATE, s.integration.round, s.integration.validate_job_id)
+            )
         if s.integration.status == "publish_requested" and s.integration.publish_job_id:
-            out.append(_publish(s, s.integration.publish_round, s.integration.publish_job_id))
+            out.append(
+                _round_job(
+                    s, v.KIND_PUBLISH, s.integration.publish_round, s.integration.publish_job_id
+                )
+            )
     if s.is_terminal and s.audit.status == "requested" and s.audit.job_id:
-        out.append(_audit(s, s.audit.round, s.audit.job_id))
+        out.append(_round_job(s, v.KIND_AUDIT, s.audit.round, s.audit.job_id))
     return out
 
 
@@ -217,7 +223,7 @@ def _audit_step(run: _Pass) -> bool:
         round_no = audit.round + 1
         job_id = v.audit_job_id(s.objective_id, round_no)
         run.emit({"type": v.AUDIT_REQUESTED, "jobId": job_id, "round": round_no})
-        run.effects.append(_audit(s, round_no, job_id))
+        run.effects.append(_round_job(s, v.KIND_AUDIT, round_no, job_id))
         return True
     return False
 
@@ -233,26 +239,22 @@ def _record_outcomes(run: _Pass) -> bool:
     integration = s.integration
     validate = facts.get(integration.validate_job_id or "")
     if integration.status in ("requested", "validating") and validate and validate.is_terminal:
-        bodies.append(
-            {
-                "type": v.INTEGRATION_VALIDATION_FAILED,
-                "jobId": validate.job_id,
-                "reason": f"validate job {validate.job_id} {validate.status} without a "
-                f"verdict: {validate.last_error or 'no error recorded'}",
-            }
-        )
+        bodies.append(_no_verdict(v.INTEGRATION_VALIDATION_FAILED, "validate", validate))
     publish = facts.get(integration.publish_job_id or "")
     if integration.status == "publish_requested" and publish and publish.is_terminal:
-        bodies.append(
-            {
-                "type": v.PUBLISH_FAILED,
-                "jobId": publish.job_id,
-                "reason": f"publish job {publish.job_id} {publish.status} without a "
-                f"verdict: {publish.last_error or 'no error recorded'}",
-            }
-        )
+        bodies.append(_no_verdict(v.PUBLISH_FAILED, "publish", publish))
     run.emit(*bodies)
     return bool(bodies)
+
+
+def _no_verdict(body_type: str, what: str, fact: JobFact) -> Body:
+    """A validate or publish job that settled without reporting its verdict."""
+    return {
+        "type": body_type,
+        "jobId": fact.job_id,
+        "reason": f"{what} job {fact.job_id} {fact.status} without a verdict: "
+        f"{fact.last_error or 'no error recorded'}",
+    }
 
 
 def outcome_body(task: Task, open_run: TaskRun, fact: JobFact) -> Body:
@@ -436,7 +438,7 @@ def _finish(run: _Pass) -> bool:
             return True
         job_id = v.validate_job_id(s.objective_id, round_no)
         run.emit({"type": v.INTEGRATION_REQUESTED, "jobId": job_id, "round": round_no})
-        run.effects.append(_validate(run.state, round_no, job_id))
+        run.effects.append(_round_job(run.state, v.KIND_VALIDATE, round_no, job_id))
         return True
     if (
         s.status == "integrating"
@@ -446,7 +448,7 @@ def _finish(run: _Pass) -> bool:
         round_no = integration.publish_round + 1
         job_id = v.publish_job_id(s.objective_id, round_no)
         run.emit({"type": v.PUBLISH_REQUESTED, "jobId": job_id, "round": round_no})
-        run.effects.append(_publish(run.state, round_no, job_id))
+        run.effects.append(_round_job(run.state, v.KIND_PUBLISH, round_no, job_id))
         return True
     if s.status == "promoting" and integration.status == "promoted":
         run.emit({"type": v.COMPLETED, "summary": synthesis(s)})
@@ -518,25 +520,7 @@ def _task_enqueues(s: ObjectiveState, task: Task, open_run: TaskRun) -> list[Enq
     return out
 
 
-def _validate(s: ObjectiveState, round_no: int, job_id: str) -> Enqueue:
-    return Enqueue(
-        agent_id=v.CODEX_AGENT,
-        job_id=job_id,
-        payload={**_base(s, v.KIND_VALIDATE), "round": round_no},
-    )
-
-
-def _publish(s: ObjectiveState, round_no: int, job_id: str) -> Enqueue:
-    return Enqueue(
-        agent_id=v.CODEX_AGENT,
-        job_id=job_id,
-        payload={**_base(s, v.KIND_PUBLISH), "round": round_no},
-    )
-
-
-def _audit(s: ObjectiveState, round_no: int, job_id: str) -> Enqueue:
-    return Enqueue(
-        agent_id=v.CONTROL_AGENT,
-        job_id=job_id,
-        payload={**_base(s, v.KIND_AUDIT), "round": round_no},
-    )
+def _round_job(s: ObjectiveState, kind: str, round_no: int, job_id: str) -> Enqueue:
+    """The validate, publish or audit job of round `round_no` (an audit runs on control)."""
+    agent = v.CONTROL_AGENT if kind == v.KIND_AUDIT else v.CODEX_AGENT
+    return Enqueue(agent_id=agent, job_id=job_id, payload={**_base(s, kind), "round": round_no})

@@ -98,11 +98,7 @@ def _spec(item: Any, index: int) -> TaskSpec:
     if not isinstance(deps, list) or not all(isinstance(d, str) for d in deps):
         raise PlanError(f"{where}: dependsOn must be a list of task ids")
     timeout = item.get("timeoutMs")
-    if timeout is not None and (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, int)
-        or not 1 <= timeout <= MAX_TIMEOUT_MS
-    ):
+    if not is_timeout(timeout):
         raise PlanError(f"{where}: timeoutMs must be an integer in 1..{MAX_TIMEOUT_MS}")
     executor = item.get("executor")
     if executor is not None and (not isinstance(executor, str) or not executor.strip()):
@@ -116,6 +112,13 @@ def _spec(item: Any, index: int) -> TaskSpec:
         timeout_ms=timeout,
         executor=executor,
     )
+
+
+def is_timeout(value: Any) -> bool:
+    """None, or a whole number of ms in 1..MAX_TIMEOUT_MS (a task's or a check's)."""
+    if value is None:
+        return True
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_TIMEOUT_MS
 
 
 def find_cycle(depends: Mapping[str, Sequence[str]]) -> list[str] | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from objectives.core.dag import MAX_TEXT, MAX_TIMEOUT_MS, MAX_TITLE
+from objectives.core.dag import MAX_TEXT, MAX_TIMEOUT_MS, MAX_TITLE, is_timeout
 from objectives.core.policy import Policy, PolicyError, resolve_policy
 from objectives.core.vocabulary import (
     DEFAULT_MODE,
@@ -128,11 +128,7 @@ def read_checks(raw: Any) -> tuple[Check, ...]:
         if command is None:
             raise IntakeError(f"{name} needs a command")
         timeout = item.get("timeoutMs")
-        if timeout is not None and (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int)
-            or not 1 <= timeout <= MAX_TIMEOUT_MS
-        ):
+        if not is_timeout(timeout):
             raise IntakeError(f"{name}.timeoutMs must be an integer in 1..{MAX_TIMEOUT_MS}")
         label = _text(item.get("name"), f"{name}.name", 100) or name
         checks.append(Check(name=label, command=command, timeout_ms=timeout))

@@ -180,25 +180,13 @@ def _dispatched(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
         b.get("taskId"),
         lambda t: replace(t, status="running", status_at=ts, runs=(*t.runs, run)),
     )
-    refs = [
-        JobRef(
-            job_id=run.job_id,
-            kind=v.KIND_TASK_RUN,
-            phase=v.PHASE_EXECUTE,
-            task_id=b.get("taskId"),
-            at=ts,
-        )
-    ]
+    started = [(run.job_id, v.KIND_TASK_RUN)]
     if run.monitor_job_id:
-        refs.append(
-            JobRef(
-                job_id=run.monitor_job_id,
-                kind=v.KIND_MONITOR,
-                phase=v.PHASE_EXECUTE,
-                task_id=b.get("taskId"),
-                at=ts,
-            )
-        )
+        started.append((run.monitor_job_id, v.KIND_MONITOR))
+    refs = [
+        JobRef(job_id=job_id, kind=kind, phase=v.PHASE_EXECUTE, task_id=b.get("taskId"), at=ts)
+        for job_id, kind in started
+    ]
     return _add_refs(s, refs)
 
 
@@ -406,6 +394,10 @@ def _integration_requested(s: ObjectiveState, b: Body, ts: int) -> ObjectiveStat
     )
 
 
+def _with_integration(s: ObjectiveState, **changes: Any) -> ObjectiveState:
+    return replace(s, integration=replace(s.integration, **changes))
+
+
 def _is_validate_job(s: ObjectiveState, b: Body) -> bool:
     return b.get("jobId") is None or b.get("jobId") == s.integration.validate_job_id
 
@@ -413,7 +405,7 @@ def _is_validate_job(s: ObjectiveState, b: Body) -> bool:
 def _validating(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
     if not _is_validate_job(s, b) or s.integration.status != "requested":
         return s
-    return replace(s, integration=replace(s.integration, status="validating"))
+    return _with_integration(s, status="validating")
 
 
 def _validated(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
@@ -436,12 +428,7 @@ def _validation_failed(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
     if not _is_validate_job(s, b) or s.integration.status not in ("requested", "validating"):
         return s
     failure = {k: b.get(k) for k in ("check", "exitCode", "outputTail", "reason")}
-    s = replace(
-        s,
-        integration=replace(
-            s.integration, status="failed", failure=failure, results=b.get("results")
-        ),
-    )
+    s = _with_integration(s, status="failed", failure=failure, results=b.get("results"))
     return _blocked(s, {"reason": b.get("reason"), "kind": "validation"}, ts)
 
 
@@ -465,21 +452,14 @@ def _promoted(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
     if b.get("jobId") not in (None, s.integration.publish_job_id):
         return s
     output = {k: b.get(k) for k in ("command", "exitCode", "outputTail")}
-    return replace(
-        s,
-        integration=replace(
-            s.integration, status="promoted", publish_output=output, promoted_at=ts
-        ),
-    )
+    return _with_integration(s, status="promoted", publish_output=output, promoted_at=ts)
 
 
 def _publish_failed(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
     if b.get("jobId") not in (None, s.integration.publish_job_id):
         return s
     output = {k: b.get(k) for k in ("command", "exitCode", "outputTail", "reason")}
-    s = replace(
-        s, integration=replace(s.integration, status="publish_failed", publish_output=output)
-    )
+    s = _with_integration(s, status="publish_failed", publish_output=output)
     return _blocked(s, {"reason": b.get("reason"), "kind": "publish"}, ts)
 
 

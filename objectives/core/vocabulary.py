@@ -37,17 +37,8 @@ MODES: Final[tuple[str, ...]] = ("delivery", "investigation")
 DEFAULT_MODE: Final = "delivery"
 MIN_SEVERITY, MAX_SEVERITY, DEFAULT_SEVERITY = 1, 5, 3
 
-# O-3 task statuses.
-TASK_STATUSES: Final[tuple[str, ...]] = (
-    "pending",
-    "ready",
-    "running",
-    "reviewing",
-    "approved",
-    "integrated",
-    "blocked",
-    "superseded",
-)
+# O-3 task statuses: pending, ready, running, reviewing, approved, integrated, blocked,
+# superseded.
 DONE_TASK_STATUSES: Final[frozenset[str]] = frozenset({"approved", "integrated", "superseded"})
 IN_FLIGHT_TASK_STATUSES: Final[frozenset[str]] = frozenset({"running", "reviewing"})
 

@@ -12,8 +12,9 @@ from urllib.parse import urlsplit
 import psutil
 import pytest
 
+from jobs.core.names import group_of_cluster
 from jobs.core.timing import TimingSettings, concurrency_for
-from jobs.runtime.roles import group_of, normalize_role
+from jobs.runtime.roles import normalize_role
 from receipt_site.config import load
 from tests import conftest
 from tests.runtime.test_factory import ROLES, create, factory, start, until  # noqa: F401
@@ -54,7 +55,10 @@ def test_every_runworker_stays_within_concurrency_plus_three(factory, tmp_path):
         names += [role, f"{role}-2"]
     # the group of a role's worker cluster, or the driver's
     budget = {
-        name: concurrency_for(group_of(normalize_role(name.split("-")[0])) or "driver", timing) + 3
+        name: concurrency_for(
+            group_of_cluster(normalize_role(name.split("-")[0])) or "driver", timing
+        )
+        + 3
         for name in names
     }
     peak = dict.fromkeys(names, 0)

@@ -232,13 +232,7 @@ class Command(BaseCommand):
         if not group:
             raise CommandError(f"jobs queues {verb} needs the worker group's name")
         state = (queues.pause if verb == "pause" else queues.resume)(group, by=by)
-        return {
-            "ok": True,
-            **queues.queue_json(group, None),
-            "paused": state.paused,
-            "pausedBy": state.paused_by if state.paused else None,
-            "pausedAt": state.paused_at if state.paused else None,
-        }
+        return {"ok": True, **queues.queue_json(group, state)}
 
     def _retry(self, o, by):
         bulk = [k for k in ("status", *RETRY_FILTERS, "since", "until") if o[k] is not None]
@@ -248,12 +242,7 @@ class Command(BaseCommand):
             done = retry.retry_job(
                 o["job_id"], by=by, include_canceled=o["include_canceled"], reason=o["reason"]
             )
-            return {
-                "ok": True,
-                "job": job_json(done.job),
-                "retry": done.job.retries,
-                "delivery": done.started.promise_id,
-            }
+            return done.to_wire()
         if o["status"] is None:
             raise CommandError("give a job id, or --status failed|canceled to retry many")
         if o["include_canceled"]:

@@ -33,10 +33,11 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs import handlers, retention
+from jobs.core.names import group_of_cluster
 from jobs.core.timing import TimingSettings, concurrency_for
 from jobs.runtime import callbacks, due, keeper, loops, processes, recovery, sandbox
 from jobs.runtime.loops import each_pass
-from jobs.runtime.roles import UnknownRole, group_of, normalize_role
+from jobs.runtime.roles import UnknownRole, normalize_role
 from observability.logs import log_event
 from receipts.clock import now_ms as wall_clock_ms
 
@@ -167,7 +168,7 @@ class Command(BaseCommand):
         def on_signal(signum: int, frame: Any) -> None:  # record only (django-q2#346)
             received["signal"] = signum
 
-        group = group_of(cluster) if cluster != ALL else None
+        group = group_of_cluster(cluster) if cluster != ALL else None
         concurrency = 0 if cluster == ALL else concurrency_for(group or "driver", timing)
         now = wall_clock_ms()
         role_name = cluster
