@@ -218,16 +218,6 @@ def request_control(
     return mutate(objective_id, decide, actor=actor).result
 
 
-def _control_payload(state: ObjectiveState, request_id: int, reason: str) -> dict[str, Any]:
-    return {
-        "kind": v.KIND_CONTROL,
-        "objectiveId": state.objective_id,
-        "requestId": request_id,
-        "reason": reason,
-        "authContext": dict(state.auth_context),
-    }
-
-
 def ensure_control_enqueued(objective_id: str) -> list[str]:
     """Enqueue every recorded-but-not-enqueued control request, then record it (O-8).
     Idempotent: the job ids are deterministic and the receipt is compare-and-appended."""
@@ -238,7 +228,13 @@ def ensure_control_enqueued(objective_id: str) -> list[str]:
     for request in todo:
         queue.enqueue(
             v.CONTROL_AGENT,
-            _control_payload(state, request.id, request.reason),
+            {
+                "kind": v.KIND_CONTROL,
+                "objectiveId": state.objective_id,
+                "requestId": request.id,
+                "reason": request.reason,
+                "authContext": dict(state.auth_context),
+            },
             job_id=request.job_id,
             lane="collect",
             max_attempts=CONTROL_MAX_ATTEMPTS,
