@@ -82,7 +82,6 @@ def mutate(
     *,
     actor: str | None = None,
     job_id: str | None = None,
-    now_ms: int | None = None,
 ) -> Written:
     """Compare-and-append the events `decide` returns for the fold it was given."""
     stream = v.objective_stream(objective_id)
@@ -97,9 +96,7 @@ def mutate(
                 if mutation.guard is not None:
                     mutation.guard()
                 with store.open_stream(stream) as handle:
-                    handle.append(
-                        mutation.events, expected_prev=head, context=context, now_ms=now_ms
-                    )
+                    handle.append(mutation.events, expected_prev=head, context=context)
                     after = handle.cache.get(CACHE_KEY)
                 apply_effects(mutation.effects)
         except (ExpectedPrevMismatch, Retry):
@@ -200,7 +197,6 @@ def request_control(
     *,
     source: str | None = None,
     events: Sequence[dict[str, Any]] = (),
-    actor: str | None = None,
 ) -> str | None:
     """Ask for a control pass (recording `events` with the request); the job id serving it."""
 
@@ -215,7 +211,7 @@ def request_control(
             after_commit=[lambda: ensure_control_enqueued(objective_id)],
         )
 
-    return mutate(objective_id, decide, actor=actor).result
+    return mutate(objective_id, decide).result
 
 
 def ensure_control_enqueued(objective_id: str) -> list[str]:
