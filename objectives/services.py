@@ -129,14 +129,8 @@ def _context(
         if state
         else (events[0].get("authContext") or {}).get("organizationId")
     )
-    context: dict[str, Any] = {"objectiveId": objective_id}
-    if org:
-        context["organizationId"] = org
-    if actor:
-        context["actor"] = actor
-    if job_id:
-        context["jobId"] = job_id
-    return context
+    given = {"organizationId": org, "actor": actor, "jobId": job_id}
+    return {"objectiveId": objective_id, **{key: value for key, value in given.items() if value}}
 
 
 def apply_effects(effects: Sequence[Effect]) -> None:
