@@ -17,7 +17,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from receipts import audit, log_cli, retention, store
 from receipts.clock import now_ms as wall_clock_ms
-from receipts.errors import ReplayRefused
+from receipts.errors import ReceiptsError, ReplayRefused
 
 
 class Command(BaseCommand):
@@ -61,7 +61,10 @@ class Command(BaseCommand):
 
     def handle(self, *args, action, **options):
         if action in ("checkpoint", "prove", "consistency"):
-            self.stdout.write(getattr(log_cli, action)(options))
+            try:
+                self.stdout.write(getattr(log_cli, action)(options))
+            except ReceiptsError as error:  # a reference the store cannot resolve
+                raise CommandError(str(error), returncode=1) from None
             return
         getattr(self, "_" + action)(options, by=options["by"] or audit.cli_actor())
 
