@@ -61,17 +61,11 @@ def queue_depth(*, now_ms: int) -> dict[str, Any]:
     cap), their total, and the oldest queued job per lane."""
     found = counts.active_cells()
     totals = counts.by_status(ACTIVE_ORDER)
-    cells = []
+    cells = [
+        {"status": c.status, "lane": c.lane, "group": c.group, **_bounded(c.count)} for c in found
+    ]
     oldest: dict[str, tuple[int, str]] = {}
     for cell in found:
-        cells.append(
-            {
-                "status": cell.status,
-                "lane": cell.lane,
-                "group": cell.group,
-                **_bounded(cell.count),
-            }
-        )
         if cell.oldest_created_at is not None and cell.oldest_id is not None:
             first = (cell.oldest_created_at, cell.oldest_id)
             oldest[cell.lane] = min(oldest.get(cell.lane, first), first)

@@ -288,8 +288,7 @@ def format_cell(value: Any, fmt: str, *, now_ms: int, row: dict[str, Any] | None
     if fmt == "ago":
         return format_html('<span title="{}">{} ago</span>', utc(value), human_ms(now_ms - value))
     if fmt == "live":
-        word = "live" if value else "gone"
-        return format_html('<span class="rcpt-job-badge rcpt-job-badge-{}">{}</span>', word, word)
+        return status_badge("live" if value else "gone")
     if fmt == "job":
         url = reverse("admin:jobs_job_change", args=(quote(value),))
         return format_html('<a href="{}"><code>{}</code></a>', url, value)

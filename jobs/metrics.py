@@ -12,6 +12,7 @@ up in the last hour).
 
 from __future__ import annotations
 
+import collections
 import re
 from collections.abc import Iterable
 
@@ -107,9 +108,7 @@ def render(now_ms: int, *, organization_id: str | None = None) -> str:
     if organization_id is not None:
         return "\n".join(out) + "\n"
     live = processes.live(now_ms=now_ms)
-    roles: dict[str, int] = {}
-    for row in live:
-        roles[row.role] = roles.get(row.role, 0) + 1
+    roles = collections.Counter(row.role for row in live)
     out += _gauge(
         "receipt_worker_processes",
         "Live runworker processes by role.",

@@ -99,14 +99,6 @@ class PruneReport:
         )
 
 
-def windows_from(config: Any) -> Windows:
-    return Windows(
-        default_days=config.retention_days,
-        watchdog_days=config.retention_watchdog_days,
-        control_days=config.retention_control_days,
-    )
-
-
 def prune(
     *,
     now_ms: int,
@@ -124,7 +116,13 @@ def prune(
     batches leaves the database to other work during a large prune (no transaction is
     open then): batches are CPU-bound, so the pause, not the process's priority, is what
     gives enqueues their rate back."""
-    windows = (windows or windows_from(settings.RECEIPT)).overridden(older_than_days)
+    config = settings.RECEIPT
+    windows = windows or Windows(
+        default_days=config.retention_days,
+        watchdog_days=config.retention_watchdog_days,
+        control_days=config.retention_control_days,
+    )
+    windows = windows.overridden(older_than_days)
     report = PruneReport(dry_run=dry_run, windows_days=windows.as_dict())
     for lane in lanes(windows, now_ms=now_ms):
         after: tuple[int, str] | None = None

@@ -66,11 +66,10 @@ def retry_job(
     by: str,
     include_canceled: bool = False,
     reason: str | None = None,
-    now_ms: int | None = None,
 ) -> Retried:
     """Retry one job now, on record as `by`. Raises JobNotFound, JobNotRetryable (409,
     nothing written) or InvalidRequest."""
-    now = wall_clock_ms() if now_ms is None else now_ms
+    now = wall_clock_ms()
     with transaction.atomic():
         written = queue.retry(
             job_id, by=by, include_canceled=include_canceled, reason=reason, now_ms=now
@@ -189,7 +188,6 @@ def retry_matching(
     limit: int | None = None,
     batch_size: int = BATCH,
     cursor: str | None = None,
-    now_ms: int | None = None,
     on_batch: Callable[[BulkReport], None] | None = None,
 ) -> BulkReport:
     """Retry the jobs of `rows` whose status is one of `statuses`, a batch at a time.
@@ -205,7 +203,7 @@ def retry_matching(
         raise InvalidRequest(
             "invalid_status", f"status must be failed or canceled; got {', '.join(statuses)}"
         )
-    began = wall_clock_ms() if now_ms is None else now_ms
+    began = wall_clock_ms()
     at = Position.decode(cursor, walk) if cursor else Position(walk[0], None, None, began)
     report = BulkReport()
     taken = 0
@@ -224,7 +222,6 @@ def retry_matching(
                     by=by,
                     include_canceled=status == "canceled",
                     reason=reason,
-                    now_ms=now_ms,
                 )
                 taken += len(page)
                 after = (page[-1][1], page[-1][0])
@@ -244,8 +241,6 @@ def retry_ids(
     include_canceled: bool = False,
     reason: str | None = None,
     visible: Callable[[str | None], bool] | None = None,
-    batch_size: int = BATCH,
-    now_ms: int | None = None,
 ) -> BulkReport:
     """Retry the jobs named, a batch per transaction; each one retried or skipped with its
     refusal. `visible(organization_id)`: the caller may see the job (an organization-bound
@@ -253,22 +248,15 @@ def retry_ids(
     _check(by, reason)
     report = BulkReport()
     ids = list(dict.fromkeys(job_ids))
-    for start in range(0, len(ids), batch_size):
-        part = ids[start : start + batch_size]
+    for start in range(0, len(ids), BATCH):
+        part = ids[start : start + BATCH]
         if visible is not None:
             owners = dict(Job.objects.filter(pk__in=part).values_list("id", "organization_id"))
             for job_id in [i for i in part if i not in owners or not visible(owners[i])]:
                 report.skip(job_id, "missing")
             part = [i for i in part if i in owners and visible(owners[i])]
         if part:
-            _retry_batch(
-                part,
-                report,
-                by=by,
-                include_canceled=include_canceled,
-                reason=reason,
-                now_ms=now_ms,
-            )
+            _retry_batch(part, report, by=by, include_canceled=include_canceled, reason=reason)
     return _logged(report, by=by)
 
 
@@ -320,11 +308,10 @@ def _retry_batch(
     by: str,
     include_canceled: bool,
     reason: str | None,
-    now_ms: int | None,
 ) -> None:
     """One transaction: each job's receipt and delivery, or its refusal. A batch that
     fails is rolled back whole, logged, and passed over."""
-    now = wall_clock_ms() if now_ms is None else now_ms
+    now = wall_clock_ms()
     retried: list[str] = []
     refused: list[tuple[str, str]] = []
     report.batches += 1

@@ -38,7 +38,6 @@ from receipts.admin_kit import (
     utc,
 )
 
-ACTIONS = ("react", "note", "cancel", "archive", "promote", "plan")
 CONFIRMED = "yes"  # the `confirmed` field of a cancel that the operator confirmed
 PLAN_EXAMPLE = '[{"id": "build", "title": "Build", "command": "make"}]'
 
@@ -83,16 +82,6 @@ def _commands_refused(request: HttpRequest, tasks: Any) -> str | None:
     return (
         f"tasks with commands ({', '.join(carried[:3])}) need the {COMMANDS_SCOPE} scope, "
         "which your account does not have; give prompts instead, or ask a superuser"
-    )
-
-
-def parse_plan(text: str) -> tuple[Any, str | None]:
-    """The plan textarea as JSON, or an error sentence; the plan itself is checked by
-    `services.react` (the API's validation)."""
-    return parse_json_text(
-        text,
-        missing=f"Enter the tasks as a JSON list, e.g. {PLAN_EXAMPLE}.",
-        invalid="The tasks are not valid JSON",
     )
 
 
@@ -359,7 +348,12 @@ class ObjectiveAdmin(OwnChangePage, ReadOnlyAdmin):
             return self._confirm_cancel(request, state)
         if action == "plan":
             raw = request.POST.get("tasks", "")
-            tasks, problem = parse_plan(raw)
+            # the plan itself is checked by `services.react` (the API's validation)
+            tasks, problem = parse_json_text(
+                raw,
+                missing=f"Enter the tasks as a JSON list, e.g. {PLAN_EXAMPLE}.",
+                invalid="The tasks are not valid JSON",
+            )
             if problem is None:
                 problem = _commands_refused(request, tasks)
             if problem is None:

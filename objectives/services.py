@@ -82,7 +82,6 @@ def mutate(
     *,
     actor: str | None = None,
     job_id: str | None = None,
-    now_ms: int | None = None,
 ) -> Written:
     """Compare-and-append the events `decide` returns for the fold it was given."""
     stream = v.objective_stream(objective_id)
@@ -97,9 +96,7 @@ def mutate(
                 if mutation.guard is not None:
                     mutation.guard()
                 with store.open_stream(stream) as handle:
-                    handle.append(
-                        mutation.events, expected_prev=head, context=context, now_ms=now_ms
-                    )
+                    handle.append(mutation.events, expected_prev=head, context=context)
                     after = handle.cache.get(CACHE_KEY)
                 apply_effects(mutation.effects)
         except (ExpectedPrevMismatch, Retry):
@@ -132,14 +129,8 @@ def _context(
         if state
         else (events[0].get("authContext") or {}).get("organizationId")
     )
-    context: dict[str, Any] = {"objectiveId": objective_id}
-    if org:
-        context["organizationId"] = org
-    if actor:
-        context["actor"] = actor
-    if job_id:
-        context["jobId"] = job_id
-    return context
+    given = {"organizationId": org, "actor": actor, "jobId": job_id}
+    return {"objectiveId": objective_id, **{key: value for key, value in given.items() if value}}
 
 
 def apply_effects(effects: Sequence[Effect]) -> None:
@@ -200,7 +191,6 @@ def request_control(
     *,
     source: str | None = None,
     events: Sequence[dict[str, Any]] = (),
-    actor: str | None = None,
 ) -> str | None:
     """Ask for a control pass (recording `events` with the request); the job id serving it."""
 
@@ -215,17 +205,7 @@ def request_control(
             after_commit=[lambda: ensure_control_enqueued(objective_id)],
         )
 
-    return mutate(objective_id, decide, actor=actor).result
-
-
-def _control_payload(state: ObjectiveState, request_id: int, reason: str) -> dict[str, Any]:
-    return {
-        "kind": v.KIND_CONTROL,
-        "objectiveId": state.objective_id,
-        "requestId": request_id,
-        "reason": reason,
-        "authContext": dict(state.auth_context),
-    }
+    return mutate(objective_id, decide).result
 
 
 def ensure_control_enqueued(objective_id: str) -> list[str]:
@@ -238,7 +218,13 @@ def ensure_control_enqueued(objective_id: str) -> list[str]:
     for request in todo:
         queue.enqueue(
             v.CONTROL_AGENT,
-            _control_payload(state, request.id, request.reason),
+            {
+                "kind": v.KIND_CONTROL,
+                "objectiveId": state.objective_id,
+                "requestId": request.id,
+                "reason": request.reason,
+                "authContext": dict(state.auth_context),
+            },
             job_id=request.job_id,
             lane="collect",
             max_attempts=CONTROL_MAX_ATTEMPTS,

@@ -28,7 +28,7 @@ from django.db.models import Exists, OuterRef, QuerySet
 
 from receipts import registry
 from receipts.clock import now_ms as wall_clock_ms
-from receipts.core.canonical import CanonicalJSONError, check_json
+from receipts.core.canonical import check_json
 from receipts.core.chain import (
     ChainWalk,
     Receipt,
@@ -137,9 +137,7 @@ class StreamHandle:
                     context=context,
                     hints=receipt_hints or None,
                 )
-            except CanonicalJSONError as error:
-                raise InvalidEvent(f"event {index} of {self.name}: {error}") from None
-            except ValueError as error:
+            except ValueError as error:  # a CanonicalJSONError is one
                 raise InvalidEvent(f"event {index} of {self.name}: {error}") from None
             if len(receipt.type) > 100:
                 raise InvalidEvent(f"event type longer than 100 characters on {self.name}")
@@ -388,14 +386,18 @@ def read(
     return _receipts(rows, stored=stored)
 
 
-def iter_receipts(stream: str, *, chunk: int = 1000, stored: bool = False) -> Iterator[Receipt]:
-    after = 0
-    while True:
-        page = read(stream, after=after, limit=chunk, stored=stored)
+def iter_receipts(
+    stream: str, *, after: int = 0, until: int | None = None, stored: bool = False
+) -> Iterator[Receipt]:
+    """The receipts of `stream` after position `after` (up to `until`) in keyset pages of
+    VERIFY_PAGE, never the whole stream in memory (`stored`: see `_receipts`)."""
+    while until is None or after < until:
+        limit = VERIFY_PAGE if until is None else min(VERIFY_PAGE, until - after)
+        page = read(stream, after=after, limit=limit, stored=stored)
         yield from page
-        if len(page) < chunk:
+        if len(page) < limit:
             return
-        after = page[-1].stream_seq or after
+        after = page[-1].stream_seq or after + len(page)
 
 
 def read_global(*, after_seq: int = 0, prefix: str = "", limit: int = 500) -> list[Receipt]:
@@ -422,18 +424,6 @@ def last_seq() -> int:
 VERIFY_PAGE = 1000  # stream names per keyset page
 
 
-def _stored(stream: str, *, after: int = 0, until: int | None = None) -> Iterator[Receipt]:
-    """The receipts of `stream` after position `after` (up to `until`), as stored: keyset
-    pages, never the whole stream in memory."""
-    while until is None or after < until:
-        limit = VERIFY_PAGE if until is None else min(VERIFY_PAGE, until - after)
-        page = read(stream, after=after, limit=limit, stored=True)
-        yield from page
-        if len(page) < limit:
-            return
-        after = page[-1].stream_seq or after + len(page)
-
-
 def stream_record(info: StreamInfo | None) -> StreamRecord | None:
     return None if info is None else StreamRecord(info.head, info.count, info.last_ts)
 
@@ -450,12 +440,12 @@ def verify(stream: str) -> Verification:
     meanwhile (retention deletes the row and the receipts in one commit) is gone, not
     broken: it verifies as empty, like any stream that is not there."""
     walk = ChainWalk(stream)
-    walk.feed(_stored(stream))
+    walk.feed(iter_receipts(stream, stored=True))
     if walk.broken is not None:
         return walk.result()
     row = stream_info(stream)
     if row is not None and row.count > walk.count:
-        walk.feed(_stored(stream, after=walk.count, until=row.count))
+        walk.feed(iter_receipts(stream, after=walk.count, until=row.count, stored=True))
     result = check_against_head(walk.result(), stream_record(row))
     if not result.ok and result.index is None and _gone(stream):
         return Verification(stream, True, 0, None)

@@ -13,7 +13,6 @@ from django.core.management.base import CommandError
 from receipts import checkpoints, log, log_verify, proofs, signing
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.core.checkpoint import Checkpoint, CheckpointError, checkpoint_hash, from_wire
-from receipts.errors import ReceiptsError
 
 
 def add_arguments(sub: Any) -> None:
@@ -57,36 +56,25 @@ def add_verify_arguments(verify: Any) -> None:
     )
 
 
-def _fail(error: ReceiptsError) -> CommandError:
-    return CommandError(str(error), returncode=1)
-
-
 def _json(value: Any) -> str:
     return json.dumps(value, indent=2)
 
 
 def checkpoint(options: dict[str, Any]) -> str:
-    try:
-        if options["public_key"]:
-            pem = checkpoints.public_key_pem()
-            if pem is None:
-                raise CommandError("no signing key is configured: checkpoints are unsigned")
-            return pem.decode().rstrip("\n")
-        if options["make"]:
-            now = wall_clock_ms()
-            log.extend(now_ms=now, wait_s=2.0, blocking=True)
-            checkpoints.make(now_ms=now, force=True)
-        return _json(checkpoints.resolve(options["number"], field="--number").to_wire())
-    except ReceiptsError as error:
-        raise _fail(error) from None
+    if options["public_key"]:
+        pem = checkpoints.public_key_pem()
+        if pem is None:
+            raise CommandError("no signing key is configured: checkpoints are unsigned")
+        return pem.decode().rstrip("\n")
+    if options["make"]:
+        now = wall_clock_ms()
+        log.extend(now_ms=now, wait_s=2.0, blocking=True)
+        checkpoints.make(now_ms=now, force=True)
+    return _json(checkpoints.resolve(options["number"], field="--number").to_wire())
 
 
 def prove(options: dict[str, Any]) -> str:
-    try:
-        proof = proofs.inclusion_for(options["receipt"], options["checkpoint"])
-    except ReceiptsError as error:
-        raise _fail(error) from None
-    return _json(proof.to_wire())
+    return _json(proofs.inclusion_for(options["receipt"], options["checkpoint"]).to_wire())
 
 
 def _checkpoint_ref(ref: str, field: str) -> checkpoints.Stored:
@@ -98,12 +86,9 @@ def _checkpoint_ref(ref: str, field: str) -> checkpoints.Stored:
 
 
 def consistency(options: dict[str, Any]) -> str:
-    try:
-        old = _checkpoint_ref(options["old"], "old")
-        new = _checkpoint_ref(options["new"], "new")
-        return _json(proofs.consistency(old, new).to_wire())
-    except ReceiptsError as error:
-        raise _fail(error) from None
+    old = _checkpoint_ref(options["old"], "old")
+    new = _checkpoint_ref(options["new"], "new")
+    return _json(proofs.consistency(old, new).to_wire())
 
 
 def read_checkpoint(path: Path) -> Checkpoint:

@@ -16,6 +16,7 @@ A walk over the whole log: an audit, not a hot path (keyset pages of 64 tiles).
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -216,13 +217,8 @@ def against(cp: Checkpoint, *, keys: Sequence[Ed25519PublicKey] = ()) -> Against
 
 def _batches(tiles: Iterable[log.LeafTile]) -> Iterator[list[log.LeafTile]]:
     """Consecutive tiles, about BATCH_LEAVES leaves at a time: one query for their rows."""
-    batch: list[log.LeafTile] = []
-    for tile in tiles:
-        batch.append(tile)
-        if len(batch) * log_tiles.TILE_WIDTH >= BATCH_LEAVES:
-            yield batch
-            batch = []
-    if batch:
+    left = iter(tiles)
+    while batch := list(itertools.islice(left, -(-BATCH_LEAVES // log_tiles.TILE_WIDTH))):
         yield batch
 
 

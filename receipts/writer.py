@@ -353,17 +353,15 @@ class Writer:
             created.update(name for (name,) in self._run(sql, params))
         return created
 
-    def write_first(
-        self, receipts: Sequence[Receipt], seqs: Sequence[int] | None = None
-    ) -> list[Receipt]:
+    def write_first(self, receipts: Sequence[Receipt]) -> list[Receipt]:
         """Insert receipts that each open their stream (stream_seq 1; the stream rows come
         from `create_streams`) and, on PostgreSQL, notify each one as `write` does; they
         come back positioned, global seqs in the order of `receipts` (on PostgreSQL
-        `seqs` when given, else reserved here)."""
+        reserved here)."""
         placed: list[Receipt] = []
         try:
             if self.postgres:
-                reserved = self.reserve_seqs(len(receipts)) if seqs is None else seqs
+                reserved = self.reserve_seqs(len(receipts))
                 assert reserved is not None
                 placed = _first(receipts, reserved)
                 self._run(_WRITE_FIRST_PG, [_receipts_json(placed)], rows=False)

@@ -35,15 +35,6 @@ RETRY_RUN_LIMIT = 2000
 RETRY_COUNT_CAP = 10_000  # the confirmation page counts matches up to here, no further
 
 
-def parse_payload(text: str) -> tuple[Any, str | None]:
-    """The steer/follow-up textarea as JSON, or an error sentence (Q-3)."""
-    return parse_json_text(
-        text,
-        missing='Enter a JSON payload, e.g. {"message": "..."}.',
-        invalid="The payload is not valid JSON",
-    )
-
-
 def _reason(request: HttpRequest) -> str | None:
     return request.POST.get("reason", "").strip()[:MAX_REASON] or None
 
@@ -104,7 +95,11 @@ class JobActions(OperatorAdmin):
                 )
             elif action in ("steer", "follow_up"):
                 raw = request.POST.get("payload", "")
-                payload, problem = parse_payload(raw)
+                payload, problem = parse_json_text(  # the textarea as JSON (Q-3)
+                    raw,
+                    missing='Enter a JSON payload, e.g. {"message": "..."}.',
+                    invalid="The payload is not valid JSON",
+                )
                 if problem is not None:
                     panels["command_error"] = {"action": action, "message": problem, "text": raw}
                     return None

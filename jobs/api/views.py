@@ -186,13 +186,6 @@ def actor(principal: Principal, hint: Any) -> str:
     return f"{principal.name} ({hint.strip()[:room]})"
 
 
-def _check_agent_id(agent_id: str) -> None:
-    # build_request refuses whitespace and '/'; control characters never make a valid id
-    # (and PostgreSQL cannot store NUL), so refuse them here with the same code.
-    if any(ord(c) < 32 or ord(c) == 127 for c in agent_id):
-        raise InvalidRequest("invalid_agent_id", "agentId must not contain control characters")
-
-
 # ---- A-1 enqueue ----------------------------------------------------------------------------
 
 
@@ -200,10 +193,11 @@ def enqueue_request(
     agent_id: str, body: dict[str, Any], *, by: str
 ) -> tuple[validation.EnqueueRequest, list[str]]:
     """Body (either style) -> a validated EnqueueRequest and warnings about ignored keys."""
-    _check_agent_id(agent_id)
-    singleton = body.get("singleton")
-    if singleton is None:
-        singleton = {}
+    # build_request refuses whitespace and '/'; control characters never make a valid id
+    # (and PostgreSQL cannot store NUL), so refuse them here with the same code.
+    if any(ord(c) < 32 or ord(c) == 127 for c in agent_id):
+        raise InvalidRequest("invalid_agent_id", "agentId must not contain control characters")
+    singleton = {} if body.get("singleton") is None else body["singleton"]
     if not isinstance(singleton, dict):
         raise InvalidRequest("invalid_singleton", "singleton must be an object {key?, mode?}")
     warnings = []

@@ -77,18 +77,16 @@ class Limit:
         raise AssertionError("periods are whole seconds")  # pragma: no cover
 
     def to_wire(self) -> dict[str, Any]:
-        wire: dict[str, Any] = {"name": self.name}
-        if self.kinds:
-            wire["kinds"] = list(self.kinds)
-        if self.queues:
-            wire["queues"] = list(self.queues)
-        if self.rate is not None:
-            wire["rate"] = self.rate_text
-        if self.concurrency is not None:
-            wire["concurrency"] = self.concurrency
-        if self.key is not None:
-            wire["key"] = self.key
-        return wire
+        """The fields that are set (`rate` as its text: None without a rate)."""
+        wire = {
+            "name": self.name,
+            "kinds": list(self.kinds) or None,
+            "queues": list(self.queues) or None,
+            "rate": self.rate_text,
+            "concurrency": self.concurrency,
+            "key": self.key,
+        }
+        return {key: value for key, value in wire.items() if value is not None}
 
 
 def parse_rate(text: Any) -> tuple[int, int]:

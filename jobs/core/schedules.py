@@ -242,23 +242,16 @@ def interval_tick_after(every_s: int, after_ms: int) -> int:
     return interval_tick_at_or_before(every_s, after_ms) + every_s * 1000
 
 
-def tick_to_fire(
-    *,
-    next_run_ms: int,
-    latest_due_ms: int,
-    now_ms: int,
-    missed: str,
-    grace_ms: int = SKIP_GRACE_MS,
-) -> int | None:
+def tick_to_fire(*, next_run_ms: int, latest_due_ms: int, now_ms: int, missed: str) -> int | None:
     """Which tick a pass fires, given the first unfired tick (`next_run_ms`) and the latest
     tick at or before now. Ticks due together coalesce into one job for the latest, as
     in Celery beat and APScheduler: `run_once` fires it however late (the missed runs
-    happen once), `skip` only when it is at most `grace_ms` late. None: nothing is due,
+    happen once), `skip` only when it is at most SKIP_GRACE_MS late. None: nothing is due,
     or the due ticks are skipped."""
     if next_run_ms > now_ms:
         return None
     latest = max(latest_due_ms, next_run_ms)
-    if missed == SKIP and now_ms - latest > grace_ms:
+    if missed == SKIP and now_ms - latest > SKIP_GRACE_MS:
         return None
     return latest
 

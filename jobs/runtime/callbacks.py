@@ -300,18 +300,9 @@ def _settle_all(answered: Sequence[tuple[_Claimed, _Answer]], now_ms: int) -> in
 
 
 def _settle(row: _Claimed, answer: _Answer, now_ms: int) -> None:
-    """Write a try's outcome, fenced by the try's number (a later claim of the same row
-    has moved it on)."""
+    """Write a failed try's outcome (`_settle_all` writes the deliveries), fenced by the
+    try's number (a later claim of the same row has moved it on)."""
     mine = Callback.objects.filter(pk=row.id, state="pending", attempts=row.attempts)
-    if answer.ok:
-        mine.update(
-            state="delivered",
-            last_status=answer.status,
-            last_error=None,
-            next_at=None,
-            finished_at=now_ms,
-        )
-        return
     counters.incr(FAILURES, event=row.event)
     next_at = core.next_try_ms(row.attempts, now_ms=now_ms, give_up_at_ms=row.give_up_at)
     if next_at is None:

@@ -207,9 +207,6 @@ class Keeper:
         if self.schedule is not None:
             self.schedule.run_due()  # each loop records and survives its own errors
 
-    def attempts(self) -> list[Held]:
-        return list(self.held.values())
-
     def _scan(self) -> None:
         seen = set()
         for path in self.path.glob("*.json"):

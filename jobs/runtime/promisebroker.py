@@ -58,14 +58,10 @@ def channel_for(cluster: str) -> str:
     return f"{CHANNEL}.{cluster}"
 
 
-def group_for_cluster(cluster: str) -> str:
-    return group_of_cluster(cluster) or cluster
-
-
 class PromiseBroker(Broker):
     def __init__(self, list_key: str | None = None) -> None:
         super().__init__(list_key=list_key)
-        self.group = group_for_cluster(self.list_key)
+        self.group = group_of_cluster(self.list_key) or self.list_key
         self._pg: Any = None  # psycopg connection of this process (PostgreSQL)
         self._woken = False
         self._caught_up = False  # the last take left nothing this pusher could take

@@ -71,14 +71,11 @@ class PromiseView:
         return flat_wire.to_wire(self)
 
 
-def _effective(state: str, timeout_at: int, now_ms: int) -> str:
-    return "timedout" if state == "pending" and timeout_at <= now_ms else state
-
-
 def _view(columns: Sequence[Any], now_ms: int) -> PromiseView:
     """A promise from its columns in PromiseView's order, its state as of `now_ms`."""
     values = list(columns)  # (no dataclasses.replace: the driver reads one per job it takes)
-    values[6] = _effective(values[6], values[7], now_ms)
+    if values[6] == "pending" and values[7] <= now_ms:  # state, timeout_at
+        values[6] = "timedout"
     return PromiseView(*values)
 
 

@@ -29,7 +29,6 @@ BATCH = 200
 def redrive_queued(
     *,
     now_ms: int,
-    limit: int = BATCH,
     min_age_ms: int | None = None,
     cooldown_ms: int | None = None,
 ) -> Report:
@@ -53,7 +52,7 @@ def redrive_queued(
         Job.objects.filter(status="queued", created_at__lte=cutoff, updated_at__lte=cutoff)
         .filter(*idle)
         .order_by("created_at", "id")
-        .values_list("state", flat=True)[:limit]
+        .values_list("state", flat=True)[:BATCH]
     )
     report = Report("queued_redrive")
     for wire in rows:

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
 from receipts import audit, log_cli, retention, store
 from receipts.clock import now_ms as wall_clock_ms
-from receipts.errors import ReplayRefused
+from receipts.errors import ReceiptsError, ReplayRefused
 
 
 class Command(BaseCommand):
@@ -61,42 +61,17 @@ class Command(BaseCommand):
 
     def handle(self, *args, action, **options):
         if action in ("checkpoint", "prove", "consistency"):
-            self.stdout.write(getattr(log_cli, action)(options))
+            try:
+                self.stdout.write(getattr(log_cli, action)(options))
+            except ReceiptsError as error:  # a reference the store cannot resolve
+                raise CommandError(str(error), returncode=1) from None
             return
-        by = options["by"] or audit.cli_actor()
-        if action == "prune":
-            return self._prune(
-                dry_run=options["dry_run"],
-                as_json=options["json"],
-                older_than_days=options["older_than_days"],
-                pause_ms=options["pause_ms"],
-                by=by,
-            )
-        if action == "verify":
-            return self._verify(
-                options["prefix"],
-                strict=options["strict"],
-                as_json=options["json"],
-                by=by,
-                against=options["against"],
-                keys=options["key"],
-            )
-        return self._replay(
-            options["target"], dry_run=options["dry_run"], as_json=options["json"], by=by
-        )
+        getattr(self, "_" + action)(options, by=options["by"] or audit.cli_actor())
 
-    def _verify(
-        self,
-        prefix: str,
-        *,
-        strict: bool,
-        as_json: bool,
-        by: str,
-        against: Path | None = None,
-        keys: list[Path] | None = None,
-    ) -> None:
+    def _verify(self, o: dict[str, Any], *, by: str) -> None:
+        prefix, strict = o["prefix"], o["strict"]
         # the kept checkpoint first: a file that is not one stops before anything is written
-        log_check = log_cli.against(against, keys or []) if against else None
+        log_check = log_cli.against(o["against"], o["key"]) if o["against"] else None
         single = store.stream_info(prefix) is not None if prefix else False
         checked, broken, last = 0, [], None
         for name in self._to_verify(prefix, single=single):
@@ -116,7 +91,7 @@ class Command(BaseCommand):
                 streams=checked,
                 broken=[r.stream for r in broken][:50],
             )
-        if as_json:
+        if o["json"]:
             self.stdout.write(
                 json.dumps(
                     {
@@ -162,7 +137,8 @@ class Command(BaseCommand):
         yield from store.stream_names(prefix)
         yield from store.rowless_streams(prefix)
 
-    def _replay(self, target: str, *, dry_run: bool, as_json: bool, by: str) -> None:
+    def _replay(self, o: dict[str, Any], *, by: str) -> None:
+        target, dry_run = o["target"], o["dry_run"]
         on_record = audit.target_of(target, single=store.stream_info(target) is not None)
         try:
             report = store.replay(target, dry_run=dry_run)
@@ -176,7 +152,7 @@ class Command(BaseCommand):
             drift=len(report.drift),
             refused=", ".join(v.stream for v in report.refused[:20]) or None,
         )
-        if as_json:
+        if o["json"]:
             self.stdout.write(
                 json.dumps({"ok": not report.refused, "dryRun": dry_run, **report.to_wire()})
             )
@@ -193,15 +169,8 @@ class Command(BaseCommand):
         if report.refused:
             raise CommandError(f"{len(report.refused)} chain(s) refused", returncode=1)
 
-    def _prune(
-        self,
-        *,
-        dry_run: bool,
-        as_json: bool,
-        older_than_days: int | None,
-        pause_ms: int,
-        by: str,
-    ) -> None:
+    def _prune(self, o: dict[str, Any], *, by: str) -> None:
+        dry_run, older_than_days, pause_ms = o["dry_run"], o["older_than_days"], o["pause_ms"]
         if older_than_days is not None and older_than_days < 0:
             raise CommandError("--older-than-days must be >= 0")
         if pause_ms < 0:
@@ -218,7 +187,7 @@ class Command(BaseCommand):
             for prune in retention.pruners.values()
         ]
         errors = [error for report in reports for error in report.errors]
-        if as_json:
+        if o["json"]:
             self.stdout.write(
                 json.dumps(
                     {
