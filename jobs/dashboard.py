@@ -372,8 +372,9 @@ CALLBACK_URL_NAMES = ("RECEIPT_RESONATE_CALLBACK_URL", "RECEIPT_EVENT_CALLBACK_U
 def config_rows() -> list[dict[str, str]]:
     """Every setting with its value, secrets masked (Config.shown).
 
-    `shown()` strips passwords from URLs but prints callback URLs whole; their paths and
-    queries are masked here too, since webhook URLs routinely embed their token.
+    `shown()` strips passwords from URLs and cuts callback URLs to their origin; here a
+    callback URL reads as it does on a job's page and in the API (`mask_url`:
+    `https://host/••••`), since webhook URLs routinely embed their token.
     """
     rows = []
     for name, value in settings.RECEIPT.shown():
