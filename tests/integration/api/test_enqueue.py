@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from django.urls import reverse, set_script_prefix, set_urlconf
 
+from jobs.api.views import event_paths
 from jobs.core.contracts import KINDS
 from jobs.models import Job
 from receipts import store
@@ -260,11 +262,7 @@ def test_the_depth_error_names_the_enforced_limit(api, settings, style, extra):
     assert api.post("/agents/factory/jobs", fitting)[0] == 202
 
 
-def test_event_paths_follow_the_script_prefix_and_the_urlconf(settings):
-    from django.urls import reverse, set_script_prefix, set_urlconf
-
-    from jobs.api.views import event_paths
-
+def test_event_paths_follow_the_script_prefix_and_the_urlconf():
     job_id = "a.B_c:d-1"
     try:
         for prefix in ("/", "/mounted/", "/"):  # each prefix reversed once, then reused
