@@ -26,9 +26,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from receipts import append, checkpoints, log, signing
 from receipts.core import log_tiles
 from receipts.core.chain import Receipt
-from receipts.core.checkpoint import Checkpoint, checkpoint_hash
-from receipts.core.merkle import Frontier, leaf_hash
+from receipts.core.checkpoint import (
+    Checkpoint,
+    CheckpointError,
+    checkpoint_hash,
+    from_wire,
+    link_fault,
+)
+from receipts.core.merkle import Frontier, ProofError, leaf_hash
 from receipts.errors import CheckpointKeyError, CheckpointNotFound
+from receipts.models import LogCheckpoint
 from receipts.models import Receipt as ReceiptRow
 from receipts.models import Stream as StreamRow
 from receipts.models import Tombstone as TombstoneRow
@@ -50,11 +57,9 @@ class Finding:
 
 
 @dataclass
-class Against:
-    checkpoint: Checkpoint
-    signature: str
-    leaves: int = 0
-    pruned: int = 0
+class Findings:
+    """What a check found, the first FINDING_LIMIT of them, and how many more."""
+
     findings: list[Finding] = field(default_factory=list)
     more: int = 0  # findings past FINDING_LIMIT
 
@@ -68,6 +73,17 @@ class Against:
         else:
             self.more += 1
 
+    def findings_wire(self) -> dict[str, Any]:
+        return {"findings": [f.to_wire() for f in self.findings], "moreFindings": self.more}
+
+
+@dataclass(kw_only=True)
+class Against(Findings):
+    checkpoint: Checkpoint
+    signature: str
+    leaves: int = 0
+    pruned: int = 0
+
     def to_wire(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
@@ -76,27 +92,34 @@ class Against:
             "signature": self.signature,
             "leaves": self.leaves,
             "pruned": self.pruned,
-            "findings": [f.to_wire() for f in self.findings],
-            "moreFindings": self.more,
+            **self.findings_wire(),
         }
 
 
-def _signature(cp: Checkpoint, keys: Sequence[Ed25519PublicKey], out: Against) -> str:
-    if not cp.signed:
-        return "unsigned"
-    known = {signing.key_id(k): k for k in keys}
+def _keys(given: Sequence[Ed25519PublicKey]) -> dict[str, Ed25519PublicKey]:
+    """The public keys a signature may be checked with, by key id: those given, and the
+    public half of the key this store signs with (when one is configured and usable)."""
+    known = {signing.key_id(k): k for k in given}
     try:
         own = checkpoints.signing_key()
     except CheckpointKeyError:
         own = None
     if own is not None:
         known.setdefault(signing.key_id(own.public_key()), own.public_key())
+    return known
+
+
+def _signature(
+    cp: Checkpoint, known: dict[str, Ed25519PublicKey], out: Findings, where: str
+) -> str:
+    if not cp.signed:
+        return "unsigned"
     key = known.get(cp.key_id or "")
     if key is None:
         return f"signed by key {cp.key_id}, signature not checked (key not given)"
     fault = signing.signature_fault(cp, key)
     if fault:
-        out.add("the checkpoint", fault)
+        out.add(where, fault)
         return f"signature INVALID, key {cp.key_id}"
     return f"signature valid, key {cp.key_id}"
 
@@ -142,8 +165,8 @@ class _Pruned:
 
 def against(cp: Checkpoint, *, keys: Sequence[Ed25519PublicKey] = ()) -> Against:
     """Check that the store still holds, in order, every receipt `cp` commits to."""
-    out = Against(cp, "")
-    out.signature = _signature(cp, keys, out)
+    out = Against(checkpoint=cp, signature="")
+    out.signature = _signature(cp, _keys(keys), out, "the checkpoint")
     size = cp.tree_size
     held = log.head().size
     if held < size:
@@ -320,3 +343,73 @@ def _check_roots(cp: Checkpoint, from_rows: bytes, from_log: bytes, out: Against
         out.add("the log", "its stored leaves do not give the checkpoint's root: rewritten")
     elif log.root(cp.tree_size).hex() != cp.root_hash:
         out.add("the log", "its stored tree does not give the checkpoint's root: tiles rewritten")
+
+
+# ---- the store's own checkpoints ----------------------------------------------------------
+
+
+@dataclass(kw_only=True)
+class OwnCheckpoints(Findings):
+    checked: int = 0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"ok": self.ok, "checked": self.checked, **self.findings_wire()}
+
+
+def own_checkpoints(*, keys: Sequence[Ed25519PublicKey] = ()) -> OwnCheckpoints:
+    """Read back every checkpoint the store made, in order: each must parse, name the one
+    before it (`link_fault`), carry a valid signature where its key is known, still be
+    the root the log's tree gives at its size, and agree with its index row (what
+    lookups by size and hash read). A chain rewritten and resealed to agree with itself
+    still fails on its signatures, or on the tree."""
+    out = OwnCheckpoints()
+    known = _keys(keys)
+    held = log.head().size
+    index = LogCheckpoint.objects.order_by("number").values_list(
+        "number", "tree_size", "hash", "timestamp_ms", "key_id"
+    )
+    rows = iter(index.iterator(chunk_size=2000))  # beside the receipts, both by number
+    row = next(rows, None)
+    previous: Checkpoint | None = None
+    for receipt in append.iter_receipts(checkpoints.STREAM):
+        number = receipt.stream_seq or 0
+        where = f"checkpoint {number}"
+        out.checked += 1
+        try:
+            cp = from_wire(receipt.body.get("checkpoint"))
+        except CheckpointError as exc:
+            out.add(where, f"is not a checkpoint: {exc}")
+            previous = None
+            continue
+        if previous is not None:
+            fault = link_fault(previous, cp)
+            if fault:
+                out.add(where, fault)
+        elif number == 1 and cp.previous is not None:
+            out.add(where, "the first checkpoint names one before it")
+        _signature(cp, known, out, where)
+        if cp.tree_size > held:
+            out.add(where, f"the log holds {held} leaves, fewer than its {cp.tree_size}")
+        elif _root(cp.tree_size) != cp.root_hash:
+            out.add(where, "the log's tree no longer gives its root")
+        while row is not None and row[0] < number:
+            out.add(f"checkpoint {row[0]}", "is indexed but not on the checkpoints stream")
+            row = next(rows, None)
+        if row is None or row[0] != number:
+            out.add(where, "has no index row: lookups by size or hash miss it")
+        else:
+            if row[1:] != (cp.tree_size, checkpoint_hash(cp), cp.timestamp_ms, cp.key_id):
+                out.add(where, "its index row says another size, hash, time or key")
+            row = next(rows, None)
+        previous = cp
+    while row is not None:
+        out.add(f"checkpoint {row[0]}", "is indexed but not on the checkpoints stream")
+        row = next(rows, None)
+    return out
+
+
+def _root(size: int) -> str | None:
+    try:
+        return log.root(size).hex()
+    except ProofError:  # a tile the root needs is gone
+        return None

@@ -1,7 +1,8 @@
 """`manage.py receipts verify [prefix] [--strict] [--json] [--against cp.json [--key pub.pem]]`,
 `manage.py receipts replay <stream|prefix> [--dry-run] [--json]` (S-8),
 `manage.py receipts prune [--dry-run] [--json] [--older-than-days N] [--pause-ms N]` (retention: the
-service the retention loop runs; verify also checks what retention removed), and the
+service the retention loop runs; verify also checks what retention removed and, when the
+prefix covers `checkpoints/log`, reads back the store's own checkpoints), and the
 store-wide log's `checkpoint`, `prove` and `consistency` (receipts.log_cli).
 
 Each run is put on record (U-3) with `by` (`--by`, default `cli:<OS user>`): on the
@@ -15,7 +16,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
-from receipts import audit, log_cli, retention, store
+from receipts import audit, checkpoints, log_cli, log_verify, retention, store
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.errors import ReceiptsError, ReplayRefused
 
@@ -80,6 +81,9 @@ class Command(BaseCommand):
             if not last.ok:
                 broken.append(last)
         issues = retention.verify(prefix)  # removed streams: tombstones, batches, gaps
+        # the store's own checkpoints, read back and linked, when the prefix covers them
+        own = log_verify.own_checkpoints() if checkpoints.STREAM.startswith(prefix) else None
+        faults = own.findings if own else []
         if single and last is not None:
             audit.record_verify(prefix, last, by=by)
         else:
@@ -87,18 +91,20 @@ class Command(BaseCommand):
                 audit.target_of(prefix, single=False),
                 audit.VERIFIED,
                 by=by,
-                ok=not broken,
+                ok=not broken and not faults,
                 streams=checked,
                 broken=[r.stream for r in broken][:50],
+                **({"checkpoints": own.checked, "checkpointFaults": len(faults)} if own else {}),
             )
         if o["json"]:
             self.stdout.write(
                 json.dumps(
                     {
-                        "ok": not broken and not issues,
+                        "ok": not broken and not issues and not faults,
                         "checked": checked,
                         "broken": [r.to_wire() for r in broken],
                         "retention": [i.to_wire() for i in issues],
+                        **({"checkpoints": own.to_wire()} if own else {}),
                         **({"against": log_check.to_wire()} if log_check else {}),
                     }
                 )
@@ -108,21 +114,26 @@ class Command(BaseCommand):
                 self.stdout.write(f"BROKEN {result.stream}: {result.describe()}")
             for issue in issues:
                 self.stdout.write(f"RETENTION {issue.stream}: {issue.reason}")
+            for fault in faults:
+                self.stdout.write(f"CHECKPOINT {fault.where}: {fault.reason}")
             self.stdout.write(
                 f"verified {checked} stream(s), {len(broken)} broken"
                 + (f", {len(issues)} retention issue(s)" if issues else "")
+                + (f", {own.checked} checkpoint(s), {len(faults)} faulty" if own else "")
             )
             for line in log_cli.describe(log_check) if log_check else []:
                 self.stdout.write(line)
         if log_check and not log_check.ok:
             # a kept checkpoint the store no longer extends fails with or without --strict
             raise CommandError(f"{len(log_check.findings)} log finding(s)", returncode=1)
-        if log_check and (broken or issues):
+        if log_check and (broken or issues or faults):
             strict = True
         if strict and broken:
             raise CommandError(f"{len(broken)} broken chain(s)", returncode=1)
         if strict and issues:
             raise CommandError(f"{len(issues)} retention issue(s)", returncode=1)
+        if strict and faults:
+            raise CommandError(f"{len(faults)} checkpoint finding(s)", returncode=1)
         if strict and prefix and not checked:
             # a typo in the prefix must not pass as "nothing is broken"
             raise CommandError(f"no stream matches {prefix!r}: nothing was verified", returncode=1)
