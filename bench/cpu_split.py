@@ -1,7 +1,7 @@
 """CPU per drained job, by process class: PostgreSQL and the runworkers (docs/scaling.md).
 
     .venv/bin/python bench/cpu_split.py [--database-url URL] [--n 3000] [--reps 3]
-                                        [--path native|task]
+                                        [--path native|task] [--concurrency 2[,4]]
     .venv/bin/python bench/cpu_split.py --smoke     # one drain of 60 jobs
 
 Runs `bench/delivery.py --tests drain` and, beside it, samples the CPU time of the
@@ -11,13 +11,16 @@ backends and other runworkers on a shared machine stay out. The window is the st
 of the bodies ran (counted from the drain's marker file), so the runworkers' start and
 the last stragglers stay out of it. A process that ends between two samples loses at
 most its last 0.1 s, which the window does not include anyway. Same machine only: the
-PostgreSQL server must be local. Prints one JSON line per repetition.
+PostgreSQL server must be local. Prints one JSON line per repetition (per concurrency),
+with `machine_busy_cores`: the CPU every process of the machine used over the window, so
+a drain that leaves cores idle (waiting, not computing) shows as such.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -91,6 +94,7 @@ class Sampler:
                 totals[cls] += cpu
                 if cls in ROLES:
                     totals["worker"] += cpu
+            totals["machine"] = _machine_busy_s()
             self.samples.append((time.monotonic(), delivery.marker_count(MARKER), totals))
             self._stop.wait(self.period)
 
@@ -103,10 +107,10 @@ class Sampler:
         self._thread.join()
 
 
-def one_rep(url: str, n: int, path: str) -> dict:
+def one_rep(url: str, n: int, path: str, concurrency: int = 2) -> dict:
     MARKER.unlink(missing_ok=True)
     command = [sys.executable, str(HERE / "delivery.py"), "--tests", "drain", "--n", str(n)]
-    command += ["--database-url", url, "--path", path]
+    command += ["--database-url", url, "--path", path, "--concurrency", str(concurrency)]
     server = postmaster(url)
     bench = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with Sampler(server, bench.pid) as sampler:
@@ -122,13 +126,24 @@ def one_rep(url: str, n: int, path: str) -> dict:
     jobs, wall = high[1] - low[1], high[0] - low[0]
     if jobs <= 0 or wall <= 0:
         sys.exit(f"cpu_split: no window to measure in ({len(samples)} samples, N={n})")
-    rec: dict = {"n": n, "path": path, "window_jobs": jobs, "window_s": round(wall, 2)}
+    rec: dict = {"n": n, "path": path, "concurrency": concurrency, "window_jobs": jobs}
+    rec["window_s"] = round(wall, 2)
     rec["jobs_per_s"] = round(jobs / wall)
     for cls in ("pg", "worker", *ROLES):
         cpu = high[2][cls] - low[2][cls]
         rec[f"{cls}_core_ms_per_job"] = round(1000 * cpu / jobs, 2)
         rec[f"{cls}_cores"] = round(cpu / wall, 2)
+    # every process's CPU, ours and others': what the machine had left (os.cpu_count() cores)
+    rec["machine_busy_cores"] = round((high[2]["machine"] - low[2]["machine"]) / wall, 2)
     return rec
+
+
+def _machine_busy_s() -> float:
+    """CPU seconds the whole machine spent busy since boot (/proc/stat: all but idle and
+    iowait)."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -139,10 +154,16 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=3000)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--path", choices=delivery.PATHS, default="native")
+    parser.add_argument(
+        "--concurrency",
+        default="2",
+        help="chat worker processes; a list (2,4) runs each in turn within every repetition",
+    )
     args = smoke.parse(parser, {"n": 60, "reps": 1})
     for rep in range(1, args.reps + 1):
-        rec = one_rep(args.database_url, args.n, args.path)
-        print(json.dumps({"rep": rep, **rec}), flush=True)
+        for concurrency in (int(c) for c in args.concurrency.split(",")):
+            rec = one_rep(args.database_url, args.n, args.path, concurrency)
+            print(json.dumps({"rep": rep, **rec}), flush=True)
 
 
 if __name__ == "__main__":

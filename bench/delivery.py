@@ -246,11 +246,14 @@ def enqueuer(path: str, kind: str = KIND) -> Callable[[int], object]:
     return lambda i: queue.enqueue("bench-noop", payload(i, kind))
 
 
+CONCURRENCY = [2]  # chat worker processes: 2, as every peer's workers (--concurrency)
+
+
 def launch(marker: Path, logs: Path) -> list[subprocess.Popen]:
     env = {
         **os.environ,
         "BENCH_MARKER": str(marker),
-        "RECEIPT_RESONATE_EXECUTE_CONCURRENCY": "2",
+        "RECEIPT_RESONATE_EXECUTE_CONCURRENCY": str(CONCURRENCY[0]),
         "RECEIPT_LOG_LEVEL": "WARNING",
     }
     procs = []
@@ -350,7 +353,7 @@ def drain(n: int, logs: Path, timeout_s: float = 600.0, path: str = "native") ->
         "test": "drain",
         "path": path,
         "n": n,
-        "concurrency": 2,
+        "concurrency": CONCURRENCY[0],
         "fill_s": round(fill_s, 3),
         "jobs_per_s_from_launch": n / (done - launched),
         "jobs_per_s_steady": (n - 1) / (done - first),
@@ -416,7 +419,11 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=1)
     parser.add_argument("--tests", default="drain,latency")
     parser.add_argument("--path", choices=PATHS, default="native")
+    parser.add_argument(
+        "--concurrency", type=int, default=2, help="chat worker processes (the peers run 2)"
+    )
     args = smoke.parse(parser, {"n": 20, "latency_n": 3})
+    CONCURRENCY[0] = args.concurrency
     setup_django(args.database_url, args.broker)
     RESULTS.mkdir(parents=True, exist_ok=True)
     logs = LOGS
