@@ -25,7 +25,6 @@ from django.db import connection, transaction
 from django.db.models import CharField, Exists, OuterRef, Q, Value
 from django.db.models.functions import Collate, Concat
 
-from jobs import callbacks
 from jobs.core.diagnosis import utc_text
 from jobs.core.retention import Lane, Windows, lanes
 from jobs.core.vocabulary import (
@@ -34,8 +33,8 @@ from jobs.core.vocabulary import (
     job_stream,
     validate_job_id,
 )
-from jobs.models import Callback, Job
-from jobs.runtime import counters, faults, promises
+from jobs.models import Callback, DeliveryPromise, Job
+from jobs.runtime import counters, faults
 from jobs.runtime.loops import Report
 from observability.logs import log_event
 from receipts import retention as receipt_retention
@@ -291,8 +290,8 @@ def _remove(
         return taken
     gone_jobs = [t.stream[len(JOB_STREAM_PREFIX) :] for t in tombstones]
     Job.objects.filter(id__in=gone_jobs).delete()
-    promises.delete_for_jobs(gone_jobs)
-    Callback.objects.filter(job_id__in=gone_jobs).delete()
+    for model in (DeliveryPromise, Callback):
+        model.objects.filter(job_id__in=gone_jobs).delete()
     store.remove_streams(
         tombstones,
         retention_stream=RETENTION_STREAM,
@@ -353,8 +352,9 @@ def check(prefix: str) -> list[receipt_retention.Issue]:
     named: set[str] = set()
     if not id_prefix:  # the delivery tables have no index for an id prefix: a whole verify only
         no_job_stream = ~Exists(StreamRow.objects.filter(name=_stream_of("job_id")))
-        named |= promises.job_ids_where(no_job_stream, limit=limit)
-        named |= callbacks.job_ids_where(no_job_stream, limit=limit)
+        for model in (DeliveryPromise, Callback):
+            rows = model.objects.filter(no_job_stream).values_list("job_id", flat=True)
+            named |= set(rows.distinct()[:limit])
     named -= set(orphans)
     for name in receipt_retention.missing(sorted(job_stream(i) for i in named)):
         issues.append(
