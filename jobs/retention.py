@@ -25,6 +25,7 @@ from django.db import connection, transaction
 from django.db.models import CharField, Exists, OuterRef, Q, Value
 from django.db.models.functions import Collate, Concat
 
+from jobs.core import flat_wire
 from jobs.core.diagnosis import utc_text
 from jobs.core.retention import Lane, Windows, lanes
 from jobs.core.vocabulary import (
@@ -74,19 +75,10 @@ class PruneReport:
     errors: list[str] = field(default_factory=list)
 
     def to_wire(self) -> dict[str, Any]:
-        return {
-            "family": "jobs",
-            "dryRun": self.dry_run,
-            "windowsDays": self.windows_days,
-            "examined": self.examined,
-            "pruned": self.acted,
-            "receipts": self.receipts,
-            "batches": self.batches,
-            "skipped": self.skipped,
-            "byFamily": self.by_family,
-            "complete": self.complete,
-            "errors": self.errors,
-        }
+        """Each field in camelCase and in order, `acted` as `pruned`, the family for the name."""
+        wire = flat_wire.to_wire(self)
+        del wire["name"]
+        return {"family": "jobs", **{"pruned" if k == "acted" else k: v for k, v in wire.items()}}
 
     def describe(self) -> str:
         verb = "would prune" if self.dry_run else "pruned"
