@@ -31,7 +31,7 @@ from jobs.validation import MAX_BY, check_text
 from observability.logs import log_event
 from receipts import store
 from receipts.clock import now_ms as wall_clock_ms
-from receipts.projection import RowProjector
+from receipts.projection import RowProjector, stored_state
 
 logger = logging.getLogger("receipt.queues")
 CACHE_KEY = "queue"  # StreamHandle.cache slot: the queue's state as of the stream head
@@ -67,11 +67,7 @@ def row_for(state: QueueState) -> dict[str, Any]:
     }
 
 
-def load_state(group: str) -> QueueState | None:
-    wire = Queue.objects.filter(pk=group).values_list("state", flat=True).first()
-    return queue_state.from_wire(wire) if wire is not None else None
-
-
+load_state = stored_state(Queue, queue_state.from_wire)
 PROJECTOR = RowProjector(
     name="queues",
     model=Queue,
