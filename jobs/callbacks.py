@@ -66,13 +66,6 @@ def record(events: Sequence[tuple[str, JobState, int]], *, execute: Execute | No
         cursor.execute(sql, params)
 
 
-def job_ids_where(condition: Any, *, limit: int) -> set[str]:
-    """Up to `limit` distinct job ids of callback rows meeting an ORM condition on their
-    row (retention's check: rows of a job whose stream is gone)."""
-    rows = Callback.objects.filter(condition).values_list("job_id", flat=True)
-    return set(rows.distinct()[:limit])
-
-
 def mask_url(url: str | None) -> str | None:
     """A callback URL reduced to scheme, host and port: paths and queries often hold tokens."""
     if not url:

@@ -17,21 +17,20 @@ import threading
 import time
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 
 from jobs.core import queue_state
 from jobs.core.queue_state import PAUSED, RESUMED, QueueState, group_from_stream, stream_of
 
 __all__ = ["QueueNotFound", "is_paused", "listing", "pause", "resume", "stream_of"]
-from jobs.core.timing import TimingSettings
 from jobs.errors import JobsError
 from jobs.models import Queue
+from jobs.timing_config import current_timing
 from jobs.validation import MAX_BY, check_text
 from observability.logs import log_event
 from receipts import store
 from receipts.clock import now_ms as wall_clock_ms
-from receipts.projection import RowProjector
+from receipts.projection import RowProjector, stored_state
 
 logger = logging.getLogger("receipt.queues")
 CACHE_KEY = "queue"  # StreamHandle.cache slot: the queue's state as of the stream head
@@ -45,10 +44,6 @@ class QueueNotFound(JobsError):
 
     def __init__(self, group: str) -> None:
         super().__init__(f"queue {group} not found: not a built-in or declared worker group")
-
-
-def group_names() -> tuple[str, ...]:
-    return TimingSettings.from_config(settings.RECEIPT).group_names()
 
 
 # ---- the read model ----------------------------------------------------------------------
@@ -67,11 +62,7 @@ def row_for(state: QueueState) -> dict[str, Any]:
     }
 
 
-def load_state(group: str) -> QueueState | None:
-    wire = Queue.objects.filter(pk=group).values_list("state", flat=True).first()
-    return queue_state.from_wire(wire) if wire is not None else None
-
-
+load_state = stored_state(Queue, queue_state.from_wire)
 PROJECTOR = RowProjector(
     name="queues",
     model=Queue,
@@ -103,7 +94,7 @@ def resume(group: str, *, by: str, now_ms: int | None = None) -> QueueState:
 
 def _set(group: str, kind: str, *, by: str, now_ms: int | None) -> QueueState:
     check_text("invalid_by", "by", by, MAX_BY, required=True)
-    if group not in group_names():
+    if group not in current_timing().group_names():
         raise QueueNotFound(group)
     now = wall_clock_ms() if now_ms is None else now_ms
     pausing = kind == PAUSED
@@ -139,8 +130,9 @@ def _running(group: str, now: int) -> QueueState:
 
 def listing() -> list[dict[str, Any]]:
     """Every group this deployment runs, as declared, with its pause state (one query)."""
-    rows = {row.name: row for row in Queue.objects.filter(pk__in=group_names())}
-    return [queue_json(group, rows.get(group)) for group in group_names()]
+    groups = current_timing().group_names()
+    rows = {row.name: row for row in Queue.objects.filter(pk__in=groups)}
+    return [queue_json(group, rows.get(group)) for group in groups]
 
 
 def queue_json(group: str, row: Queue | QueueState | None) -> dict[str, Any]:

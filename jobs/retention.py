@@ -25,7 +25,7 @@ from django.db import connection, transaction
 from django.db.models import CharField, Exists, OuterRef, Q, Value
 from django.db.models.functions import Collate, Concat
 
-from jobs import callbacks
+from jobs.core import flat_wire
 from jobs.core.diagnosis import utc_text
 from jobs.core.retention import Lane, Windows, lanes
 from jobs.core.vocabulary import (
@@ -34,8 +34,8 @@ from jobs.core.vocabulary import (
     job_stream,
     validate_job_id,
 )
-from jobs.models import Callback, Job
-from jobs.runtime import counters, faults, promises
+from jobs.models import Callback, DeliveryPromise, Job
+from jobs.runtime import counters, faults
 from jobs.runtime.loops import Report
 from observability.logs import log_event
 from receipts import retention as receipt_retention
@@ -75,19 +75,10 @@ class PruneReport:
     errors: list[str] = field(default_factory=list)
 
     def to_wire(self) -> dict[str, Any]:
-        return {
-            "family": "jobs",
-            "dryRun": self.dry_run,
-            "windowsDays": self.windows_days,
-            "examined": self.examined,
-            "pruned": self.acted,
-            "receipts": self.receipts,
-            "batches": self.batches,
-            "skipped": self.skipped,
-            "byFamily": self.by_family,
-            "complete": self.complete,
-            "errors": self.errors,
-        }
+        """Each field in camelCase and in order, `acted` as `pruned`, the family for the name."""
+        wire = flat_wire.to_wire(self)
+        del wire["name"]
+        return {"family": "jobs", **{"pruned" if k == "acted" else k: v for k, v in wire.items()}}
 
     def describe(self) -> str:
         verb = "would prune" if self.dry_run else "pruned"
@@ -291,8 +282,8 @@ def _remove(
         return taken
     gone_jobs = [t.stream[len(JOB_STREAM_PREFIX) :] for t in tombstones]
     Job.objects.filter(id__in=gone_jobs).delete()
-    promises.delete_for_jobs(gone_jobs)
-    Callback.objects.filter(job_id__in=gone_jobs).delete()
+    for model in (DeliveryPromise, Callback):
+        model.objects.filter(job_id__in=gone_jobs).delete()
     store.remove_streams(
         tombstones,
         retention_stream=RETENTION_STREAM,
@@ -353,8 +344,9 @@ def check(prefix: str) -> list[receipt_retention.Issue]:
     named: set[str] = set()
     if not id_prefix:  # the delivery tables have no index for an id prefix: a whole verify only
         no_job_stream = ~Exists(StreamRow.objects.filter(name=_stream_of("job_id")))
-        named |= promises.job_ids_where(no_job_stream, limit=limit)
-        named |= callbacks.job_ids_where(no_job_stream, limit=limit)
+        for model in (DeliveryPromise, Callback):
+            rows = model.objects.filter(no_job_stream).values_list("job_id", flat=True)
+            named |= set(rows.distinct()[:limit])
     named -= set(orphans)
     for name in receipt_retention.missing(sorted(job_stream(i) for i in named)):
         issues.append(

@@ -9,7 +9,7 @@ from jobs.core import schedule_state
 from jobs.core.schedule_state import ScheduleState
 from jobs.core.schedules import STREAM_PREFIX, name_from_stream, trigger_text
 from jobs.models import Schedule
-from receipts.projection import RowProjector
+from receipts.projection import RowProjector, stored_state
 
 CACHE_KEY = "schedule"  # StreamHandle.cache slot: the schedule's state as of the stream head
 
@@ -39,11 +39,7 @@ def row_for(state: ScheduleState) -> dict[str, Any]:
     }
 
 
-def load_state(name: str) -> ScheduleState | None:
-    wire = Schedule.objects.filter(pk=name).values_list("state", flat=True).first()
-    return schedule_state.from_wire(wire) if wire is not None else None
-
-
+load_state = stored_state(Schedule, schedule_state.from_wire)
 PROJECTOR = RowProjector(
     name="schedules",
     model=Schedule,

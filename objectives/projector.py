@@ -16,7 +16,7 @@ from objectives.core.vocabulary import (
 from objectives.models import ObjectiveSummary
 from receipts import registry
 from receipts.core.chain import Receipt
-from receipts.projection import RowProjector
+from receipts.projection import RowProjector, stored_state
 
 CACHE_KEY = "objective"
 
@@ -47,11 +47,6 @@ def row_for(state: ObjectiveState) -> dict[str, Any]:
     }
 
 
-def load_state(objective_id: str) -> ObjectiveState | None:
-    wire = ObjectiveSummary.objects.filter(pk=objective_id).values_list("state", flat=True).first()
-    return objective_from_wire(wire) if wire is not None else None
-
-
 PROJECTOR = RowProjector(
     name="objectives",
     model=ObjectiveSummary,
@@ -60,7 +55,7 @@ PROJECTOR = RowProjector(
     id_from_stream=objective_id_from_stream,
     reduce=reduce,
     row_for=row_for,
-    load_state=load_state,
+    load_state=stored_state(ObjectiveSummary, objective_from_wire),
 )
 
 

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from django.conf import settings
 from django.db.models import Exists, OuterRef
 
 from jobs import selectors as job_selectors
 from jobs.core.state import JobState
-from jobs.core.timing import TimingSettings
+from jobs.timing_config import current_timing
 from objectives.core.board import SECTION_KEYS
 from objectives.core.facts import JobFact, Staleness
 from objectives.core.state import ObjectiveState, objective_from_wire
@@ -57,7 +56,7 @@ def visible(objective_id: str, *, organization_id: str | None = None) -> Objecti
 
 def staleness(**floors: int) -> Staleness:
     """The staleness judgement (L-4) with this deployment's heartbeat cadences (K-7)."""
-    return Staleness(timing=TimingSettings.from_config(settings.RECEIPT), **floors)
+    return Staleness(timing=current_timing(), **floors)
 
 
 def fact_of(job: JobState, *, canceled_by: str | None = None) -> JobFact:

@@ -62,7 +62,6 @@ class Child:
     started_at: float = 0.0
     backoff_s: float | None = None
     restart_at: float | None = None
-    restarts: int = 0
     env: dict[str, str] = field(default_factory=dict)
     # why it failed to start, and how many times in a row the same way
     last_cause: str | None = None
@@ -177,7 +176,6 @@ class Supervisor:
             self._note_exit(child, cause, failed_at_startup=ran_for < STARTUP_WINDOW_S)
             return
         if child.restart_at is not None and now >= child.restart_at:
-            child.restarts += 1
             child.start(now)
 
     def _note_exit(self, child: Child, cause: str, *, failed_at_startup: bool) -> None:

@@ -82,5 +82,15 @@ class RowProjector(Generic[S]):
         registry.register(registry.StreamFamily(prefix, label, self.reduce, self, describe))
 
 
+def stored_state(model: type[Model], from_wire: Callable[[Any], S]) -> Callable[[str], S | None]:
+    """A `load_state` reading the fold's wire form from the row's `state` column."""
+
+    def load_state(key: str) -> S | None:
+        wire = model._default_manager.filter(pk=key).values_list("state", flat=True).first()
+        return from_wire(wire) if wire is not None else None
+
+    return load_state
+
+
 def _columns(row: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in row.items() if k != "id"}

@@ -343,13 +343,6 @@ def existing(promise_ids: list[str]) -> set[str]:
     return set(DeliveryPromise.objects.filter(pk__in=promise_ids).values_list("pk", flat=True))
 
 
-def job_ids_where(condition: Any, *, limit: int) -> set[str]:
-    """Up to `limit` distinct job ids of promises meeting an ORM condition on their row
-    (retention's check: promises of a job whose stream is gone)."""
-    rows = DeliveryPromise.objects.filter(condition).values_list("job_id", flat=True)
-    return set(rows.distinct()[:limit])
-
-
 def unclaimed_attempts(promise_ids: list[str]) -> list[tuple[str, int | None]]:
     """(job id, attempt) of those of these promises a worker could still claim: pending and
     unclaimed (one past its timeout that the sweep has not marked yet still is)."""
@@ -436,8 +429,3 @@ def count_scheduled(*, now_ms: int, cap: int) -> int:
     with connection.cursor() as cursor:  # a page's read, not the hot path: not prepared
         cursor.execute(sql.COUNT_SCHEDULED, [now_ms, cap + 1])
         return int(cursor.fetchone()[0])
-
-
-def delete_for_jobs(job_ids: list[str]) -> None:
-    """Delete every promise of these jobs (retention, with the jobs' streams)."""
-    DeliveryPromise.objects.filter(job_id__in=job_ids).delete()

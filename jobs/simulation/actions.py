@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from random import Random
 from typing import Any
 
@@ -77,7 +78,7 @@ def choose(
 # ---- clients -----------------------------------------------------------------------------
 
 
-def _enqueue(world: World, *, dispatched: bool) -> Result:
+def enqueue(world: World, *, dispatched: bool) -> Result:
     rng = world.rng
     agent_id, kind = rng.choice(PROFILES)
     payload: dict[str, Any] = {"kind": kind, "authContext": dict(AUTH), "sim": world.step}
@@ -101,14 +102,6 @@ def _enqueue(world: World, *, dispatched: bool) -> Result:
     # D-2: the after-commit dispatch pass (dispatch_batch) starts the driver.
     started = dispatch.start_driver(result.job, now_ms=now)
     return "created", f"j{index} {agent_id}/{group} {mode} -> created, {started.reason or 'driver'}"
-
-
-def enqueue(world: World) -> Result:
-    return _enqueue(world, dispatched=True)
-
-
-def enqueue_undispatched(world: World) -> Result:
-    return _enqueue(world, dispatched=False)
 
 
 def _room(world: World) -> bool:
@@ -211,13 +204,9 @@ def deliver(world: World, task: Task) -> Result:
     return step.status, step.describe(f"{label}@{process.name}")
 
 
-def deliver_driver(world: World) -> Result:
-    cluster, index = _pick_task(world, driver_only=True, up=True)
-    return deliver(world, world.broker.take(cluster, index))
-
-
-def deliver_execute(world: World) -> Result:
-    cluster, index = _pick_task(world, driver_only=False, up=True)
+def deliver_next(world: World, *, driver: bool) -> Result:
+    """Deliver a queued driver task (`driver`) or execute task of a cluster that is up."""
+    cluster, index = _pick_task(world, driver_only=driver, up=True)
     return deliver(world, world.broker.take(cluster, index))
 
 
@@ -384,11 +373,11 @@ ESSENTIAL = frozenset(
     }
 )
 ACTIONS: tuple[Action, ...] = (
-    Action("enqueue", 6, enqueue, _room),
+    Action("enqueue", 6, partial(enqueue, dispatched=True), _room),
     Action("abort", 1, abort, _has_active),
     Action("steer", 1.5, steer, _has_active),
-    Action("deliver_driver", 10, deliver_driver, _driver_tasks),
-    Action("deliver_execute", 10, deliver_execute, _execute_tasks),
+    Action("deliver_driver", 10, partial(deliver_next, driver=True), _driver_tasks),
+    Action("deliver_execute", 10, partial(deliver_next, driver=False), _execute_tasks),
     Action("heartbeat", 8, heartbeat, _has_attempt),
     Action("progress", 3, progress, _has_attempt),
     Action("handler_ok", 5, handler_ok, _has_attempt),
@@ -399,7 +388,7 @@ ACTIONS: tuple[Action, ...] = (
     Action("expire", 3, expire),
     Action("sweep", 1, sweep),
     # faults
-    Action("enqueue_undispatched", 1, enqueue_undispatched, _room, fault=True),
+    Action("enqueue_undispatched", 1, partial(enqueue, dispatched=False), _room, fault=True),
     Action("lose_delivery", 1.5, lose_delivery, _any_task, fault=True),
     Action("duplicate_delivery", 1.5, duplicate_delivery, _any_task, fault=True),
     Action("crash", 1, crash, fault=True),

@@ -37,13 +37,10 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
-from django.conf import settings
-
 from jobs import selectors
 from jobs.core.names import recovery_generation_id
 from jobs.core.reducer import reduce
 from jobs.core.state import FenceOutcome, JobState
-from jobs.core.timing import TimingSettings
 from jobs.core.vocabulary import (
     JOB_CANCELED,
     JOB_COMPLETED,
@@ -59,6 +56,7 @@ from jobs.projector import row_for
 from jobs.runtime import promises
 from jobs.runtime.dispatch import MAX_GENERATIONS, redrive_key
 from jobs.simulation.world import World
+from jobs.timing_config import current_timing
 from receipts import store
 from receipts.core.chain import Receipt
 from receipts.core.chain import verify as verify_chain
@@ -216,7 +214,7 @@ class Checker:
         keys = {i: _start_keys(j) for i, j in waiting.items()}
         taken = promises.existing([k for ks in keys.values() for k in ks])
         claimable = self._claimable({j.job_id: j for j in waiting.values()})
-        timing = TimingSettings.from_config(settings.RECEIPT)
+        timing = current_timing()
         for index, job in states.items():
             if (
                 index in waiting

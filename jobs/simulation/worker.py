@@ -48,15 +48,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.conf import settings
 from django.db import DatabaseError, OperationalError
 
 from jobs import queue
-from jobs.core.timing import TimingSettings, execution_timeout_ms
+from jobs.core.timing import execution_timeout_ms
 from jobs.queue import Outcome
 from jobs.runtime import attempt as attempts
 from jobs.runtime import promises
 from jobs.simulation.world import Attempt, Process, World
+from jobs.timing_config import current_timing
 
 HANDLER_ERROR = "simulated handler failure"
 HANDLER_EXCEPTION = "RuntimeError: simulated handler exception"  # D-7: type and text
@@ -79,10 +79,6 @@ class Step:
 
 def _no_sleep(seconds: float) -> None:
     """The storage retry's backoff costs no virtual time: nothing else runs meanwhile."""
-
-
-def _timing() -> TimingSettings:
-    return TimingSettings.from_config(settings.RECEIPT)
 
 
 def _end(attempt: Attempt) -> None:
@@ -121,7 +117,7 @@ def start(world: World, process: Process, promise_id: str) -> Step:
     if isinstance(begun, attempts.Ended):
         return _ended(world, begun)
     job = begun.job
-    timing = _timing()
+    timing = current_timing()
     attempt = Attempt(
         process=process,
         running=begun,
