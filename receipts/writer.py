@@ -69,10 +69,17 @@ _MOVE_HELD_PG = (
     "UPDATE receipt_stream SET head = %s, receipt_count = %s, last_ts = %s, updated_at = %s "
     "WHERE name = %s AND head = %s AND receipt_count = %s RETURNING 1"
 )
-_NOTIFY_INSERTED = (
-    f"SELECT pg_notify('{NOTIFY_CHANNEL}', "
-    "ins.seq::text || ' ' || %s::text || ' ' || ins.event_type) FROM ins"
-)
+
+
+def _notify_inserted(ins: str = "ins") -> str:
+    """The live-event notification of each receipt the CTE `ins` inserted."""
+    return (
+        f"SELECT pg_notify('{NOTIFY_CHANNEL}', "
+        f"{ins}.seq::text || ' ' || %s::text || ' ' || {ins}.event_type) FROM {ins}"
+    )
+
+
+_NOTIFY_INSERTED = _notify_inserted()
 _UPDATE_HEAD = (
     "UPDATE receipt_stream SET head = %s, receipt_count = %s, last_ts = %s, "
     "updated_at = %s WHERE name = %s"
@@ -298,9 +305,11 @@ class Writer:
         if gathered is not None:  # one statement: the head moves only from the one assumed
             assert self._held is not None
             gathered.require(_MOVE_HELD_PG, [head, count, last_ts, last_ts, stream, *self._held])
-            gathered.write(_insert_pg(len(receipts)), params, name="ins")
-            gathered.write(_NOTIFY_INSERTED, [stream], name="note")
-            gathered.read("note")
+            inserted = gathered.fresh("ins")
+            gathered.write(_insert_pg(len(receipts)), params, name=inserted)
+            note = gathered.fresh("note")
+            gathered.write(_notify_inserted(inserted), [stream], name=note)
+            gathered.read(note)
             return None
         try:
             if self.postgres:

@@ -264,6 +264,11 @@ def task(
     return task_id, unsigned
 
 
+def is_execute(task: dict[str, Any]) -> bool:
+    """Whether a task (as the workers read it) runs an execute promise."""
+    return task.get("func") is _function(EXECUTE)
+
+
 @functools.cache
 def _function(path: str) -> Any:
     """The function a dotted path names (django-q2 would locate it anew for every task)."""

@@ -59,8 +59,12 @@ def unpacked(package: Any) -> dict[str, Any] | None:
 
 
 def install() -> None:
-    """Make every cluster this process starts use this pusher (django-q2's Sentinel spawns
-    the module-level `pusher` of `django_q.cluster`)."""
+    """Make every cluster this process starts use this pusher, and a worker loop that can
+    look at its next task (`jobs.runtime.lookahead`): django-q2's Sentinel spawns the
+    module-level `pusher` and `worker` of `django_q.cluster`."""
     import django_q.cluster
 
+    from jobs.runtime import lookahead
+
     django_q.cluster.pusher = pusher
+    django_q.cluster.worker = lookahead.worker

@@ -37,7 +37,16 @@ from jobs.core.wire import job_from_wire
 from jobs.handler_contract import HandlerContext, JobResult
 from jobs.queue import Outcome
 from jobs.runtime import attempt as attempts
-from jobs.runtime import counters, faults, keeper, processes, promises, spawned
+from jobs.runtime import (
+    counters,
+    faults,
+    keeper,
+    lookahead,
+    processes,
+    promisebroker,
+    promises,
+    spawned,
+)
 from jobs.runtime.storage_retry import is_transient
 from jobs.timing_config import current_timing
 from observability.logs import log_event
@@ -54,6 +63,9 @@ PROGRESS_BACKOFF_S = 0.1  # x try: short, a handler waits on its own report
 # run beside the original under the same fence.
 _running: set[tuple[str, int]] = set()
 _running_lock = threading.Lock()
+# Deliveries this process began with the settlement before them (`_following`), by promise:
+# their task, next in this process's loop, runs the handler without a begin of its own.
+_begun: dict[str, attempts.Running] = {}
 
 
 def worker_id_for(group: str, dispatch_key: str, job_id: str) -> str:
@@ -94,6 +106,9 @@ def execute(
             return _count({"status": "stale_attempt", "jobId": job_id, "attempt": attempt})
         _running.add(key)
     try:
+        chained = _begun.pop(promise_id, None)
+        if chained is not None and (chained.job.job_id, chained.fence.attempt) == key:
+            return _run(chained)
         begun = attempts.begin(
             promise_id,
             job_id=job_id,
@@ -121,6 +136,24 @@ def _seen(state: Any) -> JobState | None:
         return job_from_wire(json.loads(state) if isinstance(state, str | bytes) else state)
     except Exception:  # a malformed hint costs the round trip it was meant to save
         return None
+
+
+def _following() -> attempts.Next | None:
+    """The delivery this process runs next, when its task says all a begin needs (the
+    database broker's take: the job's state with it) and the job may only lease."""
+    task = lookahead.next_task()
+    if task is None or not promisebroker.is_execute(task) or not settings.Q_CLUSTER.get("orm"):
+        return None
+    known = task["kwargs"]
+    job_id, attempt = known.get("job_id"), known.get("attempt")
+    key, group = known.get("dispatch_key"), known.get("target_group")
+    seen = _seen(known.get("state"))
+    if seen is None or seen.job_id != job_id or key is None or group is None:
+        return None
+    if not isinstance(attempt, int) or (job_id, attempt) in _running:
+        return None
+    worker_id = worker_id_for(group, key, job_id)
+    return attempts.Next(task["args"][0], attempt, worker_id, seen)
 
 
 def _count(outcome: dict[str, Any]) -> dict[str, Any]:
@@ -206,7 +239,7 @@ def _run(running: attempts.Running) -> dict[str, Any]:
     finally:
         run.done.set()
         lease.release()
-    settled = run.settle_once(lambda: _settle_after(run, ctx, result, error))
+    settled = run.settle_once(lambda: _settle_after(run, ctx, result, error, chain=True))
     if settled is None:  # the watcher settled it while the handler overran its grace
         return {
             "status": run.ended_by or "settled_by_watcher",
@@ -373,8 +406,15 @@ def _settle_overrun(run: _Attempt, ctx: HandlerContext) -> None:
 
 
 def _settle_after(
-    run: _Attempt, ctx: HandlerContext, result: Any, error: BaseException | None
+    run: _Attempt,
+    ctx: HandlerContext,
+    result: Any,
+    error: BaseException | None,
+    *,
+    chain: bool = False,
 ) -> dict[str, Any]:
+    """The attempt's settlement as its end says. `chain` (the handler's own thread): a
+    completion also begins the delivery this process runs next, in the same statement."""
     running = run.running
     ended_by = run.ended_by
     if ended_by in ("lease_lost", "terminal_state"):
@@ -396,7 +436,15 @@ def _settle_after(
         returned = f"handler for agent '{running.job.agent_id}' returned {type(result).__name__}"
         return _finish(settle("failed", no_retry=True, error=f"{returned}, not JobResult"))
     if result.ok:
-        return _finish(settle("completed", result=result.result), result.after_complete)
+        following = _following() if chain else None
+        if following is None:
+            return _finish(settle("completed", result=result.result), result.after_complete)
+        ended, begun = attempts.complete_then_begin(
+            running, following, now_ms=wall_clock_ms, result=result.result
+        )
+        if begun is not None:
+            _begun[begun.promise_id] = begun
+        return _finish(ended, result.after_complete)
     return _finish(
         settle(
             "failed",

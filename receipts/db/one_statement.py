@@ -45,6 +45,14 @@ class OneStatement:
     def write(self, sql: str, params: Sequence[Any], *, name: str | None = None) -> None:
         self.writes.append((name, sql, params))
 
+    def fresh(self, name: str) -> str:
+        """`name`, or `name_<n>` when a CTE has it already: two appends (two streams) may
+        gather into one statement."""
+        taken = {n for n, _, _ in self.writes}
+        if name not in taken:
+            return name
+        return next(f"{name}_{k}" for k in range(2, len(taken) + 2) if f"{name}_{k}" not in taken)
+
     def read(self, name: str) -> None:
         """A CTE with no write of its own (a SELECT, as `pg_notify`'s) runs only when the
         statement reads it: counted in the result."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connection
 
 from jobs import queue
 from jobs.models import DeliveryPromise
@@ -32,6 +33,35 @@ def test_happy_path_runs_on_the_routed_role_with_every_receipt(each_broker):
     assert states == {"driver": "resolved", "execute": "resolved"}
     assert len(stack.marks("start", job.job_id)) == 1
     assert_settled_once(job.job_id)
+
+
+@pytest.mark.postgres_only
+def test_a_backlog_drains_with_each_begin_sent_with_the_completion_before_it(stack):
+    """A worker that finds its next task waiting completes one job and begins the next in
+    one statement (one transaction: its receipts share the transaction id); every job
+    still runs its handler once, with every receipt, settled once."""
+    jobs = [enqueue("test-echo", message=str(i)) for i in range(30)]
+    stack.start("driver")
+    stack.start("chat")
+    for job in jobs:
+        wait_status(job.job_id, "completed")
+    for job in jobs:
+        assert receipt_types(job.job_id) == [
+            "job.enqueued",
+            "job.leased",
+            "job.heartbeat",
+            "job.completed",
+        ]
+        assert len(stack.marks("start", job.job_id)) == 1
+        assert_settled_once(job.job_id)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM receipt_receipt c JOIN receipt_receipt l "
+            "ON l.xmin = c.xmin AND l.stream <> c.stream "
+            "WHERE c.event_type = 'job.completed' AND l.event_type = 'job.leased'"
+        )
+        (chained,) = cursor.fetchone()
+    assert chained >= 1
 
 
 def test_each_group_runs_only_on_its_own_cluster(stack):

@@ -181,3 +181,59 @@ def test_a_begin_and_a_settlement_on_known_state_are_one_statement_each(monkeypa
     assert store.verify(f"jobs/{job.job_id}").ok
     assert connection.connection.info.transaction_status.name == "IDLE"
     assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def _next(job: Any, seen: Any) -> attempts.Next:
+    promise = driver.execute_promise_id(job.job_id, 1, job.job_id)
+    return attempts.Next(promise, 1, "chat:rt:1", seen)
+
+
+def test_a_completion_and_the_next_begin_are_one_statement(monkeypatch, caplog):
+    monkeypatch.setitem(handlers._HANDLERS, AGENT, lambda job, ctx: JobResult.success("ran"))
+    for _ in range(2):  # the second with every statement prepared
+        running = _begin(_job())
+        following = _job()
+        seen = queue.get(following.job_id)
+        with traced() as chained:
+            ended, begun = attempts.complete_then_begin(
+                running, _next(following, seen), now_ms=wall_clock_ms, result={"n": 1}
+            )
+    assert ended.status == "completed" and begun is not None
+    assert [len(executed(chained)), round_trips(chained)] == [1, 1]
+    assert queue.get(running.job.job_id).status == "completed"
+    assert (begun.job.status, begun.fence) == ("running", attempts.Fence("chat:rt:1", 1))
+    for job_id, types in (
+        (running.job.job_id, ["job.enqueued", "job.leased", "job.heartbeat", "job.completed"]),
+        (following.job_id, ["job.enqueued", "job.leased", "job.heartbeat"]),
+    ):
+        assert [r.type for r in store.read(f"jobs/{job_id}")] == types
+        assert store.verify(f"jobs/{job_id}").ok
+    # the next job's handler runs on it and settles as any begun attempt
+    assert attempts.settle(begun, "completed", now_ms=wall_clock_ms).status == "completed"
+    assert connection.connection.info.transaction_status.name == "IDLE"
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_a_next_job_that_moved_since_its_take_is_left_to_its_own_begin(monkeypatch):
+    """Canceled after the take: the one statement is refused whole, the completion is
+    written alone, and the next job's own begin then finds it settled."""
+    monkeypatch.setitem(handlers._HANDLERS, AGENT, lambda job, ctx: JobResult.success("ran"))
+    running = _begin(_job())
+    following = _job()
+    seen = queue.get(following.job_id)
+    assert queue.abort(following.job_id, reason="stop", by="test").canceled
+    ended, begun = attempts.complete_then_begin(
+        running, _next(following, seen), now_ms=wall_clock_ms, result=None
+    )
+    assert (ended.status, begun) == ("completed", None)
+    assert queue.get(running.job.job_id).status == "completed"
+    assert queue.get(following.job_id).status == "canceled"  # not leased by the refused part
+    late = attempts.begin(
+        _next(following, seen).promise_id,
+        job_id=following.job_id,
+        attempt=1,
+        worker_id="chat:rt:1",
+        now_ms=wall_clock_ms(),
+        seen=seen,
+    )
+    assert isinstance(late, attempts.Ended) and late.status == "terminal_state"
