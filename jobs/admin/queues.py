@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
@@ -51,7 +52,8 @@ class QueueAdmin(OperatorAdmin):
     ) -> HttpResponse:
         """A queue's page is its stream: every pause and resume, with `by`."""
         require(self.has_view_permission(request))
-        return HttpResponseRedirect(stream_url(queues.stream_of(object_id)))
+        # the admin's URL quotes the name (`_` as `_5F`): the group is the unquoted one
+        return HttpResponseRedirect(stream_url(queues.stream_of(unquote(object_id))))
 
     def _act(self, request: HttpRequest) -> HttpResponse:
         require(self.has_change_permission(request))

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.utils import quote
+from django.contrib.admin.utils import quote, unquote
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
@@ -65,7 +65,7 @@ class ScheduleAdmin(OperatorAdmin):
         """A schedule's page is its stream: every declaration, tick and action, with `by`."""
         if not self.has_view_permission(request):
             return super().change_view(request, object_id, form_url, extra_context)
-        return HttpResponseRedirect(stream_url(STREAM_PREFIX + object_id))
+        return HttpResponseRedirect(stream_url(STREAM_PREFIX + unquote(object_id)))
 
     # ---- columns ---------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ pauses or resumes one, recorded with the admin as `by`; a viewer cannot act."""
 from __future__ import annotations
 
 import pytest
+from django.contrib.admin.utils import quote
 
 from receipts import store
 from tests.integration.admin.conftest import grant, text, words
@@ -25,6 +26,13 @@ def test_pause_and_resume_from_the_queues_page_with_the_admin_as_by(admin_client
     response = admin_client.post(LIST, {"group": "codex", "verb": "resume"}, follow=True)
     assert "Queue codex resumed by admin." in words(response)
     assert [r.type for r in store.read("queues/codex")] == ["queue.paused", "queue.resumed"]
+
+
+def test_a_group_name_the_admin_quotes_leads_to_its_own_stream(admin_client):
+    response = admin_client.get(f"{LIST}{quote('bulk_mail')}/change/")  # `_` is `_5F`
+    assert response["Location"].endswith(
+        f"/admin/receipts/stream/{quote('queues/bulk_mail')}/change/"
+    )
 
 
 def test_an_unknown_group_is_refused_and_writes_nothing(admin_client):

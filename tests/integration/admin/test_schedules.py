@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.utils import quote
 
 from jobs import schedules
 from jobs.core import contracts
@@ -52,6 +53,14 @@ def test_the_list_shows_next_run_last_run_and_the_last_outcome_as_a_link_to_its_
     assert 'href="/admin/receipts/stream/schedules' in text(page)  # the name: its stream
     assert admin_client.get(f"{LIST}pulse/change/")["Location"].endswith(
         "/admin/receipts/stream/schedules_2Fpulse/change/"
+    )
+
+
+def test_a_name_the_admin_quotes_leads_to_its_own_stream(admin_client):
+    declare("nightly_backup")  # `_` is `_5F` in the admin's URL
+    response = admin_client.get(f"{LIST}{quote('nightly_backup')}/change/")
+    assert response["Location"].endswith(
+        f"/admin/receipts/stream/{quote('schedules/nightly_backup')}/change/"
     )
 
 
