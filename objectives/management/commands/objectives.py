@@ -7,7 +7,6 @@ the operator (`--by`, default `cli:<OS user>`).
 
 from __future__ import annotations
 
-import getpass
 import json
 import secrets
 from pathlib import Path
@@ -19,6 +18,7 @@ from objectives import presenters, selectors, services
 from objectives.core import dag
 from objectives.core.vocabulary import DEFAULT_MODE, MODES
 from objectives.errors import ObjectivesError
+from receipts.audit import cli_actor
 
 
 def _json(text: str, what: str) -> Any:
@@ -83,7 +83,7 @@ class Command(BaseCommand):
             sp.add_argument("--by", default=None, help="who is acting (default: cli:<OS user>)")
 
     def handle(self, *args, action: str, **options):
-        by = options.get("by") or f"cli:{getpass.getuser()}"
+        by = options.get("by") or cli_actor()
         try:
             data = getattr(self, "_" + action)(options, by)
         except ObjectivesError as error:

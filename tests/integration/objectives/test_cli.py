@@ -72,6 +72,20 @@ def test_create_plan_show_react_and_cancel_from_the_cli(factory, tmp_path):
     ]
 
 
+def test_without_a_user_name_the_cli_acts_as_cli_unknown(factory, monkeypatch):
+    """A container may run the command under a uid with no name: it still acts."""
+
+    def nameless() -> str:
+        raise KeyError("getpwuid(): uid not found: 1234")
+
+    monkeypatch.setattr("getpass.getuser", nameless)
+    created = json.loads(run("create", "--title", "Nameless", "--id", "obj-cli-2", "--json"))
+    assert created["objective"]["id"] == "obj-cli-2"
+    run("cancel", "obj-cli-2", "--reason", "not needed", "--json")
+    canceled = [r.body.get("by") for r in _receipts("obj-cli-2") if r.type == "objective.canceled"]
+    assert canceled == ["cli:unknown"]
+
+
 def _by() -> str:
     import getpass
 
