@@ -92,12 +92,12 @@ _local: dict[str, Any] = {}
 _local_lock = threading.Lock()
 
 
-def directory() -> Path:
+def directory() -> str:
     """This process's keeper directory: the runworker's, or a private one with its own
     keeper thread (a worker outside runworker)."""
     shared = os.environ.get(DIR_ENV)
     if shared:
-        return Path(shared)
+        return shared
     with _local_lock:
         if _local.get("pid") != os.getpid():
             path = new_directory("receipt-keeper-")
@@ -106,17 +106,19 @@ def directory() -> Path:
                 target=keeper.run, args=(threading.Event(),), name="lease-keeper", daemon=True
             )
             thread.start()
-            _local.update(pid=os.getpid(), path=path)
-        return Path(_local["path"])
+            _local.update(pid=os.getpid(), path=str(path))
+        return str(_local["path"])
 
 
 class Lease:
     """A registered attempt, from the worker process's side."""
 
     def __init__(self, running: attempts.Running, cadence_ms: int) -> None:
-        # plain os calls on str paths: this runs once per attempt, on the hot path
+        # plain os calls on str paths: this runs once per attempt, on the hot path. No
+        # write-then-rename: the keeper skips a record it cannot parse yet (a half-written
+        # JSON object never parses) and reads it on its next pass.
         base = f"{directory()}/{running.job.job_id}#{running.fence.attempt}"
-        self.path, self._stop_path = Path(f"{base}.json"), f"{base}.stop"
+        self.path, self._stop_path = f"{base}.json", f"{base}.stop"
         record = {
             "jobId": running.job.job_id,
             "attempt": running.fence.attempt,
@@ -125,13 +127,11 @@ class Lease:
             "promiseId": running.promise_id,
             "cadenceMs": cadence_ms,
         }
-        tmp = f"{base}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             os.write(fd, json.dumps(record).encode())
         finally:
             os.close(fd)
-        os.replace(tmp, self.path)  # the keeper never reads half a file
 
     def stop_order(self) -> tuple[str, str] | None:
         """(reason, ended_by) once the keeper told this attempt to stop."""
