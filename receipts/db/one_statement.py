@@ -120,14 +120,14 @@ def one_statement() -> Iterator[OneStatement]:
 
 
 def _run(sql: str, params: Sequence[Any]) -> None:
-    import psycopg
+    from receipts.db.converted import Cursor
 
     db = connections[DEFAULT_DB_ALIAS]
     assert db.vendor == "postgresql" and not db.in_atomic_block
     db.close_if_health_check_failed()
     db.ensure_connection()
     try:
-        with db.wrap_database_errors, psycopg.Cursor(db.connection) as cursor:
+        with db.wrap_database_errors, Cursor(db.connection) as cursor:
             cursor.execute(sql, params, prepare=True)
     except DataError as error:
         if getattr(error.__cause__, "sqlstate", None) == _REFUSED_SQLSTATE:

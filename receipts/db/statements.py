@@ -17,11 +17,11 @@ from receipts.db.pipeline import in_pipeline, results_now
 def cursor() -> Any:
     """A psycopg cursor of its own on the current connection (server-side binding: the
     statements it runs with `prepare=True` are prepared once per connection)."""
-    import psycopg
+    from receipts.db.converted import Cursor
 
     db = connections[DEFAULT_DB_ALIAS]  # one lookup of the thread's connection
     db.ensure_connection()
-    return psycopg.Cursor(db.connection)
+    return Cursor(db.connection)
 
 
 def prepared(
@@ -43,11 +43,11 @@ def prepared(
         with connection.cursor() as plain:
             plain.execute(sql, params)
             return (plain.fetchall() if plain.description else []), plain.rowcount
-    import psycopg
+    from receipts.db.converted import Cursor
 
     connection.ensure_connection()
     pg = connection.connection
-    with connection.wrap_database_errors, psycopg.Cursor(pg) as bound:
+    with connection.wrap_database_errors, Cursor(pg) as bound:
         if not wait and in_pipeline():
             bound.execute(sql, params, prepare=True)
             return [], -1
@@ -64,9 +64,9 @@ def sent(sql: str, params: Sequence[Any]) -> Callable[[], tuple[list[tuple[Any, 
     if connection.vendor != "postgresql" or not in_pipeline():
         outcome = prepared(sql, params)
         return lambda: outcome
-    import psycopg
+    from receipts.db.converted import Cursor
 
-    bound = psycopg.Cursor(connection.connection)
+    bound = Cursor(connection.connection)
     with connection.wrap_database_errors:
         bound.execute(sql, params, prepare=True)
 

@@ -52,3 +52,31 @@ def test_another_data_error_is_not_a_refusal():
     with pytest.raises(DataError) as error, pipelined_transaction():
         prepared("SELECT 1 / 0 + %s::int", ["x"], wait=False)
     assert not isinstance(error.value, AssumptionRefused)
+
+
+def test_a_long_statement_is_converted_once_and_runs_right(monkeypatch):
+    """psycopg splits a statement's text into `$n` placeholders and remembers only short
+    ones (<= 50 parameters); the door remembers every hot-path statement. A statement of
+    120 parameters, run three times with other values, is split once."""
+    from psycopg import _queries
+
+    from receipts.db import converted
+
+    split: list[bytes] = []
+    original = _queries._query2pg_nocache
+
+    def counted(query: bytes, encoding: str):
+        split.append(query)
+        return original(query, encoding)
+
+    monkeypatch.setattr(converted, "_query2pg_nocache", counted)
+    converted._converted.cache_clear()
+    sql = "SELECT " + " + ".join(["%s::int"] * 120)
+    for base in (0, 1, 2):
+        rows, _ = prepared(sql, [base + i for i in range(120)])
+        assert rows == [(sum(range(120)) + 120 * base,)]
+    assert split == [sql.encode()]
+    with connection.cursor() as django_cursor:  # Django's own cursors are psycopg's
+        django_cursor.execute(sql, [1] * 120)
+        assert django_cursor.fetchone() == (120,)
+    assert len(split) == 1
