@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
+from django.conf import settings
 from django.db import connection
 
 from jobs import queue
@@ -35,17 +38,31 @@ def test_happy_path_runs_on_the_routed_role_with_every_receipt(each_broker):
     assert_settled_once(job.job_id)
 
 
+CHAT_DEFAULT_LEASE_MS = 300_000  # production's chat lease, beside the stack's short one
+
+
 @pytest.mark.postgres_only
-def test_a_backlog_drains_with_each_begin_sent_with_the_completion_before_it(stack):
+@pytest.mark.parametrize("lease_ms", [None, CHAT_DEFAULT_LEASE_MS], ids=["test-lease", "default"])
+def test_a_backlog_drains_with_each_begin_sent_with_the_completion_before_it(
+    stack, monkeypatch, lease_ms
+):
     """A worker that finds its next task waiting completes one job and begins the next in
     one statement (one transaction: its receipts share the transaction id); every job
-    still runs its handler once, with every receipt, settled once."""
+    still runs its handler once, with every receipt, settled once; under the stack's short
+    lease and under production's."""
+    if lease_ms is not None:
+        monkeypatch.setattr(
+            settings, "RECEIPT", dataclasses.replace(settings.RECEIPT, job_lease_ms=lease_ms)
+        )
+        stack.env["JOB_LEASE_MS"] = str(lease_ms)
     jobs = [enqueue("test-echo", message=str(i)) for i in range(30)]
     stack.start("driver")
     stack.start("chat")
     for job in jobs:
         wait_status(job.job_id, "completed")
     for job in jobs:
+        leased = next(r for r in store.read(job.stream) if r.type == "job.leased")
+        assert leased.body["leaseUntil"] - leased.ts == int(stack.env["JOB_LEASE_MS"])
         assert receipt_types(job.job_id) == [
             "job.enqueued",
             "job.leased",
