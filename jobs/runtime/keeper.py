@@ -107,7 +107,7 @@ def directory() -> str:
             )
             thread.start()
             _local.update(pid=os.getpid(), path=str(path))
-        return str(_local["path"])
+        return _local["path"]
 
 
 class Lease:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import queue
 from typing import Any
 
+from django_q.conf import Conf
+
 _current: list[Lookahead] = []  # this worker process's, once its loop started
 
 
@@ -39,8 +41,7 @@ class Lookahead:
 
 def worker(task_queue: Any, result_queue: Any, timer: Any, timeout: Any = None) -> None:
     """django-q2's worker loop over a `Lookahead` of its queue."""
-    from django_q.conf import Conf
-    from django_q.worker import worker as q_worker
+    from django_q.worker import worker as q_worker  # its import sets Django up: only here
 
     _current[:] = [Lookahead(task_queue)]
     q_worker(_current[0], result_queue, timer, Conf.TIMEOUT if timeout is None else timeout)
@@ -49,8 +50,7 @@ def worker(task_queue: Any, result_queue: Any, timer: Any, timeout: Any = None) 
 def next_task() -> dict[str, Any] | None:
     """The task this process runs next, when one is waiting and the loop will get to it
     (the process is not about to be recycled)."""
-    from django_q.conf import Conf
-    from django_q.worker import rss_check
+    from django_q.worker import rss_check  # its import sets Django up: only here
 
     if not _current:
         return None

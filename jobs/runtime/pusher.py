@@ -19,6 +19,8 @@ from django_q.brokers import Broker, get_broker
 from django_q.conf import Conf
 from django_q.signing import BadSignature, SignedPackage
 
+from jobs.runtime import lookahead
+
 logger = logging.getLogger("django-q")
 
 
@@ -63,8 +65,6 @@ def install() -> None:
     look at its next task (`jobs.runtime.lookahead`): django-q2's Sentinel spawns the
     module-level `pusher` and `worker` of `django_q.cluster`."""
     import django_q.cluster
-
-    from jobs.runtime import lookahead
 
     django_q.cluster.pusher = pusher
     django_q.cluster.worker = lookahead.worker
