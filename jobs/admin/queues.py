@@ -28,13 +28,18 @@ class QueueAdmin(OperatorAdmin):
         require(self.has_view_permission(request))
         if request.method == "POST":
             return self._act(request)
+        listed = queues.listing()
+        # a group never paused has no stream yet: nothing to link to
+        known = set(
+            Queue.objects.filter(pk__in=[q["group"] for q in listed]).values_list("pk", flat=True)
+        )
         rows = [
             {
                 **q,
                 "since": utc(q["pausedAt"]) if q["pausedAt"] else None,
-                "history": stream_url(q["stream"]),
+                "history": stream_url(q["stream"]) if q["group"] in known else None,
             }
-            for q in queues.listing()
+            for q in listed
         ]
         context = {
             "title": "Queues",

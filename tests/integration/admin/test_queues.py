@@ -35,6 +35,13 @@ def test_a_group_name_the_admin_quotes_leads_to_its_own_stream(admin_client):
     )
 
 
+def test_only_a_group_with_a_history_links_to_it(admin_client):
+    admin_client.post(LIST, {"group": "codex", "verb": "pause"})
+    page = text(admin_client.get(LIST))
+    assert f'href="/admin/receipts/stream/{quote("queues/codex")}/change/"' in page
+    assert quote("queues/chat") not in page  # never paused: no stream to open
+
+
 def test_an_unknown_group_is_refused_and_writes_nothing(admin_client):
     response = admin_client.post(LIST, {"group": "nope", "verb": "pause"}, follow=True)
     assert "Refused: queue nope not found" in words(response)
