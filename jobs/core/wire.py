@@ -6,7 +6,7 @@ model stores the wire form. Pure: no Django, no clock, no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from jobs.core.state import Command, JobState, is_int
@@ -100,125 +100,111 @@ def job_to_wire(state: JobState, *, share: bool = False) -> dict[str, Any]:
     return wire
 
 
+class _Kind:
+    """What a wire key may hold: `exact` types pass at a glance (the JSON decoder's own),
+    anything else is asked of `accepts` (a `str` enum, an `int` subclass)."""
+
+    __slots__ = ("exact", "accepts", "expected")
+
+    def __init__(self, exact: set[type], accepts: Callable[[Any], bool], expected: str) -> None:
+        self.exact, self.accepts, self.expected = frozenset(exact), accepts, expected
+
+
+_REQUIRED: Any = object()  # no default: the key must be present
+_TEXT = _Kind({str}, lambda v: isinstance(v, str), "a string")
+_OPT_TEXT = _Kind({str, type(None)}, lambda v: v is None or isinstance(v, str), "a string or null")
+_INT = _Kind({int}, is_int, "an integer")
+_OPT_INT = _Kind({int, type(None)}, lambda v: v is None or is_int(v), "an integer")
+_FLAG = _Kind({bool}, lambda v: isinstance(v, bool), "a boolean")
+_ANY = _Kind(set(), lambda v: v is not _REQUIRED, "present")
+
+# (field, wire key, kind, value when the key is absent: _REQUIRED refuses the form)
+_COMMAND = (
+    ("id", "id", _TEXT, _REQUIRED),
+    ("command", "command", _TEXT, _REQUIRED),
+    ("lane", "lane", _OPT_TEXT, _REQUIRED),
+    ("payload", "payload", _ANY, _REQUIRED),
+    ("by", "by", _OPT_TEXT, _REQUIRED),
+    ("created_at", "createdAt", _INT, _REQUIRED),
+    ("consumed_at", "consumedAt", _OPT_INT, _REQUIRED),
+)
+# Every key `job_to_wire` writes is required except the derived ``stream`` (not read),
+# ``queue`` (absent from rows written before queues existed), the optional ``runAt``,
+# ``priority``, ``retryAt`` and ``limitKey``, and the retry fields (rows written before
+# retries existed lack them: a job never retried).
+_JOB = (
+    ("job_id", "id", _TEXT, _REQUIRED),
+    ("agent_id", "agentId", _TEXT, _REQUIRED),
+    ("lane", "lane", _TEXT, _REQUIRED),
+    ("kind", "kind", _OPT_TEXT, _REQUIRED),
+    ("status", "status", _TEXT, _REQUIRED),
+    ("attempt", "attempt", _INT, _REQUIRED),
+    ("max_attempts", "maxAttempts", _INT, _REQUIRED),
+    ("session_key", "sessionKey", _OPT_TEXT, _REQUIRED),
+    ("singleton_mode", "singletonMode", _TEXT, _REQUIRED),
+    ("payload", "payload", _ANY, _REQUIRED),
+    ("worker_id", "workerId", _OPT_TEXT, _REQUIRED),
+    ("lease_until", "leaseUntil", _OPT_INT, _REQUIRED),
+    ("lease_ms", "leaseMs", _OPT_INT, _REQUIRED),
+    ("abort_requested", "abortRequested", _FLAG, _REQUIRED),
+    ("abort_reason", "abortReason", _OPT_TEXT, _REQUIRED),
+    ("commands", "commands", _ANY, _REQUIRED),
+    ("result", "result", _ANY, _REQUIRED),
+    ("last_error", "lastError", _OPT_TEXT, _REQUIRED),
+    ("created_at", "createdAt", _INT, _REQUIRED),
+    ("updated_at", "updatedAt", _INT, _REQUIRED),
+    ("organization_id", "organizationId", _OPT_TEXT, _REQUIRED),
+    ("objective_id", "objectiveId", _OPT_TEXT, _REQUIRED),
+    ("task_id", "taskId", _OPT_TEXT, _REQUIRED),
+    ("receipt_count", "receiptCount", _INT, _REQUIRED),
+    ("head", "head", _TEXT, _REQUIRED),
+    ("settled_by", "settledBy", _OPT_TEXT, _REQUIRED),
+    ("cancel_reason", "cancelReason", _OPT_TEXT, _REQUIRED),
+    ("queue", "queue", _OPT_TEXT, None),
+    ("run_at", "runAt", _OPT_INT, None),
+    ("priority", "priority", _INT, 0),
+    ("retries", "retries", _INT, 0),
+    ("retried_by", "retriedBy", _OPT_TEXT, None),
+    ("retried_at", "retriedAt", _OPT_INT, None),
+    ("retried_after_attempt", "retriedAfterAttempt", _INT, 0),
+    ("retry_at", "retryAt", _OPT_INT, None),
+    ("limit_key", "limitKey", _OPT_TEXT, None),
+)
+
+
+def _read(wire: Any, fields: tuple[tuple[str, str, _Kind, Any], ...], what: str) -> dict[str, Any]:
+    """The fields of a wire mapping by their names, each checked; ValueError naming the
+    form and the key otherwise. One table walk: a worker reads a job's form per task."""
+    if not isinstance(wire, Mapping):
+        raise ValueError(f"{what} wire form must be an object, got {type(wire).__name__}")
+    values: dict[str, Any] = {}
+    get = wire.get
+    for field, key, kind, absent in fields:
+        value = get(key, absent)
+        if type(value) not in kind.exact and not kind.accepts(value):
+            if value is _REQUIRED:
+                raise ValueError(f"{what} wire form lacks {key!r}")
+            raise ValueError(f"{what} wire form: {key!r} must be {kind.expected}, got {value!r}")
+        values[field] = value
+    return values
+
+
 def command_from_wire(wire: Mapping[str, Any]) -> Command:
-    reader = _WireReader(wire, "command")
-    return Command(
-        id=reader.text("id"),
-        command=reader.text("command"),
-        lane=reader.opt_text("lane"),
-        payload=_copy(reader.any("payload")),
-        by=reader.opt_text("by"),
-        created_at=reader.integer("createdAt"),
-        consumed_at=reader.opt_integer("consumedAt"),
-    )
+    values = _read(wire, _COMMAND, "command")
+    values["payload"] = _copy(values["payload"])
+    return Command(**values)
 
 
 def job_from_wire(wire: Mapping[str, Any]) -> JobState:
     """Rebuild a `JobState` from `job_to_wire` output; raise ValueError on a bad form.
-
-    Every key `job_to_wire` writes is required except the derived ``stream``, ``queue``
-    (absent from rows written before queues existed), the optional ``runAt`` and
-    ``priority``, and the retry fields (rows written before retries existed lack them: a
-    job never retried); keys it does not write (``contractGroup``, ``routedGroup`` ...)
-    are ignored.
-    """
-    reader = _WireReader(wire, "job")
-    status = reader.text("status")
-    if not is_status(status):
-        raise ValueError(f"job wire form: 'status' {status!r} is not a job status")
-    commands = reader.any("commands")
+    Keys it does not write (``contractGroup``, ``routedGroup`` ...) are ignored."""
+    values = _read(wire, _JOB, "job")
+    if not is_status(values["status"]):
+        raise ValueError(f"job wire form: 'status' {values['status']!r} is not a job status")
+    commands = values["commands"]
     if not isinstance(commands, list) or not all(isinstance(c, Mapping) for c in commands):
         raise ValueError("job wire form: 'commands' must be a list of objects")
-    return JobState(
-        job_id=reader.text("id"),
-        agent_id=reader.text("agentId"),
-        lane=reader.text("lane"),
-        kind=reader.opt_text("kind"),
-        status=status,
-        attempt=reader.integer("attempt"),
-        max_attempts=reader.integer("maxAttempts"),
-        session_key=reader.opt_text("sessionKey"),
-        singleton_mode=reader.text("singletonMode"),
-        payload=_copy(reader.any("payload")),
-        worker_id=reader.opt_text("workerId"),
-        lease_until=reader.opt_integer("leaseUntil"),
-        lease_ms=reader.opt_integer("leaseMs"),
-        abort_requested=reader.flag("abortRequested"),
-        abort_reason=reader.opt_text("abortReason"),
-        commands=tuple(command_from_wire(c) for c in commands),
-        result=_copy(reader.any("result")),
-        last_error=reader.opt_text("lastError"),
-        created_at=reader.integer("createdAt"),
-        updated_at=reader.integer("updatedAt"),
-        organization_id=reader.opt_text("organizationId"),
-        objective_id=reader.opt_text("objectiveId"),
-        task_id=reader.opt_text("taskId"),
-        receipt_count=reader.integer("receiptCount"),
-        head=reader.text("head"),
-        settled_by=reader.opt_text("settledBy"),
-        cancel_reason=reader.opt_text("cancelReason"),
-        queue=reader.opt_text("queue") if "queue" in wire else None,  # older rows lack it
-        run_at=reader.opt_integer("runAt") if "runAt" in wire else None,
-        priority=reader.integer("priority") if "priority" in wire else 0,
-        retries=reader.integer("retries", default=0),
-        retried_by=reader.opt_text("retriedBy", default=None),
-        retried_at=reader.opt_integer("retriedAt", default=None),
-        retried_after_attempt=reader.integer("retriedAfterAttempt", default=0),
-        retry_at=reader.opt_integer("retryAt") if "retryAt" in wire else None,
-        limit_key=reader.opt_text("limitKey") if "limitKey" in wire else None,
-    )
-
-
-_REQUIRED: Any = object()  # no default: the key must be present
-
-
-class _WireReader:
-    """Typed access to a wire mapping; every failure names the form and the key."""
-
-    def __init__(self, wire: Mapping[str, Any], what: str) -> None:
-        if not isinstance(wire, Mapping):
-            raise ValueError(f"{what} wire form must be an object, got {type(wire).__name__}")
-        self._wire = wire
-        self._what = what
-
-    def any(self, key: str, default: Any = _REQUIRED) -> Any:
-        if key not in self._wire:
-            if default is not _REQUIRED:
-                return default
-            raise ValueError(f"{self._what} wire form lacks {key!r}")
-        return self._wire[key]
-
-    def _fail(self, key: str, expected: str) -> ValueError:
-        return ValueError(
-            f"{self._what} wire form: {key!r} must be {expected}, got {self._wire[key]!r}"
-        )
-
-    def text(self, key: str) -> str:
-        value = self.any(key)
-        if not isinstance(value, str):
-            raise self._fail(key, "a string")
-        return value
-
-    def opt_text(self, key: str, default: Any = _REQUIRED) -> str | None:
-        value = self.any(key, default)
-        if value is not None and not isinstance(value, str):
-            raise self._fail(key, "a string or null")
-        return value
-
-    def integer(self, key: str, default: Any = _REQUIRED) -> int:
-        value = self.any(key, default)
-        if not is_int(value):
-            raise self._fail(key, "an integer")
-        return value
-
-    def opt_integer(self, key: str, default: Any = _REQUIRED) -> int | None:
-        value = self.any(key, default)
-        if value is None:
-            return None
-        return self.integer(key)
-
-    def flag(self, key: str) -> bool:
-        value = self.any(key)
-        if not isinstance(value, bool):
-            raise self._fail(key, "a boolean")
-        return value
+    values["commands"] = tuple(command_from_wire(c) for c in commands)
+    values["payload"] = _copy(values["payload"])
+    values["result"] = _copy(values["result"])
+    return JobState(**values)
