@@ -104,7 +104,7 @@ class _Kind:
     """What a wire key may hold: `exact` types pass at a glance (the JSON decoder's own),
     anything else is asked of `accepts` (a `str` enum, an `int` subclass)."""
 
-    __slots__ = ("exact", "accepts", "expected")
+    __slots__ = ("accepts", "exact", "expected")
 
     def __init__(self, exact: set[type], accepts: Callable[[Any], bool], expected: str) -> None:
         self.exact, self.accepts, self.expected = frozenset(exact), accepts, expected

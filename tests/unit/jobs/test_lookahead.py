@@ -59,3 +59,69 @@ def test_a_process_about_to_be_recycled_offers_nothing(
 def test_outside_a_worker_loop_there_is_no_next_task(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(lookahead, "_current", [])
     assert lookahead.next_task() is None
+
+
+# --- the monitor's queue ---------------------------------------------------------------
+
+
+class Sent(list[Any]):
+    def put(self, task: Any) -> None:
+        self.append(task)
+
+
+def finished(success: bool, **extra: Any) -> dict[str, Any]:
+    done = task("jobs.runtime.tasks.execute", ("p-1",), {"attempt": 1}, "worker-chat")[1]
+    return {**done, "success": success, "result": None if success else "boom", **extra}
+
+
+def test_a_success_the_monitor_would_only_drop_is_not_sent(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(Conf, "SAVE_LIMIT", -1)
+    sent = Sent()
+    results = lookahead.Results(sent, drops_successes=True)
+    results.put(finished(True))
+    assert sent == []
+    failure, cached, saved = finished(False), finished(True, cached=True), finished(True, save=True)
+    for kept in (failure, cached, saved, "STOP"):
+        results.put(kept)
+    assert sent == [failure, cached, saved, "STOP"]
+
+
+def test_successes_still_reach_the_monitor_when_it_would_act_on_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from django_q.signals import post_execute
+
+    sent = Sent()
+    monkeypatch.setattr(Conf, "SAVE_LIMIT", 250)  # a saving cluster stores its successes
+    lookahead.Results(sent, drops_successes=True).put(finished(True))
+    monkeypatch.setattr(Conf, "SAVE_LIMIT", -1)
+    lookahead.Results(sent, drops_successes=False).put(finished(True))  # a broker's ack
+
+    def listener(**_: Any) -> None:
+        pass
+
+    post_execute.connect(listener)
+    try:
+        lookahead.Results(sent, drops_successes=True).put(finished(True))
+    finally:
+        post_execute.disconnect(listener)
+    assert len(sent) == 3
+
+
+@pytest.mark.parametrize(
+    ("broker_class", "orm", "nothing"),
+    [
+        ("jobs.runtime.promisebroker.PromiseBroker", "default", True),
+        ("django_q.brokers.orm.ORM", "default", False),
+        (None, None, True),  # django-q2's Redis broker
+        (None, "default", False),  # django-q2's own database broker deletes on ack
+    ],
+)
+def test_which_brokers_acknowledge_nothing(
+    monkeypatch: pytest.MonkeyPatch, broker_class: str | None, orm: str | None, nothing: bool
+) -> None:
+    monkeypatch.setattr(Conf, "BROKER_CLASS", broker_class)
+    monkeypatch.setattr(Conf, "ORM", orm)
+    assert lookahead.acknowledges_nothing() is nothing
