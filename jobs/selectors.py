@@ -70,16 +70,6 @@ def decode_cursor(cursor: str) -> tuple[int, str]:
         raise InvalidRequest("invalid_cursor", "cursor is not one this API returned") from None
 
 
-def clamp_limit(limit: Any) -> int:
-    if limit in (None, ""):
-        return DEFAULT_LIMIT
-    try:
-        value = int(limit)
-    except (TypeError, ValueError):
-        raise InvalidRequest("invalid_limit", f"limit must be an integer; got {limit!r}") from None
-    return max(1, min(MAX_LIMIT, value))
-
-
 @dataclass(frozen=True)
 class Page:
     jobs: list[JobState]
@@ -116,11 +106,11 @@ def conditions(
 def page(
     filters: dict[str, Any],
     *,
-    limit: Any = None,
+    limit: int = DEFAULT_LIMIT,
     cursor: str | None = None,
     organization_id: str | None = None,
 ) -> Page:
-    size = clamp_limit(limit)
+    """A keyset page of `limit` jobs (the caller checked it: `jobs.api.parameters`)."""
     narrowed = conditions(filters, organization_id=organization_id)
     if narrowed is None:
         return Page([], None)
@@ -134,10 +124,10 @@ def page(
             Q(created_at__lt=created_at) | Q(created_at=created_at, id__lt=job_id)
         )
     with index_walks.walking():
-        found = list(rows.values_list("state", flat=True)[: size + 1])
-    jobs = [job_from_wire(wire) for wire in found[:size]]
+        found = list(rows.values_list("state", flat=True)[: limit + 1])
+    jobs = [job_from_wire(wire) for wire in found[:limit]]
     next_cursor = None
-    if len(found) > size:
+    if len(found) > limit:
         last = jobs[-1]
         next_cursor = encode_cursor(last.created_at, last.job_id)
     return Page(jobs, next_cursor)

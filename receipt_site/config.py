@@ -287,14 +287,7 @@ _SPECS = (
         0,
         _MS,
     ),
-    _Spec(
-        "RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_SCAN_LIMIT",
-        "watchdog_scan_limit",
-        "int",
-        200,
-        None,
-        None,
-    ),
+    _Spec("RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_SCAN_LIMIT", "watchdog_scan_limit", "int", 200),
     _Spec("RESONATE_STARTUP_SETTLE_MS", "startup_settle_ms", "int", 1_000, 0, _MS),
     _Spec("RUNWORKER_STOP_GRACE_S", "runworker_stop_grace_s", "int", 30, 0, 86_400),
     _Spec("RECEIPT_RESONATE_CALLBACK_URL", "resonate_callback_url", "optstr"),
@@ -381,11 +374,7 @@ def _parse(spec: _Spec, raw: Any) -> Any:
             value = int(raw)
         except ValueError:
             raise ConfigError(spec.env, f"must be an integer, got {raw!r}") from None
-        if spec.low is not None and value < spec.low:
-            raise ConfigError(spec.env, f"must be >= {spec.low}, got {value}")
-        if spec.high is not None and value > spec.high:
-            raise ConfigError(spec.env, f"must be <= {spec.high}, got {value}")
-        return value
+        return _in_bounds(spec, spec.env, value)
     if spec.kind == "bool":
         lowered = raw.lower()
         if lowered in _TRUE:
@@ -395,12 +384,23 @@ def _parse(spec: _Spec, raw: Any) -> Any:
         raise ConfigError(spec.env, f"must be one of 1/0/true/false, got {raw!r}")
     if spec.kind == "list":
         return _hosts(raw)
-    if spec.choices:
-        for choice in spec.choices:  # case-insensitive; the table's spelling is canonical
-            if raw.lower() == choice.lower():
-                return choice
-        raise ConfigError(spec.env, f"must be one of {', '.join(spec.choices)}, got {raw!r}")
-    return raw
+    return _choice(spec.choices, spec.env, raw) if spec.choices else raw
+
+
+def _in_bounds(spec: _Spec, name: str, value: int) -> int:
+    if spec.low is not None and value < spec.low:
+        raise ConfigError(name, f"must be >= {spec.low}, got {value}")
+    if spec.high is not None and value > spec.high:
+        raise ConfigError(name, f"must be <= {spec.high}, got {value}")
+    return value
+
+
+def _choice(choices: tuple[str, ...], name: str, given: str) -> str:
+    """Case-insensitive; the table's spelling is canonical."""
+    for choice in choices:
+        if given.strip().lower() == choice.lower():
+            return choice
+    raise ConfigError(name, f"must be one of {', '.join(choices)}, got {given!r}")
 
 
 def _schedules(spec: _Spec, raw: Any) -> tuple[Schedule, ...]:
@@ -487,11 +487,7 @@ def _typed(spec: _Spec, name: str, value: Any) -> Any:
     if spec.kind in ("int", "optint"):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(name, f"must be an integer, got {value!r}")
-        if spec.low is not None and value < spec.low:
-            raise ConfigError(name, f"must be >= {spec.low}, got {value}")
-        if spec.high is not None and value > spec.high:
-            raise ConfigError(name, f"must be <= {spec.high}, got {value}")
-        return value
+        return _in_bounds(spec, name, value)
     if spec.kind == "bool":
         if not isinstance(value, bool):
             raise ConfigError(name, f"must be True or False, got {value!r}")
@@ -502,12 +498,7 @@ def _typed(spec: _Spec, name: str, value: Any) -> Any:
         return tuple(v.strip() for v in value if v.strip())
     if not isinstance(value, str):
         raise ConfigError(name, f"must be a string, got {value!r}")
-    if spec.choices:
-        for choice in spec.choices:
-            if value.strip().lower() == choice.lower():
-                return choice
-        raise ConfigError(name, f"must be one of {', '.join(spec.choices)}, got {value!r}")
-    return value
+    return _choice(spec.choices, name, value) if spec.choices else value
 
 
 def _checked(values: dict[str, Any], names: Mapping[str, str]) -> Config:

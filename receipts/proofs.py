@@ -132,9 +132,3 @@ def consistency(old: Stored, new: Stored) -> log_proofs.ConsistencyProof:
 
 def inclusion_for(ref: str, checkpoint_ref: str | None = None) -> log_proofs.InclusionProof:
     return inclusion(locate(ref), checkpoints.resolve(checkpoint_ref))
-
-
-def consistency_for(old_ref: str, new_ref: str | None = None) -> log_proofs.ConsistencyProof:
-    return consistency(
-        checkpoints.resolve(old_ref, field="old"), checkpoints.resolve(new_ref, field="new")
-    )

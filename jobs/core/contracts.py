@@ -87,12 +87,13 @@ class KindContract:
 
     kind: str
     worker_group: str  # a built-in group for the table's kinds; any group for the deployment's
-    durable_workflow: str | None  # "-" in the spec table
-    durable_activity: bool
-    objective_scoped: bool
-    reconcile_on_terminal_or_expired_lease: bool
-    live_execution: bool
-    terminal_objective_audit: bool
+    # Factory's flags: off for a deployment's own kinds (`register_kind`)
+    durable_workflow: str | None = None  # "-" in the spec table
+    durable_activity: bool = False
+    objective_scoped: bool = False
+    reconcile_on_terminal_or_expired_lease: bool = False
+    live_execution: bool = False
+    terminal_objective_audit: bool = False
     auth_context_required: bool = True
     built_in: bool = True
 
@@ -190,12 +191,7 @@ def register_kind(
     contract = KindContract(
         kind=kind,
         worker_group=worker_group,
-        durable_workflow=None,
-        durable_activity=False,
-        objective_scoped=False,
-        reconcile_on_terminal_or_expired_lease=False,
         live_execution=live_execution,
-        terminal_objective_audit=False,
         auth_context_required=auth_context_required,
         built_in=False,
     )

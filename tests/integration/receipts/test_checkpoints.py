@@ -251,7 +251,7 @@ def test_a_consistency_proof_between_any_two_checkpoints_verifies():
             proof = proofs.consistency(old, new)
             assert consistency_fault(proof, old.checkpoint, new.checkpoint) is None
     with pytest.raises(InvalidReference, match="old: checkpoint 3"):
-        proofs.consistency_for("3", "1")
+        proofs.consistency(made[2], made[0])
 
 
 # ---- the command line, and the offline verifier on its files --------------------------------
