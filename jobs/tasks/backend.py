@@ -33,7 +33,7 @@ from jobs.tasks.framework import (
     TaskResultDoesNotExist,
     task_enqueued,
 )
-from jobs.tasks.options import ReceiptOptions, ReceiptTask, backend_defaults, options_of
+from jobs.tasks.options import ReceiptTask, backend_defaults, options_of
 from jobs.timing_config import current_timing
 
 
@@ -52,6 +52,7 @@ class ReceiptBackend(BaseTaskBackend):
     def __init__(self, alias: str, params: dict[str, Any]) -> None:
         super().__init__(alias, params)
         self.defaults = backend_defaults(alias, self.options)
+        self._planned: dict[int, _Plan] = {}  # by id(task): see `_plan`
         known = {DEFAULT_TASK_QUEUE_NAME, *declared_groups()}
         unknown = sorted(set(self.queues) - known)
         if unknown:
@@ -70,23 +71,12 @@ class ReceiptBackend(BaseTaskBackend):
             )
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        self.validate_task(task)
+        plan = self._plan(task)
         body = payload.build(task, args, kwargs, backend=self.alias)
-        options = self._options(task)
-        if options.retry is not None:  # the worker reads the task's policy from its job
-            body[retry_policy.PAYLOAD_KEY] = options.retry.to_wire()
+        if plan.retry is not None:  # the worker reads the task's policy from its job
+            body[retry_policy.PAYLOAD_KEY] = plan.retry.to_wire()
         try:
-            enqueued = queue.enqueue(
-                payload.AGENT_ID,
-                body,
-                job_id=options.job_id,
-                session_key=options.session_key,
-                singleton_mode=options.singleton,
-                max_attempts=options.max_attempts,
-                policy_max_attempts=options.retry.max_attempts if options.retry else None,
-                code_policy=options.retry is not None,
-                **_scheduling(task),
-            )
+            enqueued = queue.enqueue(payload.AGENT_ID, body, **plan.options)
         except InvalidRequest as error:  # payload too large or too deep: nothing written
             raise InvalidTask(f"{task.module_path}: {error}") from None
         if not enqueued.created:  # the job under its id, or the one a singleton steered
@@ -107,11 +97,43 @@ class ReceiptBackend(BaseTaskBackend):
         except TaskResultDoesNotExist:
             raise InvalidTask(f"job {job_id} exists and is not a task's") from None
 
-    def _options(self, task: Task) -> ReceiptOptions:
+    def _plan(self, task: Task) -> _Plan:
+        """The task validated, with the options its enqueues pass: made once per task and
+        configuration. A `Task` is frozen (`.using()` makes a new one), and what else
+        validation reads, the declared worker groups, changes only with the settings."""
+        timing = current_timing()
+        plan = self._planned.get(id(task))
+        if plan is not None and plan.task is task and plan.timing is timing:
+            return plan
+        self.validate_task(task)
         own = options_of(task)
         if own.max_attempts is None and self.defaults.max_attempts is not None:
-            return dataclasses.replace(own, max_attempts=self.defaults.max_attempts)
-        return own
+            own = dataclasses.replace(own, max_attempts=self.defaults.max_attempts)
+        options = {
+            "job_id": own.job_id,
+            "session_key": own.session_key,
+            "singleton_mode": own.singleton,
+            "max_attempts": own.max_attempts,
+            "policy_max_attempts": own.retry.max_attempts if own.retry else None,
+            "code_policy": own.retry is not None,
+            **_scheduling(task),
+        }
+        if len(self._planned) >= PLANS_KEPT:  # tasks made per call by `.using()`
+            self._planned.clear()
+        plan = _Plan(task, timing, options, own.retry)
+        self._planned[id(task)] = plan
+        return plan
+
+
+PLANS_KEPT = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class _Plan:
+    task: Task
+    timing: Any
+    options: dict[str, Any]  # the keywords of `queue.enqueue`
+    retry: Any  # the task's RetryPolicy, if it has one
 
 
 def _scheduling(task: Task) -> dict[str, Any]:

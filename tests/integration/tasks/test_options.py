@@ -3,6 +3,7 @@ status (issue 33 item 2), on both databases."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 from typing import Any
 
@@ -194,3 +195,20 @@ def test_a_running_job_reads_as_running_and_a_lost_attempt_as_an_error():
     assert done.worker_ids == ["w-1", "w-2"]
     assert done.started_at == running.started_at
     assert (done.last_attempted_at, done.finished_at) == (moment(later + 1), moment(later + 2))
+
+
+def test_a_task_is_checked_again_when_the_declared_groups_change(settings):
+    """The backend checks a task once per configuration (a `Task` is frozen): a group
+    declared when the task was made and gone later refuses its next enqueue."""
+    emails = {"emails": {"concurrency": 1, "lease_ms": 60_000, "execution_timeout_ms": 20_000}}
+    declared = settings.RECEIPT
+    settings.RECEIPT = dataclasses.replace(declared, worker_groups=emails)
+    with override_settings(TASKS=receipt_backend(QUEUES=[])):
+        mailer = defs.add.using(queue_name="emails")
+        first = mailer.enqueue(1, 2)
+        assert Job.objects.get(pk=first.id).worker_group == "emails"
+        assert Job.objects.get(pk=mailer.enqueue(3, 4).id).worker_group == "emails"
+        settings.RECEIPT = declared
+        with pytest.raises(InvalidTask, match="Queue 'emails' is not a worker group"):
+            mailer.enqueue(5, 6)
+    assert Job.objects.filter(worker_group="emails").count() == 2
