@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from django.contrib.admin.utils import quote
 from playwright.sync_api import Page, expect
 
 from jobs import queue
@@ -241,3 +242,20 @@ def test_a_job_waiting_out_its_backoff_shows_when_it_retries(tab: Page):
     shot(tab, "job-backoff")
     sizes = tab.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
     assert sizes[0] <= sizes[1], sizes
+
+
+def test_a_stream_with_long_receipt_bodies_fits_the_window(tab: Page):
+    """A long body, context and type stay inside their cells at 1280 px: the table
+    does not push the page wider than the window (the header bar stops at its edge)."""
+    long_text = "lorem-ipsum-" * 40
+    job_id = queue.enqueue(
+        "factory",
+        {"kind": "factory.run", "authContext": AUTH, "note": long_text, "more": [long_text] * 3},
+    ).job.job_id
+    tab.goto(f"/admin/receipts/stream/{quote('jobs/' + job_id)}/change/")
+    expect(tab.locator("h1")).to_have_text(f"jobs/{job_id}")
+    tab.locator("#rcpt-receipts details summary").first.click()  # the whole body, opened
+    expect(tab.locator("#rcpt-receipts pre.rcpt-json").first).to_be_visible()
+    shot(tab, "stream-long-body")
+    widths = tab.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+    assert widths[0] <= widths[1], widths
