@@ -21,8 +21,6 @@ from django.db import transaction
 
 from jobs.core import queue_state
 from jobs.core.queue_state import PAUSED, RESUMED, QueueState, group_from_stream, stream_of
-
-__all__ = ["QueueNotFound", "is_paused", "listing", "pause", "resume", "stream_of"]
 from jobs.errors import JobsError
 from jobs.models import Queue
 from jobs.timing_config import current_timing
@@ -32,6 +30,7 @@ from receipts import store
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.projection import RowProjector, stored_state
 
+__all__ = ["QueueNotFound", "is_paused", "listing", "pause", "resume", "stream_of"]
 logger = logging.getLogger("receipt.queues")
 CACHE_KEY = "queue"  # StreamHandle.cache slot: the queue's state as of the stream head
 PAUSE_CHECK_S = 1.0  # how stale a worker's view of the pause may be (the Redis broker)
