@@ -1,4 +1,12 @@
+from typing import Any
+
 from django.apps import AppConfig, apps
+
+
+def add_once(registry: list[Any], entry: Any) -> None:
+    """Add `entry` to an app's hook list unless it is there: `ready()` may run again."""
+    if entry not in registry:
+        registry.append(entry)
 
 
 class JobsConfig(AppConfig):
@@ -29,23 +37,15 @@ class JobsConfig(AppConfig):
         contracts.offer_factory_kinds(apps.is_installed("objectives"))  # Factory is optional
         schedule_projector.register()  # schedules/<name> (issue 34)
         queues.register()  # queues/<group>: pausing a worker group (issue 34)
-        if metrics.count_auth_failure not in failures.observers:
-            failures.observers.append(metrics.count_auth_failure)  # /metrics, issue 31
-        if counters.observe_append not in store.append_observers:
-            store.append_observers.append(counters.observe_append)  # /metrics append latency
+        add_once(failures.observers, metrics.count_auth_failure)  # /metrics, issue 31
+        add_once(store.append_observers, counters.observe_append)  # /metrics append latency
         receipt_retention.pruners["jobs"] = retention.prune  # `receipts prune`
-        if retention.check not in receipt_retention.checks:
-            receipt_retention.checks.append(retention.check)  # `receipts verify`
-        if due.send_executes not in limits.on_woken:
-            limits.on_woken.append(due.send_executes)  # a freed slot's held delivery
-        if dispatch.dispatch_created not in queue.on_commit_listeners:
-            queue.on_commit_listeners.append(dispatch.dispatch_created)  # D-2
+        add_once(receipt_retention.checks, retention.check)  # `receipts verify`
+        add_once(limits.on_woken, due.send_executes)  # a freed slot's held delivery
+        add_once(queue.on_commit_listeners, dispatch.dispatch_created)  # D-2
         if not queue.joined_dispatch:
             queue.joined_dispatch.append(dispatch.joined_promises)
-        if redelivery.loops not in loops.providers:
-            loops.providers.append(redelivery.loops)  # Redis: re-push what Redis lost
+        add_once(loops.providers, redelivery.loops)  # Redis: re-push what Redis lost
         task_handler.register_if_configured()  # Django's task framework: agent django-task
-        if schedules.loops not in loops.providers:
-            loops.providers.append(schedules.loops)  # every runworker fires due ticks
-        if store_log.loops not in loops.providers:
-            loops.providers.append(store_log.loops)  # the store-wide log and its checkpoints
+        add_once(loops.providers, schedules.loops)  # every runworker fires due ticks
+        add_once(loops.providers, store_log.loops)  # the store-wide log and its checkpoints

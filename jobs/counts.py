@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from django.db import connection
 
 from jobs import index_walks
-from jobs.core.vocabulary import ACTIVE_STATUSES, LANES, STATUSES
+from jobs.core.vocabulary import ACTIVE_ORDER, LANES
 from jobs.timing_config import current_timing
 
 # Caps, chosen so that a saturated count costs about a millisecond (~0.15 us an entry on
@@ -27,7 +27,6 @@ from jobs.timing_config import current_timing
 CELL_CAP = 100  # active jobs counted per (status, lane, group) cell; more read "100+"
 STATUS_CAP = 1_000  # active jobs counted per status; more read "1,000+"
 SETTLED_CAP = 10_000  # jobs settled in a recent window counted per status
-ACTIVE_ORDER = tuple(s for s in STATUSES if s in ACTIVE_STATUSES)
 _ACTIVE_SQL = ", ".join(f"'{s}'" for s in ACTIVE_ORDER)  # the partial index's predicate
 
 

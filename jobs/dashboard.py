@@ -41,7 +41,7 @@ from jobs.core.diagnosis import slot_state
 from jobs.core.groups import BUILTIN_GROUPS
 from jobs.core.names import worker_cluster
 from jobs.core.timing import concurrency_for, execution_timeout_ms
-from jobs.core.vocabulary import ACTIVE_STATUSES, LANES, STATUSES
+from jobs.core.vocabulary import ACTIVE_ORDER, LANES, TERMINAL_ORDER
 from jobs.runtime import loops, processes, promises, sandbox
 from jobs.runtime.roles import connection_budget, connections_per_runworker
 from jobs.timing_config import current_timing
@@ -52,8 +52,6 @@ from receipts.clock import now_ms as wall_clock_ms
 RECENT_MS = 60 * 60_000  # terminal counts and throughput: the last 60 minutes
 SHORT_MS = 5 * 60_000  # ...and the last 5 minutes
 BUCKET_MS = 60_000  # the chart's bar: one minute of the last hour
-ACTIVE_ORDER = tuple(s for s in STATUSES if s in ACTIVE_STATUSES)
-TERMINAL_ORDER = selectors.SETTLED
 
 
 def queue_depth(*, now_ms: int) -> dict[str, Any]:

@@ -23,7 +23,7 @@ from access import failures
 from access.principals import BadCredentials, principal_for_request
 from jobs import callbacks, counts
 from jobs.api.errors import error_response
-from jobs.core.vocabulary import ACTIVE_STATUSES, STATUSES, TERMINAL_STATUSES
+from jobs.core.vocabulary import ACTIVE_ORDER, TERMINAL_ORDER
 from jobs.models import Counter, LoopRun
 from jobs.runtime import counters, processes
 from jobs.timing_config import current_timing
@@ -31,8 +31,6 @@ from receipts.clock import now_ms as wall_clock_ms
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 HOUR_MS = 3_600_000
-ACTIVE_ORDER = tuple(s for s in STATUSES if s in ACTIVE_STATUSES)
-TERMINAL_ORDER = tuple(s for s in STATUSES if s in TERMINAL_STATUSES)
 AUTH_FAILURES = "receipt_auth_failures_total"  # refused credentials by reason (issue 31)
 
 

@@ -28,8 +28,7 @@ from jobs.core.vocabulary import (
     JOB_PROGRESS,
     LANES,
     LEASED_STATUSES,
-    STATUSES,
-    TERMINAL_STATUSES,
+    TERMINAL_ORDER,
     job_stream,
     validate_job_id,
 )
@@ -277,8 +276,6 @@ def canceled_by(job_ids: Iterable[str]) -> dict[str, str | None]:
 
 # ---- reads of the dashboard, the diagnosis, the runtime and the simulation -------------
 
-SETTLED = tuple(s for s in STATUSES if s in TERMINAL_STATUSES)  # in vocabulary order
-
 
 def settled_since(since: int) -> list[QuerySet[Job]]:
     """The jobs settled (terminal, last updated) at or after `since`, one unordered query
@@ -293,7 +290,8 @@ def settled_since(since: int) -> list[QuerySet[Job]]:
     condition names `failed`, and which holds every queued job) for a cheap bitmap of the
     failed jobs, and read a million entries of it."""
     return [
-        Job.objects.filter(status=status, updated_at__gte=since).order_by() for status in SETTLED
+        Job.objects.filter(status=status, updated_at__gte=since).order_by()
+        for status in TERMINAL_ORDER
     ]
 
 

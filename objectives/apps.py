@@ -8,6 +8,7 @@ class ObjectivesConfig(AppConfig):
 
     def ready(self) -> None:
         from jobs import queue, retention
+        from jobs.apps import add_once
         from jobs.runtime import loops
         from objectives import handlers, job_page, ledger, listeners, projector, runtime
         from objectives.selectors import unsettled_objective_of_job
@@ -16,9 +17,6 @@ class ObjectivesConfig(AppConfig):
         job_page.register()  # the admin job page's objective links and ledger (U-2, W-3)
         handlers.register()  # the four built-in agent ids (K-4)
         for listener in (ledger.on_job_mutation, listeners.on_job_mutation):
-            if listener not in queue.mutation_listeners:
-                queue.mutation_listeners.append(listener)  # W-3, O-8 (after commit)
-        if unsettled_objective_of_job not in retention.holds:
-            retention.holds.append(unsettled_objective_of_job)  # its jobs outlive retention
-        if runtime.role_loops not in loops.providers:
-            loops.providers.append(runtime.role_loops)  # L-3, L-4 seeding, L-5
+            add_once(queue.mutation_listeners, listener)  # W-3, O-8 (after commit)
+        add_once(retention.holds, unsettled_objective_of_job)  # its jobs outlive retention
+        add_once(loops.providers, runtime.role_loops)  # L-3, L-4 seeding, L-5

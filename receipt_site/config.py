@@ -196,6 +196,13 @@ class _Spec:
 
 
 _MS = 10**9  # a generous ceiling for millisecond values (~11 days)
+
+
+def _ms(env: str, attr: str, default: int | None, low: int) -> _Spec:
+    """A duration in milliseconds, `low` to _MS; unset is None when `default` is None."""
+    return _Spec(env, attr, "int" if default is not None else "optint", default, low, _MS)
+
+
 _SPECS = (
     _Spec("DATABASE_URL", "database_url", "optstr"),
     _Spec("RECEIPT_DATA_DIR", "data_dir", "str", "./.receipt"),
@@ -206,18 +213,14 @@ _SPECS = (
     ),
     _Spec("RECEIPT_HANDLER_MODULES", "handler_modules", "list", ""),
     _Spec("RECEIPT_PROCESS_ROLE", "process_role", "optstr"),
-    _Spec("JOB_LEASE_MS", "job_lease_ms", "int", 300_000, 1000, _MS),
-    _Spec("CODEX_JOB_LEASE_MS", "codex_job_lease_ms", "int", 900_000, 1000, _MS),
-    _Spec(
-        "FACTORY_CONTROL_JOB_LEASE_MS", "factory_control_job_lease_ms", "int", 900_000, 1000, _MS
-    ),
-    _Spec(
+    _ms("JOB_LEASE_MS", "job_lease_ms", 300_000, 1000),
+    _ms("CODEX_JOB_LEASE_MS", "codex_job_lease_ms", 900_000, 1000),
+    _ms("FACTORY_CONTROL_JOB_LEASE_MS", "factory_control_job_lease_ms", 900_000, 1000),
+    _ms(
         "FACTORY_CONTROL_JOB_EXECUTION_TIMEOUT_MS",
         "factory_control_job_execution_timeout_ms",
-        "optint",
         None,
         1000,
-        _MS,
     ),
     _Spec("RECEIPT_RESONATE_EXECUTE_CONCURRENCY", "execute_concurrency", "optint", None, 1, 256),
     _Spec("CHAT_JOB_CONCURRENCY", "chat_job_concurrency", "int", 4, 1, 256),
@@ -225,75 +228,39 @@ _SPECS = (
     _Spec("CODEX_JOB_CONCURRENCY", "codex_job_concurrency", "int", 1, 1, 256),
     _Spec("RECEIPT_WORKER_GROUPS", "worker_groups", "groups", ""),
     _Spec("RECEIPT_PRIORITY_AGING_MS", "priority_aging_ms", "int", 60_000, 1, 86_400_000),
-    _Spec(
-        "RECEIPT_RESONATE_HEARTBEAT_INTERVAL_MS", "heartbeat_interval_ms", "optint", None, 100, _MS
-    ),
-    _Spec("RECEIPT_RESONATE_ACTIVE_STALE_MS", "active_stale_ms", "int", 600_000, 1000, _MS),
-    _Spec(
-        "RECEIPT_RESONATE_QUEUED_REDRIVE_INTERVAL_MS",
-        "queued_redrive_interval_ms",
-        "int",
-        15_000,
-        100,
-        _MS,
-    ),
-    _Spec(
-        "RECEIPT_RESONATE_QUEUED_REDRIVE_MIN_AGE_MS",
-        "queued_redrive_min_age_ms",
-        "int",
-        30_000,
-        0,
-        _MS,
-    ),
-    _Spec(
-        "RECEIPT_RESONATE_QUEUED_REDRIVE_COOLDOWN_MS",
-        "queued_redrive_cooldown_ms",
-        "int",
-        15_000,
-        0,
-        _MS,
-    ),
-    _Spec(
+    _ms("RECEIPT_RESONATE_HEARTBEAT_INTERVAL_MS", "heartbeat_interval_ms", None, 100),
+    _ms("RECEIPT_RESONATE_ACTIVE_STALE_MS", "active_stale_ms", 600_000, 1000),
+    _ms("RECEIPT_RESONATE_QUEUED_REDRIVE_INTERVAL_MS", "queued_redrive_interval_ms", 15_000, 100),
+    _ms("RECEIPT_RESONATE_QUEUED_REDRIVE_MIN_AGE_MS", "queued_redrive_min_age_ms", 30_000, 0),
+    _ms("RECEIPT_RESONATE_QUEUED_REDRIVE_COOLDOWN_MS", "queued_redrive_cooldown_ms", 15_000, 0),
+    _ms(
         "RECEIPT_RESONATE_QUEUED_REDRIVE_STARTUP_DELAY_MS",
         "queued_redrive_startup_delay_ms",
-        "int",
         5_000,
         0,
-        _MS,
     ),
-    _Spec(
+    _ms(
         "RECEIPT_OBJECTIVE_CONTROL_OUTBOX_REDRIVE_INTERVAL_MS",
         "control_outbox_redrive_interval_ms",
-        "int",
         5_000,
         100,
-        _MS,
     ),
-    _Spec(
+    _ms(
         "RECEIPT_OBJECTIVE_CONTROL_OUTBOX_REDRIVE_TIMEOUT_MS",
         "control_outbox_redrive_timeout_ms",
-        "int",
         15_000,
         100,
-        _MS,
     ),
     _Spec("RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_ENABLED", "watchdog_enabled", "bool", True),
     _Spec("RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_CRON", "watchdog_cron", "str", "* * * * *"),
-    _Spec(
-        "RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_TIMEOUT_MS",
-        "watchdog_timeout_ms",
-        "int",
-        60_000,
-        0,
-        _MS,
-    ),
+    _ms("RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_TIMEOUT_MS", "watchdog_timeout_ms", 60_000, 0),
     _Spec("RECEIPT_FACTORY_OBJECTIVE_WATCHDOG_SCAN_LIMIT", "watchdog_scan_limit", "int", 200),
-    _Spec("RESONATE_STARTUP_SETTLE_MS", "startup_settle_ms", "int", 1_000, 0, _MS),
+    _ms("RESONATE_STARTUP_SETTLE_MS", "startup_settle_ms", 1_000, 0),
     _Spec("RUNWORKER_STOP_GRACE_S", "runworker_stop_grace_s", "int", 30, 0, 86_400),
     _Spec("RECEIPT_RESONATE_CALLBACK_URL", "resonate_callback_url", "optstr"),
     _Spec("RECEIPT_EVENT_CALLBACK_URL", "event_callback_url", "optstr"),
     _Spec("RECEIPT_CALLBACK_TOKEN", "callback_token", "optstr"),
-    _Spec("RECEIPT_CALLBACK_RETRY_FOR_MS", "callback_retry_for_ms", "int", 3_600_000, 1000, _MS),
+    _ms("RECEIPT_CALLBACK_RETRY_FOR_MS", "callback_retry_for_ms", 3_600_000, 1000),
     # Live events (receipts.live.config): keepalive, SQLite poll, shared threads, ring
     _Spec("RECEIPT_SSE_KEEPALIVE_MS", "sse_keepalive_ms", "int", 5000, 50, 600_000),
     _Spec("RECEIPT_SSE_POLL_MS", "sse_poll_ms", "int", 250, 10, 10_000),
@@ -314,22 +281,15 @@ _SPECS = (
     _Spec("RECEIPT_COMMAND_MEMORY_MB", "command_memory_mb", "int", 4096, 16, 1 << 22),
     _Spec("RECEIPT_COMMAND_PROCESSES", "command_processes", "int", 512, 8, 1 << 22),
     _Spec("RECEIPT_COMMAND_FILE_MB", "command_file_mb", "int", 1024, 1, 1 << 24),
-    _Spec(
-        "RECEIPT_FACTORY_MONITOR_INTERVAL_MS",
-        "factory_monitor_interval_ms",
-        "int",
-        10_000,
-        100,
-        _MS,
-    ),
+    _ms("RECEIPT_FACTORY_MONITOR_INTERVAL_MS", "factory_monitor_interval_ms", 10_000, 100),
     _Spec("RECEIPT_RETENTION_ENABLED", "retention_enabled", "bool", True),
     _Spec("RECEIPT_RETENTION_DAYS", "retention_days", "int", 30, 1, 36_500),
     _Spec("RECEIPT_RETENTION_WATCHDOG_DAYS", "retention_watchdog_days", "int", 2, 1, 36_500),
     _Spec("RECEIPT_RETENTION_CONTROL_DAYS", "retention_control_days", "int", 7, 1, 36_500),
     # The store-wide log and its signed checkpoints (receipts.log, receipts.checkpoints)
     _Spec("RECEIPT_LOG_ENABLED", "log_enabled", "bool", True),
-    _Spec("RECEIPT_LOG_INTERVAL_MS", "log_interval_ms", "int", 5_000, 100, _MS),
-    _Spec("RECEIPT_CHECKPOINT_INTERVAL_MS", "checkpoint_interval_ms", "int", 60_000, 1000, _MS),
+    _ms("RECEIPT_LOG_INTERVAL_MS", "log_interval_ms", 5_000, 100),
+    _ms("RECEIPT_CHECKPOINT_INTERVAL_MS", "checkpoint_interval_ms", 60_000, 1000),
     _Spec("RECEIPT_CHECKPOINT_KEY_FILE", "checkpoint_key_file", "optstr"),
     _Spec("RECEIPT_CHECKPOINT_KEY", "checkpoint_key", "optstr"),
     _Spec("RECEIPT_MAX_PAYLOAD_BYTES", "max_payload_bytes", "int", 1_048_576, 1024, 64 * 1_048_576),

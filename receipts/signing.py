@@ -28,15 +28,6 @@ class SigningKeyError(ValueError):
     """Key material that is not an Ed25519 key of the kind asked for."""
 
 
-def generate_private_key_pem() -> bytes:
-    """A new private key, PEM (PKCS#8, unencrypted): `openssl genpkey -algorithm ed25519`."""
-    return Ed25519PrivateKey.generate().private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.PKCS8,
-        serialization.NoEncryption(),
-    )
-
-
 def load_private_key(pem: bytes) -> Ed25519PrivateKey:
     try:
         key = serialization.load_pem_private_key(pem, password=None)

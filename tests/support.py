@@ -32,6 +32,18 @@ def listening(channel: str) -> Iterator[Any]:
         listener.close()
 
 
+def generate_private_key_pem() -> bytes:
+    """A new signing key, PEM (PKCS#8, unencrypted): `openssl genpkey -algorithm ed25519`."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    return Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+
+
 def present(value: T | None) -> T:
     """`value`, which the test expects to be there (a read of what it just wrote)."""
     assert value is not None

@@ -8,18 +8,17 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.utils import unquote
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
 
 from jobs import queues
 from jobs.errors import JobsError
 from jobs.models import Queue
-from receipts.admin_kit import OperatorAdmin, require, stream_url, utc
+from receipts.admin_kit import OwnChangePage, require, stream_url, utc
 
 
 @admin.register(Queue)
-class QueueAdmin(OperatorAdmin):
+class QueueAdmin(OwnChangePage):
     """Viewing needs `jobs.view_queue`, pausing and resuming `jobs.change_queue`."""
 
     def changelist_view(
@@ -48,17 +47,11 @@ class QueueAdmin(OperatorAdmin):
         }
         return self.render_page(request, "admin/jobs/queue/queues.html", context, extra_context)
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
+    def object_page(
+        self, request: HttpRequest, group: str, extra_context: dict[str, Any] | None
     ) -> HttpResponse:
         """A queue's page is its stream: every pause and resume, with `by`."""
-        require(self.has_view_permission(request))
-        # the admin's URL quotes the name (`_` as `_5F`): the group is the unquoted one
-        return HttpResponseRedirect(stream_url(queues.stream_of(unquote(object_id))))
+        return HttpResponseRedirect(stream_url(queues.stream_of(group)))
 
     def _act(self, request: HttpRequest) -> HttpResponse:
         require(self.has_change_permission(request))

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
-from django.contrib.admin.utils import quote, unquote
+from django.contrib.admin.utils import quote
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import reverse
@@ -23,13 +23,13 @@ from jobs.dashboard_tables import status_badge
 from jobs.errors import JobsError
 from jobs.models import Job, Schedule
 from observability.logs import log_event
-from receipts.admin_kit import NONE_HTML, OperatorAdmin, stream_url, titled, utc
+from receipts.admin_kit import NONE_HTML, OwnChangePage, stream_url, titled, utc
 
 logger = logging.getLogger("jobs.admin")
 
 
 @admin.register(Schedule)
-class ScheduleAdmin(OperatorAdmin):
+class ScheduleAdmin(OwnChangePage):
     """Viewing needs `jobs.view_schedule`, acting `jobs.change_schedule`. Schedules are
     declared in settings or code: none is added, edited or deleted here."""
 
@@ -55,17 +55,11 @@ class ScheduleAdmin(OperatorAdmin):
         outcome = Job.objects.filter(pk=OuterRef("last_job_id")).values("status")[:1]
         return super().get_queryset(request).annotate(last_job_status=Subquery(outcome))
 
-    def change_view(
-        self,
-        request: HttpRequest,
-        object_id: str,
-        form_url: str = "",
-        extra_context: dict[str, Any] | None = None,
+    def object_page(
+        self, request: HttpRequest, name: str, extra_context: dict[str, Any] | None
     ) -> HttpResponse:
         """A schedule's page is its stream: every declaration, tick and action, with `by`."""
-        if not self.has_view_permission(request):
-            return super().change_view(request, object_id, form_url, extra_context)
-        return HttpResponseRedirect(stream_url(STREAM_PREFIX + unquote(object_id)))
+        return HttpResponseRedirect(stream_url(STREAM_PREFIX + name))
 
     # ---- columns ---------------------------------------------------------------------------
 

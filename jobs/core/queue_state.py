@@ -4,13 +4,11 @@ one `jobs_queue` row per group that was ever paused."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from jobs.core import flat_wire
 from jobs.core.groups import is_group_name
-from receipts.core import chain
 from receipts.core.chain import Receipt
 
 STREAM_PREFIX: Final = "queues/"
@@ -55,10 +53,6 @@ def reduce(state: QueueState | None, receipt: Receipt) -> QueueState | None:
     return replace(
         state, updated_at=receipt.ts, receipt_count=state.receipt_count + 1, head=receipt.hash
     )
-
-
-def fold(receipts: Sequence[Receipt]) -> QueueState | None:
-    return chain.fold(receipts, reduce)
 
 
 def to_wire(state: QueueState) -> dict[str, Any]:

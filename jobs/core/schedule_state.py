@@ -4,7 +4,7 @@ its next tick and its last run. Pure: the shell writes the next tick into each r
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
@@ -18,7 +18,6 @@ from jobs.core.schedules import (
     RUN_NOW,
     SKIPPED,
 )
-from receipts.core import chain
 from receipts.core.chain import Receipt
 
 ACTIVE: Final = "active"
@@ -125,10 +124,6 @@ def reduce(state: ScheduleState | None, receipt: Receipt) -> ScheduleState | Non
     return replace(
         after, updated_at=receipt.ts, receipt_count=after.receipt_count + 1, head=receipt.hash
     )
-
-
-def fold(receipts: Sequence[Receipt]) -> ScheduleState | None:
-    return chain.fold(receipts, reduce)
 
 
 def to_wire(state: ScheduleState) -> dict[str, Any]:

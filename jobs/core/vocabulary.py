@@ -19,6 +19,9 @@ Status = Literal["queued", "leased", "running", "completed", "failed", "canceled
 STATUSES: Final[tuple[Status, ...]] = get_args(Status)
 ACTIVE_STATUSES: Final[frozenset[Status]] = frozenset({"queued", "leased", "running"})
 TERMINAL_STATUSES: Final[frozenset[Status]] = frozenset({"completed", "failed", "canceled"})
+# ...the same in STATUSES order, as the dashboard, /metrics and the counts list them
+ACTIVE_ORDER: Final = tuple(s for s in STATUSES if s in ACTIVE_STATUSES)
+TERMINAL_ORDER: Final = tuple(s for s in STATUSES if s in TERMINAL_STATUSES)
 # A retry (`job.retried`) reopens a job only from these: a completed job is done.
 RETRYABLE_STATUSES: Final[frozenset[Status]] = frozenset({"failed", "canceled"})
 # A lease is held (and a fence can match) only in these statuses.

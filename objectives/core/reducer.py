@@ -21,7 +21,7 @@ bookkeeping, which the control pass uses to look ahead. Rules decided here:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any, Final
 
@@ -39,7 +39,6 @@ from objectives.core.state import (
     TaskRun,
 )
 from objectives.core.wire import from_wire
-from receipts.core import chain
 from receipts.core.chain import Receipt
 
 MAX_NOTES: Final = 100
@@ -63,10 +62,6 @@ def reduce(state: ObjectiveState | None, receipt: Receipt) -> ObjectiveState | N
         head=receipt.hash,
         updated_at=receipt.ts,
     )
-
-
-def fold_objective(receipts: Iterable[Receipt]) -> ObjectiveState | None:
-    return chain.fold(receipts, reduce)
 
 
 def apply(state: ObjectiveState | None, body: Body, ts: int, *, stream: str = "") -> ObjectiveState:

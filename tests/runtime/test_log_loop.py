@@ -11,6 +11,7 @@ from receipts import checkpoints, log, log_verify, proofs, signing, store
 from receipts.core.log_proofs import inclusion_fault
 from tests.conftest import BACKEND, wait_for
 from tests.runtime.helpers import enqueue, wait_status
+from tests.support import generate_private_key_pem
 
 pytestmark = [
     pytest.mark.runtime,
@@ -23,7 +24,7 @@ pytestmark = [
 
 def test_a_runworker_logs_every_receipt_and_signs_checkpoints(stack, tmp_path: Path):
     key = tmp_path / "log-key.pem"
-    key.write_bytes(signing.generate_private_key_pem())
+    key.write_bytes(generate_private_key_pem())
     public = signing.load_private_key(key.read_bytes()).public_key()
     stack.start("chat", RECEIPT_LOG_ENABLED="0")
     stack.start(

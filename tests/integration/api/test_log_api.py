@@ -18,6 +18,7 @@ from receipts.core.log_proofs import (
     inclusion_from_wire,
 )
 from tests.integration.api.conftest import written
+from tests.support import generate_private_key_pem
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("undispatched")]
 
@@ -103,7 +104,7 @@ def test_a_receipt_past_the_checkpoint_is_a_conflict(api):
 
 
 def test_the_public_key_is_the_signing_keys(api, monkeypatch):
-    pem = signing.generate_private_key_pem()
+    pem = generate_private_key_pem()
     monkeypatch.setattr(
         settings, "RECEIPT", dataclasses.replace(settings.RECEIPT, checkpoint_key=pem.decode())
     )

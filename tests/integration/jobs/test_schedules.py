@@ -19,7 +19,7 @@ from django.core.management.base import CommandError
 
 from jobs import schedules
 from jobs.core import contracts
-from jobs.core.schedule_state import fold
+from jobs.core.schedule_state import reduce
 from jobs.core.schedules import Schedule, tick_job_id
 from jobs.errors import InvalidRequest, ScheduleNotFound
 from jobs.management.commands.runworker import maintenance_loops
@@ -29,6 +29,7 @@ from jobs.runtime import loops
 from jobs.runtime.loops import Report
 from jobs.schedule_projector import row_for
 from receipts import store
+from receipts.core.chain import fold
 from tests.conftest import run_in_threads
 from tests.integration.jobs.helpers import payload
 
@@ -61,7 +62,7 @@ def scheduled_jobs(name: str) -> list[str]:
 
 
 def assert_row_is_the_fold(name: str) -> None:
-    folded = fold(store.read(f"schedules/{name}"))
+    folded = fold(store.read(f"schedules/{name}"), reduce)
     assert folded is not None and store.verify(f"schedules/{name}").ok
     row = ScheduleRow.objects.filter(pk=name).values().first()
     assert row == row_for(folded)

@@ -27,6 +27,7 @@ from receipts.errors import (
     ReceiptNotFound,
 )
 from receipts.models import LogCheckpoint
+from tests.support import generate_private_key_pem
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +39,7 @@ def use_key(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, name: str = "log-ke
     """A fresh Ed25519 key in a file, named by RECEIPT_CHECKPOINT_KEY_FILE; returns the
     public key's file."""
     private = tmp_path / name
-    private.write_bytes(signing.generate_private_key_pem())
+    private.write_bytes(generate_private_key_pem())
     public = tmp_path / (name + ".pub")
     public.write_bytes(signing.public_key_pem(signing.load_private_key(private.read_bytes())))
     monkeypatch.setattr(

@@ -4,8 +4,13 @@ by a resume; other receipt types change nothing; the wire form round-trips."""
 from __future__ import annotations
 
 from jobs.core import queue_state
-from jobs.core.queue_state import PAUSED, RESUMED, fold, group_from_stream
+from jobs.core.queue_state import PAUSED, RESUMED, group_from_stream
+from receipts.core import chain
 from receipts.core.chain import Receipt
+
+
+def fold(receipts: list[Receipt]) -> queue_state.QueueState | None:
+    return chain.fold(receipts, queue_state.reduce)
 
 
 def receipt(kind: str, by: str, ts: int) -> Receipt:

@@ -21,7 +21,7 @@ from jobs.core.schedules import (
     tick_to_fire,
 )
 from jobs.core.vocabulary import validate_job_id
-from receipts.core.chain import Receipt, seal
+from receipts.core.chain import Receipt, fold, seal
 
 MINUTE = 60_000
 T0 = 1_796_515_200_000  # 2026-12-06T00:00:00Z, a whole minute
@@ -217,7 +217,7 @@ def test_the_fold_follows_declaration_ticks_pause_resume_and_run_now() -> None:
             "by": "scheduler",
         },
     )
-    state = schedule_state.fold(receipts)
+    state = fold(receipts, schedule_state.reduce)
     assert state is not None
     assert state.status == "paused" and state.paused_by == "alice"  # a redeclare keeps it paused
     assert state.definition["every"] == 30 and state.last_tick_at == T0 + MINUTE
@@ -237,7 +237,7 @@ def test_the_fold_follows_declaration_ticks_pause_resume_and_run_now() -> None:
         },
         {"type": core.REMOVED, "name": "nightly", "by": "scheduler"},
     )
-    later = schedule_state.fold(more)
+    later = fold(more, schedule_state.reduce)
     assert later is not None
     assert later.status == "removed" and later.next_run_at is None
     assert later.last_job_id == "sched-nightly-now-6" and later.paused_by is None
@@ -245,4 +245,7 @@ def test_the_fold_follows_declaration_ticks_pause_resume_and_run_now() -> None:
 
 
 def test_nothing_folds_before_a_declaration() -> None:
-    assert schedule_state.fold(chain({"type": core.PAUSED, "name": "nightly", "by": "x"})) is None
+    assert (
+        fold(chain({"type": core.PAUSED, "name": "nightly", "by": "x"}), schedule_state.reduce)
+        is None
+    )

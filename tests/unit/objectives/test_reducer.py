@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from objectives.core import vocabulary as v
-from objectives.core.reducer import InvariantError, apply, fold_objective
+from objectives.core.reducer import InvariantError, apply, reduce
 from objectives.core.state import objective_from_wire, objective_to_wire
+from receipts.core.chain import fold
 from tests.unit.objectives.helpers import Chain, created, diamond
 
 
@@ -177,4 +178,4 @@ def test_the_wire_form_round_trips_and_equals_a_refold():
     chain.append({"type": v.NOTE_ADDED, "text": "hello", "by": "op"})
     state = chain.state
     assert objective_from_wire(objective_to_wire(state)) == state
-    assert fold_objective(chain.receipts) == state
+    assert fold(chain.receipts, reduce) == state

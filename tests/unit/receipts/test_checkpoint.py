@@ -25,6 +25,7 @@ from receipts.core.checkpoint import (
     signed_text,
     unsigned,
 )
+from tests.support import generate_private_key_pem
 
 ROOT = hashlib.sha256(b"root").hexdigest()
 PREVIOUS = hashlib.sha256(b"previous").hexdigest()
@@ -33,7 +34,7 @@ TS = 1_765_000_000_000
 
 @pytest.fixture(scope="module")
 def private_key() -> Any:
-    return signing.load_private_key(signing.generate_private_key_pem())
+    return signing.load_private_key(generate_private_key_pem())
 
 
 @pytest.fixture(scope="module")
@@ -132,12 +133,12 @@ def test_a_flipped_signature_bit_fails(private_key: Any, public_key: Any) -> Non
 
 def test_another_key_fails_and_says_whose(private_key: Any) -> None:
     cp = signing.sign(checkpoint(), private_key)
-    other = signing.load_private_key(signing.generate_private_key_pem()).public_key()
+    other = signing.load_private_key(generate_private_key_pem()).public_key()
     found = signing.signature_fault(cp, other)
     assert found is not None and found.startswith(f"signed by key {cp.key_id}, not by")
     # the other key's signature put under this key's id does not pass either
     forged = dataclasses.replace(
-        signing.sign(checkpoint(), signing.load_private_key(signing.generate_private_key_pem())),
+        signing.sign(checkpoint(), signing.load_private_key(generate_private_key_pem())),
         key_id=cp.key_id,
     )
     assert signing.signature_fault(forged, private_key.public_key()) is not None

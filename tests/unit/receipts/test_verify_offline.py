@@ -22,6 +22,7 @@ from receipts.core.chain import Receipt, seal
 from receipts.core.checkpoint import Checkpoint, checkpoint_hash, from_wire, signed_text
 from receipts.core.merkle import MemoryTree, leaf_hash, receipt_leaf
 from receipts.verify_offline import receipt_hash
+from tests.support import generate_private_key_pem
 
 REPO = Path(__file__).resolve().parents[3]
 TS = 1_765_000_000_000
@@ -72,7 +73,7 @@ def log(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     tree = MemoryTree()
     for r in receipts:
         tree.append(leaf_hash(receipt_leaf(r.hash)))
-    private = signing.load_private_key(signing.generate_private_key_pem())
+    private = signing.load_private_key(generate_private_key_pem())
     old = signing.sign(Checkpoint(7, tree.root(7).hex(), TS + 60_000), private)
     new = signing.sign(
         Checkpoint(11, tree.root(11).hex(), TS + 120_000, checkpoint_hash(old)), private
@@ -156,10 +157,10 @@ def test_checkpoints_across_a_key_rotation_check_with_both_keys(
     with the key its keyId names."""
     for kept in log["dir"].iterdir():
         shutil.copy(kept, tmp_path)
-    rotated = signing.load_private_key(signing.generate_private_key_pem())
+    rotated = signing.load_private_key(generate_private_key_pem())
     (tmp_path / "new.pub.pem").write_bytes(signing.public_key_pem(rotated))
     (tmp_path / "stranger.pem").write_bytes(
-        signing.public_key_pem(signing.load_private_key(signing.generate_private_key_pem()))
+        signing.public_key_pem(signing.load_private_key(generate_private_key_pem()))
     )
     new = signing.sign(log["new"], rotated)
     write(tmp_path / "new.json", new.to_wire())
