@@ -55,3 +55,24 @@ def test_install_makes_django_q2_spawn_this_pusher(monkeypatch) -> None:
     monkeypatch.setattr(django_q.cluster, "pusher", django_q.cluster.pusher)
     pusher.install()
     assert django_q.cluster.pusher is pusher.pusher
+
+
+def test_a_task_handed_over_is_read_as_django_q2s_put_would_have_written_it() -> None:
+    """The pusher writes each task to the workers' multiprocessing queue itself (no feeder
+    thread): same order, same bound, same size counter; a worker's get reads it."""
+    from django_q.queues import Queue
+
+    workers = Queue(maxsize=2)
+    first = task("jobs.runtime.tasks.execute", ("p-1",), {"attempt": 1}, "worker-chat")[1]
+    second = task("jobs.runtime.tasks.execute", ("p-2",), {"attempt": 2}, "worker-chat")[1]
+    pusher.hand_over(workers, first)
+    pusher.hand_over(workers, second)
+    assert workers.qsize() == 2
+    assert not workers._sem.acquire(False)  # full: a third hand-over would wait for a get
+    got = [workers.get(timeout=5), workers.get(timeout=5)]
+    assert [t["args"] for t in got] == [("p-1",), ("p-2",)]
+    assert got[0]["func"] is first["func"] and got[1]["kwargs"] == {"attempt": 2}
+    assert workers.qsize() == 0
+    pusher.hand_over(workers, first)  # room again
+    assert workers.get(timeout=5)["args"] == ("p-1",)
+    workers.close()
