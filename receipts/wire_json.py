@@ -1,4 +1,4 @@
-"""orjson, the fast JSON encoder, outside the pure core. JSON text sent to the database
+"""orjson, the fast JSON codec, outside the pure core. JSON text sent to the database
 as a statement's parameter (receipt bodies, rows of a
 set-based insert). Any valid JSON text of the value will do there, so the fast encoder
 writes it; what it refuses (integers past 64 bits, lone surrogates, non-string keys)
@@ -22,6 +22,12 @@ def dumps(value: Any) -> str:
         return orjson.dumps(value).decode()
     except (orjson.JSONEncodeError, TypeError):
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def loads(text: str | bytes) -> Any:
+    """A JSON text the database or a sibling process wrote, decoded (ValueError when it
+    is not JSON; orjson also refuses integers past 64 bits, which a job never holds)."""
+    return orjson.loads(text)
 
 
 def size(value: Any) -> int:

@@ -42,6 +42,7 @@ from jobs.core.state import Fence
 from jobs.runtime import attempt as attempts
 from jobs.runtime import loops, recovery
 from observability.logs import log_event
+from receipts import wire_json
 from receipts.clock import now_ms as wall_clock_ms
 from receipts.db import notify
 
@@ -142,7 +143,7 @@ class Lease:
             "cadenceMs": cadence_ms,
         }
         os.ftruncate(self._slot, 0)
-        os.pwrite(self._slot, json.dumps(record).encode(), 0)
+        os.pwrite(self._slot, wire_json.dumps(record).encode(), 0)
 
     def stop_order(self) -> tuple[str, str] | None:
         """(reason, ended_by) once the keeper told this attempt to stop."""

@@ -17,7 +17,6 @@ handler's late return changes nothing.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import socket
@@ -50,6 +49,7 @@ from jobs.runtime import (
 from jobs.runtime.storage_retry import is_transient
 from jobs.timing_config import current_timing
 from observability.logs import log_event
+from receipts import wire_json
 from receipts.clock import now_ms as wall_clock_ms
 
 logger = logging.getLogger("receipt.worker")
@@ -133,7 +133,7 @@ def _seen(state: Any) -> JobState | None:
     if state is None:
         return None
     try:
-        return job_from_wire(json.loads(state) if isinstance(state, str | bytes) else state)
+        return job_from_wire(wire_json.loads(state) if isinstance(state, str | bytes) else state)
     except Exception:  # a malformed hint costs the round trip it was meant to save
         return None
 
