@@ -130,7 +130,9 @@ def cluster_config(
         group = "driver" if role == "driver" else role
         workers = concurrency_for(group, timing)
         timeout = _longest_run_s(cluster, timing)
-        queue_limit = 1
+        # each worker's next task waiting (two at most): a worker that finishes a job then
+        # finds it and sends the completion with its begin (jobs.runtime.lookahead)
+        queue_limit = 2 if workers >= 2 else 1
         retry = timeout * (1 + math.ceil((queue_limit + 1) / workers)) + 30
         alt[cluster] = {
             "workers": workers,

@@ -99,6 +99,12 @@ def test_the_cluster_configuration_has_a_cluster_per_declared_group():
     # a task may run as long as the group's lease: django-q2 must not hand it out again
     assert clusters["worker-emails"]["timeout"] == 2_000 + 60
     assert clusters["worker-emails"]["retry"] > clusters["worker-emails"]["timeout"]
+    # a worker's next task waits beside it where there are two workers or more
+    assert [clusters[c]["queue_limit"] for c in ("driver", "worker-codex", "worker-emails")] == [
+        1,
+        1,
+        2,
+    ]
     assert (
         clusters["worker-chat"]
         == cluster_config(timing=TimingSettings(), broker_url=None, poll_s=0.05)["ALT_CLUSTERS"][
