@@ -27,7 +27,9 @@ import pytest
 from django.core.management import call_command
 
 from jobs import selectors
+from jobs.diagnosis import diagnosis
 from jobs.models import Job
+from objectives import selectors as objective_selectors
 from objectives.core import vocabulary as v
 from receipts import store
 from receipts.models import Receipt
@@ -48,6 +50,19 @@ PER_ROLE = 2
 TASKS = ("a", "b", "c")
 BUSY_WAIT_S = 3.0  # how long a kill waits for a victim in the middle of an attempt
 TERMINAL = ("completed", "failed", "canceled")
+
+
+def _waiting(objective_id: str) -> list[tuple]:
+    """The objective's status, then each of its jobs not settled, with diagnosis's blockers."""
+    state = objective_selectors.get(objective_id)
+    open_jobs = Job.objects.filter(objective_id=objective_id).exclude(status__in=TERMINAL)
+    return [
+        (state and state.status, state and [(t.id, t.status) for t in state.tasks]),
+        *(
+            (job.id, job.status, job.worker_group, job.attempt, diagnosis(job.id)["blockers"])
+            for job in open_jobs
+        ),
+    ]
 
 
 def _tasks(began: Path, done: Path, prefix: str) -> list[dict]:
@@ -153,7 +168,12 @@ def test_sigkills_across_roles_with_two_runworkers_each_lose_and_double_nothing(
         assert job.status == "completed", (seed, campaign, job.last_error)
         objectives.append(job.result["objectiveId"])
     for oid in objectives:
-        state = until(oid, "completed", "blocked", "failed", timeout=120)
+        try:
+            state = until(oid, "completed", "blocked", "failed", timeout=120)
+        except AssertionError as timed_out:  # say what it waits on, for the next reader
+            raise AssertionError(
+                f"{timed_out} (seed {seed}, {campaign}): {_waiting(oid)}"
+            ) from None
         assert state.status == "completed", (seed, campaign, oid, state.blocked_reason)
         assert {t.status for t in state.tasks} == {"integrated"}, (seed, campaign, state.tasks)
     finished = done.read_text().split()
