@@ -75,7 +75,8 @@ class BadCredentials(Exception):
 
 
 def bearer_secret(request: HttpRequest) -> str | None:
-    header = request.headers.get("Authorization", "")
+    # META, not `request.headers`: that builds a dict of every header, once a request.
+    header = request.META.get("HTTP_AUTHORIZATION", "")
     if not header:
         return None
     scheme, _, secret = header.partition(" ")
