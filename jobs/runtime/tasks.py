@@ -7,7 +7,7 @@ import logging
 import time
 from typing import Any
 
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connections
 
 from observability.logs import log_event
 
@@ -23,6 +23,7 @@ def _health_check_at_most_every_second() -> None:
     fails its first statement with a transient error, which the storage retry handles."""
     global _last_health_check
     now = time.monotonic()
+    connection = connections[DEFAULT_DB_ALIAS]  # one lookup (a thread-local) for three reads
     if (
         connection.connection is not None
         and not connection.errors_occurred
