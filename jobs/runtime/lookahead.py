@@ -57,28 +57,29 @@ class Results:
     """
 
     def __init__(self, results: Any, *, drops_successes: bool) -> None:
+        # django-q2's signals module imports its models: only once Django's apps are loaded
+        from django_q.signals import post_execute
+
         self._results = results
         self._drops_successes = drops_successes
+        self._post_execute = post_execute
 
     def put(self, task: Any) -> None:
-        if not (self._drops_successes and _only_dropped(task)):
+        if not (self._drops_successes and self._only_dropped(task)):
             self._results.put(task)
+
+    def _only_dropped(self, task: Any) -> bool:
+        """Whether the monitor would do nothing with this finished task but drop it."""
+        return (
+            isinstance(task, dict)
+            and task.get("success") is True
+            and not task.get("cached")
+            and not task.get("save", Conf.SAVE_LIMIT >= 0)
+            and not self._post_execute.has_listeners("django_q")
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._results, name)
-
-
-def _only_dropped(task: Any) -> bool:
-    """Whether the monitor would do nothing with this finished task but drop it."""
-    from django_q.signals import post_execute
-
-    return (
-        isinstance(task, dict)
-        and task.get("success") is True
-        and not task.get("cached")
-        and not task.get("save", Conf.SAVE_LIMIT >= 0)
-        and not post_execute.has_listeners("django_q")
-    )
 
 
 def acknowledges_nothing() -> bool:
