@@ -88,6 +88,7 @@ SMOKES = [
         pgbench=True,
     ),
     Smoke("enqueue.py", 3, URL, (r"^enqueue_http_batch per_s: \d+ / ",)),
+    Smoke("http_cost.py", 1, URL, (r'"test": "http_cost", .*"whole_request_cpu_us": [\d.]+',)),
     Smoke("http_load.py", 2.5, URL, (r'"test": "enqueue_http_load".*"clients": 2, .*"per_s": ',)),
     Smoke("sse_load.py", 9, URL, (r'"test": "sse_load", "clients": 4, ',)),
     Smoke("task_overhead.py", 1.2, URL, (r'"enqueue_share": [\d.]+',)),
