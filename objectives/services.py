@@ -157,10 +157,6 @@ def abort_job(job_id: str, *, reason: str, by: str | None) -> bool:
         return False
 
 
-def require(objective_id: str, *, organization_id: str | None = None) -> ObjectiveState:
-    return selectors.visible(objective_id, organization_id=organization_id)
-
-
 # ---- control requests (O-8) ------------------------------------------------------------
 
 
@@ -322,7 +318,7 @@ def _operator(
     reason: str | None = None,  # also request a control pass, for this reason
     allow_terminal: bool = False,
 ) -> ObjectiveState:
-    require(objective_id, organization_id=organization_id)
+    selectors.visible(objective_id, organization_id=organization_id)
 
     def decide(state: ObjectiveState | None) -> Mutation | None:
         if state is None:
@@ -337,7 +333,7 @@ def _operator(
         return Mutation(out, after_commit=[lambda: ensure_control_enqueued(objective_id)])
 
     written = mutate(objective_id, decide, actor=by)
-    return written.state or require(objective_id)
+    return written.state or selectors.visible(objective_id)
 
 
 def note(
@@ -424,7 +420,7 @@ def cancel(
     """O-11: record the cancel, abort the objective's active jobs (`stopped by the user`),
     then cancel the objective. The request is recorded first so no control pass
     dispatches new work while the jobs are being stopped."""
-    state = require(objective_id, organization_id=organization_id)
+    state = selectors.visible(objective_id, organization_id=organization_id)
     if state.is_terminal:
         return state
     _operator(
@@ -450,7 +446,7 @@ def cancel(
         return Mutation(events, after_commit=[lambda: ensure_control_enqueued(objective_id)])
 
     written = mutate(objective_id, decide, actor=by)
-    return written.state or require(objective_id)
+    return written.state or selectors.visible(objective_id)
 
 
 def workspace(objective_id: str) -> Path:
@@ -468,7 +464,7 @@ def logs(objective_id: str) -> Path:
 def cleanup(
     objective_id: str, *, by: str | None, organization_id: str | None = None
 ) -> ObjectiveState:
-    state = require(objective_id, organization_id=organization_id)
+    state = selectors.visible(objective_id, organization_id=organization_id)
     if not state.is_terminal:
         raise InvalidAction(
             "objective_active",
@@ -500,7 +496,7 @@ def job_command(
     organization_id: str | None = None,
 ) -> queue.CommandResult:
     """abort-job / steer / follow-up on one of the objective's jobs (O-11)."""
-    require(objective_id, organization_id=organization_id)
+    selectors.visible(objective_id, organization_id=organization_id)
     job = queue.get(job_id)
     if job is None or job.objective_id != objective_id:
         raise InvalidAction(

@@ -203,16 +203,7 @@ def root(size: int) -> bytes:
 
 def leaf_index(seq: int) -> int | None:
     """The leaf of the receipt at `seq`, None when it is not (yet) in the log."""
-    row = (
-        LogTile.objects.filter(level=0, first_seq__lte=seq)
-        .order_by("-first_seq")
-        .values_list("number", "seqs")
-        .first()
-    )
-    if row is None:
-        return None
-    number, seqs = row
-    return log_tiles.leaf_position(number, log_tiles.decode_seqs(bytes(seqs)), seq)
+    return leaf_indexes([seq]).get(seq)
 
 
 # The level-0 tile of each of a set of seqs (the greatest first_seq <= it, on the

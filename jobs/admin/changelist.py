@@ -362,15 +362,12 @@ def scheduled_note(obj: Job, *, now_ms: int) -> str:
     due = int(raw)
     if due <= now_ms:
         return ""
-    if retrying:
-        return format_html(
-            ' <span class="rcpt-scheduled" title="retrying at {}">retry in {}</span>',
-            utc(due),
-            ago_text(due - now_ms),
-        )
+    at, label = ("retrying at", "retry in") if retrying else ("scheduled for", "due in")
     return format_html(
-        ' <span class="rcpt-scheduled" title="scheduled for {}">due in {}</span>',
+        ' <span class="rcpt-scheduled" title="{} {}">{} {}</span>',
+        at,
         utc(due),
+        label,
         ago_text(due - now_ms),
     )
 

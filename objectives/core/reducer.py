@@ -328,16 +328,13 @@ def _resume(s: ObjectiveState) -> tuple[str, str]:
     return "executing", v.PHASE_EXECUTE
 
 
-def _promote(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
-    return replace(s, promote_requested=True)
-
-
 def _archived(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
     return replace(s, archived=bool(b.get("archived", True)))
 
 
-def _cancel_requested(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
-    return replace(s, cancel_requested=True)
+def _set(**changes: Any) -> Callable[[ObjectiveState, Body, int], ObjectiveState]:
+    """A receipt that sets the same fields to the same values whatever it carries."""
+    return lambda s, b, ts: replace(s, **changes)
 
 
 def _terminal(status: str) -> Callable[[ObjectiveState, Body, int], ObjectiveState]:
@@ -354,10 +351,6 @@ def _terminal(status: str) -> Callable[[ObjectiveState, Body, int], ObjectiveSta
         )
 
     return settle
-
-
-def _evidence_ready(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
-    return replace(s, status="evidence_ready", phase=v.PHASE_SYNTHESIZE)
 
 
 def _synthesized(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
@@ -535,10 +528,6 @@ def _audit_superseded(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
     return replace(s, audit=replace(s.audit, status="superseded"))
 
 
-def _cleaned(s: ObjectiveState, b: Body, ts: int) -> ObjectiveState:
-    return replace(s, workspace_cleaned=True)
-
-
 _APPLY: Final[dict[str, Callable[[ObjectiveState, Body, int], ObjectiveState]]] = {
     v.OBJECTIVE_PLANNED: _planned,
     v.SLOT_WAITING: _slot_waiting,
@@ -551,13 +540,13 @@ _APPLY: Final[dict[str, Callable[[ObjectiveState, Body, int], ObjectiveState]]] 
     v.OBJECTIVE_BLOCKED: _blocked,
     v.NOTE_ADDED: _note,
     v.REACT_REQUESTED: _react,
-    v.PROMOTE_REQUESTED: _promote,
+    v.PROMOTE_REQUESTED: _set(promote_requested=True),
     v.ARCHIVED: _archived,
-    v.CANCEL_REQUESTED: _cancel_requested,
+    v.CANCEL_REQUESTED: _set(cancel_requested=True),
     v.CANCELED: _terminal("canceled"),
     v.FAILED: _terminal("failed"),
     v.COMPLETED: _terminal("completed"),
-    v.EVIDENCE_READY: _evidence_ready,
+    v.EVIDENCE_READY: _set(status="evidence_ready", phase=v.PHASE_SYNTHESIZE),
     v.SYNTHESIZED: _synthesized,
     v.INTEGRATION_REQUESTED: _integration_requested,
     v.INTEGRATION_VALIDATING: _validating,
@@ -572,7 +561,7 @@ _APPLY: Final[dict[str, Callable[[ObjectiveState, Body, int], ObjectiveState]]] 
     v.AUDIT_REQUESTED: _audit_requested,
     v.AUDIT_RECORDED: _audit_recorded,
     v.AUDIT_SUPERSEDED: _audit_superseded,
-    v.WORKSPACE_CLEANED: _cleaned,
+    v.WORKSPACE_CLEANED: _set(workspace_cleaned=True),
 }
 
 # Receipts that move the objective's status or plan: inert once it settled.

@@ -137,7 +137,7 @@ class Command(BaseCommand):
 
     @staticmethod
     def _detail(objective_id: str) -> dict[str, Any]:
-        state = services.require(objective_id)
+        state = selectors.visible(objective_id)
         return presenters.detail_json(state, selectors.objective_jobs(state.objective_id))
 
     # ---- text output ----------------------------------------------------------------------
