@@ -69,10 +69,11 @@ def gunicorn_command(port: int, workers: int) -> list[str]:
 
 
 def granian_command(port: int, workers: int) -> list[str]:
-    """The API under WSGI on granian (HTTP parsed in Rust, the app on blocking threads)."""
+    """The API under WSGI on granian (HTTP parsed in Rust, the app on two blocking threads,
+    as the README's production layout runs it)."""
     command = [sys.executable, "-m", "granian", "--interface", "wsgi", "--no-ws"]
     command += ["--host", "127.0.0.1", "--port", str(port), "--workers", str(workers)]
-    command += ["--blocking-threads", "8", "--log-level", "warning", "--no-access-log"]
+    command += ["--blocking-threads", "2", "--log-level", "warning", "--no-access-log"]
     return [*command, "receipt_site.wsgi:application"]
 
 
