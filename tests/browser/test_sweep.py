@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -59,7 +60,7 @@ def _seed() -> list[str]:
     """Data of every kind, with long values where a client or a handler sets the text;
     returns the ids of the jobs made here."""
 
-    def job(**options: object) -> str:
+    def job(**options: Any) -> str:
         payload = {"kind": "factory.run", "authContext": AUTH, "prompt": LONG}
         return queue.enqueue("factory", payload, **options).job.job_id
 
