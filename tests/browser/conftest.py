@@ -69,12 +69,11 @@ def admin_user(django_user_model):
     return django_user_model.objects.create_superuser("br-admin", "br@example.com", PASSWORD)
 
 
-@pytest.fixture
-def page(chromium, web: Server, admin_user) -> Iterator[object]:
+def _logged_in(chromium, web: Server, admin_user, width: int, height: int) -> Iterator[object]:
     """A fresh browser context, logged in through /admin/login/ with real typing and a click."""
     from playwright.sync_api import expect
 
-    context = chromium.new_context(base_url=web.url, viewport={"width": 1400, "height": 1000})
+    context = chromium.new_context(base_url=web.url, viewport={"width": width, "height": height})
     context.set_default_timeout(TIMEOUT_MS)
     expect.set_options(timeout=TIMEOUT_MS)
     tab = context.new_page()
@@ -87,3 +86,15 @@ def page(chromium, web: Server, admin_user) -> Iterator[object]:
         yield tab
     finally:
         context.close()
+
+
+@pytest.fixture
+def page(chromium, web: Server, admin_user) -> Iterator[object]:
+    """A logged-in tab 1400 px wide."""
+    yield from _logged_in(chromium, web, admin_user, 1400, 1000)
+
+
+@pytest.fixture
+def tab(chromium, web: Server, admin_user) -> Iterator[object]:
+    """A logged-in tab 1280 px wide: a laptop's screen."""
+    yield from _logged_in(chromium, web, admin_user, 1280, 900)

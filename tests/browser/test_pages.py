@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,6 @@ from django.contrib.admin.utils import quote
 from playwright.sync_api import Page, expect
 
 from jobs import queue
-from tests.browser.conftest import PASSWORD, TIMEOUT_MS
 from tests.integration.objectives.conftest import create, diamond, drain, objective
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -27,24 +25,6 @@ AUTH = {"userId": "u-1", "organizationId": "org-1"}
 def shot(tab: Page, name: str) -> None:
     SHOTS.mkdir(parents=True, exist_ok=True)
     tab.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
-
-
-@pytest.fixture
-def tab(chromium, web, admin_user) -> Iterator[Page]:
-    """A logged-in tab 1280 px wide."""
-    context = chromium.new_context(base_url=web.url, viewport={"width": 1280, "height": 900})
-    context.set_default_timeout(TIMEOUT_MS)
-    expect.set_options(timeout=TIMEOUT_MS)
-    page = context.new_page()
-    try:
-        page.goto("/admin/login/?next=/admin/")
-        page.fill("#id_username", admin_user.username)
-        page.fill("#id_password", PASSWORD)
-        page.click("input[type=submit]")
-        expect(page.locator("#user-tools")).to_contain_text(admin_user.username)
-        yield page
-    finally:
-        context.close()
 
 
 def enqueue(kind: str = "factory.run") -> str:

@@ -7,21 +7,19 @@ go to /tmp/shots-sweep/ for a person to look at."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 from django.contrib.admin.utils import quote
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Page
 
 from access.models import ApiToken
 from jobs import queue, schedules
 from jobs.core.schedules import Schedule
 from jobs.core.state import Fence
 from receipts.clock import now_ms as wall_clock_ms
-from tests.browser.conftest import PASSWORD, TIMEOUT_MS
 from tests.integration.objectives.conftest import create, diamond, drain
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
@@ -34,23 +32,6 @@ OUTSIDE = """() => [...document.querySelectorAll("body *")]
     .filter((e) => e.children.length === 0 && e.getBoundingClientRect().right > innerWidth + 1)
     .slice(0, 3).map((e) => `${e.tagName}.${e.className} "${e.textContent.slice(0, 30)}" in `
         + `#${e.closest("[id]")?.id}`)"""
-
-
-@pytest.fixture
-def tab(chromium, web, admin_user) -> Iterator[Page]:
-    context = chromium.new_context(base_url=web.url, viewport={"width": WIDTH, "height": 900})
-    context.set_default_timeout(TIMEOUT_MS)
-    expect.set_options(timeout=TIMEOUT_MS)
-    page = context.new_page()
-    try:
-        page.goto("/admin/login/?next=/admin/")
-        page.fill("#id_username", admin_user.username)
-        page.fill("#id_password", PASSWORD)
-        page.click("input[type=submit]")
-        expect(page.locator("#user-tools")).to_contain_text(admin_user.username)
-        yield page
-    finally:
-        context.close()
 
 
 LONG = "x" * 300  # no space to break at: it must wrap or scroll inside its box
