@@ -127,3 +127,15 @@ def test_api_paths_keep_their_json_404(admin_client):
     response = admin_client.get("/no/such/api/path")
     assert response.status_code == 404
     assert response.json()["error"] == "not_found"
+
+
+def _crumbs(html: str) -> list[str]:
+    part = html.split('<div class="breadcrumbs">', 1)[1].split("</div>", 1)[0]
+    return re.split(r"\s*\u203a\s*", " ".join(re.sub(r"<[^>]+>", " ", part).split()))
+
+
+def test_the_jobs_pages_say_jobs_once_in_their_breadcrumbs(admin_client):
+    # The app and its list share the name: Home, Jobs, Jobs read as a stutter.
+    job_id = enqueue()
+    assert _crumbs(text(admin_client.get("/admin/jobs/job/"))) == ["Home", "Jobs"]
+    assert _crumbs(text(admin_client.get(job_url(job_id)))) == ["Home", "Jobs", job_id]
