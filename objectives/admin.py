@@ -53,7 +53,7 @@ def can_control(request: HttpRequest) -> bool:
     return bool(request.user.has_perm("objectives.control_objective"))
 
 
-def needs_plan(state: ObjectiveState) -> bool:
+def waits_for_operator_plan(state: ObjectiveState) -> bool:
     """Blocked because no executable plan was found: an operator may supply one."""
     return state.is_blocked and state.blocked_kind == "plan" and not state.tasks
 
@@ -68,7 +68,7 @@ def available_actions(state: ObjectiveState) -> frozenset[str]:
         actions |= {"react", "cancel"}
     if state.awaiting_promotion and state.mode != "investigation":
         actions.add("promote")
-    if needs_plan(state):
+    if waits_for_operator_plan(state):
         actions.add("plan")
     return frozenset(actions)
 
