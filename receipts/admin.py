@@ -293,7 +293,7 @@ def state_panel(name: str, family: registry.StreamFamily, at: int) -> dict[str, 
 
 
 def replay_on_record(
-    request: HttpRequest, name: str, *, logger: logging.Logger, event: str, message: str
+    request: HttpRequest, name: str, *, logger: logging.Logger, event: str
 ) -> dict[str, Any]:
     """Run `store.replay` on one stream as the request asks, put it on record (U-3), log it
     as `event` and shape the drift report (S-8) for display."""
@@ -325,7 +325,7 @@ def replay_on_record(
     log_event(
         logger,
         event,
-        message,
+        f"{by} replayed {name}",
         stream=name,
         by=by,
         dry_run=dry_run,
@@ -335,10 +335,15 @@ def replay_on_record(
     return replay
 
 
-def verify_on_record(name: str, *, by: str) -> Verification:
-    """Walk the whole chain of one stream and put the check on record (U-3)."""
+def verify_on_record(
+    request: HttpRequest, name: str, *, logger: logging.Logger, event: str
+) -> Verification:
+    """Walk the whole chain of one stream, put the check on record (U-3) and log it as
+    `event`."""
+    by = request.user.get_username()
     verification = store.verify(name)
     audit.record_verify(name, verification, by=by)
+    log_event(logger, event, f"{by} verified {name}", stream=name, by=by, ok=verification.ok)
     return verification
 
 
@@ -411,18 +416,16 @@ class StreamAdmin(OwnChangePage, StoreAdmin):
 
         panels: dict[str, Any] = {}
         if request.method == "POST":
-            action, by = request.POST.get("action"), request.user.get_username()
+            action = request.POST.get("action")
             if action == "verify":
                 require(can_verify(request))
-                panels["verification"] = verify_on_record(name, by=by)
+                panels["verification"] = verify_on_record(
+                    request, name, logger=logger, event="admin.stream_verified"
+                )
             elif action == "replay":
                 require(has_projector and can_replay(request))
                 panels["replay"] = replay_on_record(
-                    request,
-                    name,
-                    logger=logger,
-                    event="admin.stream_replayed",
-                    message=f"replayed {name} from the admin",
+                    request, name, logger=logger, event="admin.stream_replayed"
                 )
             else:
                 return HttpResponseBadRequest("unknown stream action")

@@ -65,24 +65,14 @@ class JobActions(OperatorAdmin):
             require(self.can_act(request))
         if action == "verify":
             require(can_verify(request))
-            panels["verification"] = verify_on_record(stream, by=by)
-            log_event(
-                logger,
-                "admin.job_verified",
-                f"{by} verified {stream}",
-                stream=stream,
-                by=by,
-                ok=panels["verification"].ok,
+            panels["verification"] = verify_on_record(
+                request, stream, logger=logger, event="admin.job_verified"
             )
             return None
         if action == "replay":
             require(can_replay(request))
             panels["replay"] = replay_on_record(
-                request,
-                stream,
-                logger=logger,
-                event="admin.job_replayed",
-                message=f"{by} replayed {stream}",
+                request, stream, logger=logger, event="admin.job_replayed"
             )
             return None
         try:

@@ -5,6 +5,7 @@ the target's audit stream (`audit/<stream>`) with `by` = the admin user (or
 from __future__ import annotations
 
 import getpass
+import logging
 from io import StringIO
 
 import pytest
@@ -143,6 +144,25 @@ def test_stream_page_verify_and_replay_are_recorded(admin_client):
     assert [(r["type"], r["by"]) for r in actions(job_id)] == [
         ("operator.verified", "admin"),
         ("operator.replayed", "admin"),
+    ]
+
+
+def test_verify_and_replay_are_logged_with_who_from_either_page(admin_client, caplog):
+    """The job page and the streams browser log the same events, each naming the operator."""
+    job_id = enqueue()
+    stream_page = reverse("admin:receipts_stream_change", args=(quote(f"jobs/{job_id}"),))
+    with caplog.at_level(logging.INFO):
+        act(admin_client, job_id, "verify")
+        act(admin_client, job_id, "replay", dry_run="1")
+        admin_client.post(stream_page, {"action": "verify"})
+        admin_client.post(stream_page, {"action": "replay", "dry_run": "1"})
+    logged = [(r.event, r.getMessage(), r.by) for r in caplog.records if hasattr(r, "event")]
+    stream = f"jobs/{job_id}"
+    assert [entry for entry in logged if entry[0].startswith("admin.")] == [
+        ("admin.job_verified", f"admin verified {stream}", "admin"),
+        ("admin.job_replayed", f"admin replayed {stream}", "admin"),
+        ("admin.stream_verified", f"admin verified {stream}", "admin"),
+        ("admin.stream_replayed", f"admin replayed {stream}", "admin"),
     ]
 
 
