@@ -4,7 +4,7 @@ credential bound to no organization may do it, with `jobs:control` like abort an
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -84,10 +84,8 @@ _CHANGED = {
 }
 
 
-class QueuePauseView(_QueueChangeView):
-    change = staticmethod(queues.pause)
-
-    @extend_schema(
+@extend_schema_view(
+    post=extend_schema(
         operation_id="pause_queue",
         tags=["queues"],
         summary="Pause a queue",
@@ -97,14 +95,13 @@ class QueuePauseView(_QueueChangeView):
         request=QueueChangeSerializer,
         responses=_CHANGED,
     )
-    def post(self, request: Request, group: str) -> Response:
-        return super().post(request, group)
+)
+class QueuePauseView(_QueueChangeView):
+    change = staticmethod(queues.pause)
 
 
-class QueueResumeView(_QueueChangeView):
-    change = staticmethod(queues.resume)
-
-    @extend_schema(
+@extend_schema_view(
+    post=extend_schema(
         operation_id="resume_queue",
         tags=["queues"],
         summary="Resume a queue",
@@ -113,5 +110,6 @@ class QueueResumeView(_QueueChangeView):
         request=QueueChangeSerializer,
         responses=_CHANGED,
     )
-    def post(self, request: Request, group: str) -> Response:
-        return super().post(request, group)
+)
+class QueueResumeView(_QueueChangeView):
+    change = staticmethod(queues.resume)

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.http.request import RawPostDataException
 from django.urls import get_script_prefix, get_urlconf, reverse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import exceptions
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -659,10 +659,8 @@ _COMMAND_SCHEMA: dict[str, Any] = {
 }
 
 
-class SteerView(_CommandView):
-    command = "steer"
-
-    @extend_schema(
+@extend_schema_view(
+    post=extend_schema(
         operation_id="steer_job",
         summary="Steer an active job",
         description="Records a steer command for the running handler to read now; "
@@ -670,14 +668,13 @@ class SteerView(_CommandView):
         "the job is terminal.",
         **_COMMAND_SCHEMA,
     )
-    def post(self, request: Request, job_id: str) -> Response:
-        return super().post(request, job_id)
+)
+class SteerView(_CommandView):
+    command = "steer"
 
 
-class FollowUpView(_CommandView):
-    command = "follow_up"
-
-    @extend_schema(
+@extend_schema_view(
+    post=extend_schema(
         operation_id="follow_up_job",
         summary="Queue a follow-up on an active job",
         description="Records a follow-up the handler picks up after its current "
@@ -685,8 +682,9 @@ class FollowUpView(_CommandView):
         "when the job is terminal.",
         **_COMMAND_SCHEMA,
     )
-    def post(self, request: Request, job_id: str) -> Response:
-        return super().post(request, job_id)
+)
+class FollowUpView(_CommandView):
+    command = "follow_up"
 
 
 class AbortView(ApiView):
