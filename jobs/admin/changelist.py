@@ -51,13 +51,12 @@ def group_cell(routed: str, contract: str | None, *, by_design: bool = False) ->
     difference the built-in agents make by design is a quiet note, not a warning."""
     if contract is None or contract == routed:
         return format_html("{}", routed)
-    if by_design:
+    if by_design:  # in the tooltip only: a chip on every such row would crowd the list
         return format_html(
-            '{} <span class="rcpt-route-note" title="contract group {}; built-in agents '
-            'route by agent id first, so this is expected">contract {}</span>',
+            '<span class="rcpt-route-quiet" title="contract group {}; built-in agents '
+            'route by agent id first, so this is expected">{}</span>',
+            contract,
             routed,
-            contract,
-            contract,
         )
     return format_html(
         '{} <span class="rcpt-mismatch" title="contract group {} differs from routed group {} '

@@ -1,7 +1,8 @@
 """Every page the admin index leads to, at a laptop's 1280 px: each list the index links,
 and the first row's own page of each list, with data of every kind in them (jobs queued,
 leased, completed, failed and canceled, an objective drained, a token, a schedule).
-A page must answer, stay inside the window's width, and log no script error. Screenshots
+A page must answer, stay inside the window's width, show every column of Receipt's own
+lists without a scrollbar, and log no script error. Screenshots
 go to /tmp/shots-sweep/ for a person to look at."""
 
 from __future__ import annotations
@@ -32,6 +33,15 @@ OUTSIDE = """() => [...document.querySelectorAll("body *")]
     .filter((e) => e.children.length === 0 && e.getBoundingClientRect().right > innerWidth + 1)
     .slice(0, 3).map((e) => `${e.tagName}.${e.className} "${e.textContent.slice(0, 30)}" in `
         + `#${e.closest("[id]")?.id}`)"""
+
+
+# Receipt's own lists must show every column in the window, not behind a scrollbar.
+OWN_LISTS = tuple(f"/admin/{app}/" for app in ("jobs", "receipts", "objectives", "access"))
+HIDDEN = """() => [...document.querySelectorAll(".results")]
+    .filter((box) => box.scrollWidth > box.clientWidth + 1)
+    .map((box) => `${box.scrollWidth - box.clientWidth} px: ` + [...box.querySelectorAll("th")]
+        .filter((th) => th.getBoundingClientRect().right > box.getBoundingClientRect().right + 1)
+        .map((th) => th.textContent.trim()).join(", ")).join("; ")"""
 
 
 LONG = "x" * 300  # no space to break at: it must wrap or scroll inside its box
@@ -73,6 +83,10 @@ def _problems(tab: Page, path: str, errors: list[str]) -> list[str]:
     )
     if document > window:
         found.append(f"{path}: {document} px wide in a {window} px window: {tab.evaluate(OUTSIDE)}")
+    if path.startswith(OWN_LISTS):  # a hidden last column is as bad as a wide page
+        hidden = tab.evaluate(HIDDEN)
+        if hidden:
+            found.append(f"{path}: its table scrolls {hidden}")
     found += [f"{path}: script error {error}" for error in errors]
     name = re.sub(r"[^a-z0-9]+", "-", path.lower()).strip("-") or "index"
     SHOTS.mkdir(parents=True, exist_ok=True)

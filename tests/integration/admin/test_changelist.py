@@ -96,8 +96,8 @@ def test_routed_group_column_flags_a_contract_mismatch(admin_client, jobs):
     assert "⚠ contract control" in flagged
     page = text(response)
     row = re.search(rf"<tr>.*?{re.escape(jobs['dispatch'])}.*?</tr>", page, re.S).group(0)
-    # factory.dispatch on agent factory: control vs chat by design (K-5), a note, no warning
-    assert "contract control" in row and "rcpt-route-note" in row and "⚠" not in row
+    # factory.dispatch on agent factory: control vs chat by design (K-5), said in a tooltip
+    assert 'title="contract group control; built-in agents' in row and "⚠" not in row
     row = re.search(rf"<tr>.*?{re.escape(jobs['run_chat'])}.*?</tr>", page, re.S).group(0)
     assert "⚠" not in row  # factory.run routes where its contract says
 
