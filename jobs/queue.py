@@ -507,7 +507,7 @@ def _apply_singleton(request: EnqueueRequest, now: int) -> JobState | None:
         with _locked(active[0]) as (handle, job):
             if job is None or job.is_terminal:
                 return None  # it settled since the scan: the new job is created instead
-            _append_command(handle, job, "steer", payload, by=request.by, lane="steer", now=now)
+            _append_command(handle, job, "steer", payload, by=request.by, now=now)
             return _state(handle)
     for job_id in sorted(active):  # cancel
         with _locked(job_id) as (handle, job):
@@ -520,15 +520,8 @@ def _apply_singleton(request: EnqueueRequest, now: int) -> JobState | None:
                     context=_context(job, request.by),
                 )
             else:
-                _append_command(
-                    handle,
-                    job,
-                    "abort",
-                    {"reason": SINGLETON_CANCEL_REASON},
-                    by=request.by,
-                    lane=None,
-                    now=now,
-                )
+                payload = {"reason": SINGLETON_CANCEL_REASON}
+                _append_command(handle, job, "abort", payload, by=request.by, now=now)
     return None
 
 
@@ -536,17 +529,10 @@ def _apply_singleton(request: EnqueueRequest, now: int) -> JobState | None:
 
 
 def _append_command(
-    handle: StreamHandle,
-    job: JobState,
-    command: str,
-    payload: Any,
-    *,
-    by: str | None,
-    lane: str | None,
-    now: int,
+    handle: StreamHandle, job: JobState, command: str, payload: Any, *, by: str | None, now: int
 ) -> dict[str, Any]:
     body = bodies.command(
-        job.job_id, command_id=new_command_id(), command=command, payload=payload, by=by, lane=lane
+        job.job_id, command_id=new_command_id(), command=command, payload=payload, by=by
     )
     handle.append(body, now_ms=now, context=_context(job, by))
     if command == "abort" and connection.vendor == "postgresql":
@@ -612,19 +598,10 @@ def command(
                     "consumedAt": now,
                 }
                 return CommandResult(_state(handle), wire, canceled=True)
-            body_payload = {**(payload if isinstance(payload, dict) else {}), "reason": why}
-            body = _append_command(handle, job, "abort", body_payload, by=by, lane=None, now=now)
-        else:
-            lane = command_type  # the two command lanes are named after their commands
-            body = _append_command(
-                handle,
-                job,
-                command_type,
-                payload if payload is not None else {},
-                by=by,
-                lane=lane,
-                now=now,
-            )
+            payload = {**(payload if isinstance(payload, dict) else {}), "reason": why}
+        elif payload is None:
+            payload = {}
+        body = _append_command(handle, job, command_type, payload, by=by, now=now)
         state = _state(handle)
         sent = next(c for c in state.commands if c.id == body["commandId"])
         return CommandResult(state, command_to_wire(sent))

@@ -182,9 +182,9 @@ def command(
     command: str,
     payload: Any,
     by: str | None,
-    lane: str | None = None,
 ) -> dict[str, Any]:
-    """A command to a job (J-10): steer, follow-up or abort."""
+    """A command to a job (J-10): steer, follow-up or abort; the first two go on the
+    command lane named after them."""
     body: dict[str, Any] = {
         "type": QUEUE_COMMAND,
         "jobId": job_id,
@@ -193,7 +193,7 @@ def command(
         "payload": payload,
         "by": by,
     }
-    return body if lane is None else {**body, "lane": lane}
+    return body if command == "abort" else {**body, "lane": command}
 
 
 def commands_consumed(job_id: str, fence: Fence, command_ids: list[str]) -> dict[str, Any]:

@@ -200,9 +200,7 @@ CASES: list[tuple[str, Callable[[], Any], Any]] = [
     ),
     (
         "command on a lane",
-        lambda: bodies.command(
-            "job-1", command_id="c1", command="steer", payload={}, by=None, lane="steer"
-        ),
+        lambda: bodies.command("job-1", command_id="c1", command="steer", payload={}, by=None),
         {
             "type": "queue.command",
             "jobId": "job-1",
