@@ -195,12 +195,10 @@ class Keeper:
         path: Path,
         *,
         on_pass: Callable[[list[Held]], None] | None = None,
-        pass_s: float = PASS_S,
         schedule: loops.Schedule | None = None,
     ) -> None:
         self.path = path
         self.on_pass = on_pass  # e.g. the registry beat, with the attempts held
-        self.pass_s = pass_s
         self.schedule = schedule  # loops.Schedule of the time-critical loops, or None
         self.held: dict[tuple[str, str, int], Held] = {}  # by (slot, jobId, attempt)
         self._listening: Any = None
@@ -326,13 +324,13 @@ class Keeper:
     def _wait(self, stop: threading.Event) -> None:
         """Until the next pass, or an abort notification (PostgreSQL)."""
         if connection.vendor != "postgresql" or not self.held:
-            stop.wait(self.pass_s)
+            stop.wait(PASS_S)
             return
         try:
-            notify.wait(self._listen(), self.pass_s)
+            notify.wait(self._listen(), PASS_S)
         except Exception:
             self._listening = None
-            stop.wait(self.pass_s)
+            stop.wait(PASS_S)
 
     def _listen(self) -> Any:
         connection.ensure_connection()
