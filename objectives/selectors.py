@@ -84,18 +84,15 @@ def fact_of(job: JobState, *, canceled_by: str | None = None) -> JobFact:
     )
 
 
-def _facts(jobs: list[JobState]) -> list[JobFact]:
-    """Facts of `jobs`; one extra query names who canceled any queued-canceled ones."""
+def job_facts(job_ids: Iterable[str]) -> dict[str, JobFact]:
+    """Facts of the jobs by id; one extra query names who canceled any queued-canceled ones."""
+    jobs = job_selectors.states(job_ids)
     by = job_selectors.canceled_by(
         j.job_id
         for j in jobs
         if j.status == "canceled" and not any(c.command == "abort" for c in j.commands)
     )
-    return [fact_of(job, canceled_by=by.get(job.job_id)) for job in jobs]
-
-
-def job_facts(job_ids: Iterable[str]) -> dict[str, JobFact]:
-    return {fact.job_id: fact for fact in _facts(job_selectors.states(job_ids))}
+    return {job.job_id: fact_of(job, canceled_by=by.get(job.job_id)) for job in jobs}
 
 
 def active_job_facts(objective_id: str) -> list[JobFact]:
