@@ -84,9 +84,7 @@ def task_depths(state: ObjectiveState) -> dict[str, int]:
     return dag.depths({t.id: t.depends_on for t in state.tasks}) if state.tasks else {}
 
 
-def objective_json(
-    state: ObjectiveState, job_statuses: dict[str, str] | None = None
-) -> dict[str, Any]:
+def objective_json(state: ObjectiveState, job_statuses: dict[str, str]) -> dict[str, Any]:
     wire = {k: v for k, v in objective_to_wire(state).items() if k not in _HIDDEN}
     wire.update(
         id=state.objective_id,
