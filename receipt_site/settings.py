@@ -58,9 +58,9 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "receipt_site",  # above django_q, as in a host project: its qcluster refusal wins
     "django_q",
     *(["django_tasks"] if django.VERSION < (6, 0) else []),  # the task framework's backport
-    "receipt_site",
     "receipts",
     "access",
     "jobs",

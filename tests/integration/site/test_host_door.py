@@ -11,6 +11,8 @@ from types import SimpleNamespace
 import pytest
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command, get_commands
+from django.core.management.base import CommandError
 from django.db.utils import ConnectionHandler
 from django.test import override_settings
 
@@ -139,3 +141,13 @@ def test_what_the_options_say_explicitly_is_left_alone(tmp_path, unblocked):
         init_command="PRAGMA journal_mode=TRUNCATE",
     )
     assert (journal, busy, mode) == ("truncate", 7_000, "EXCLUSIVE")
+
+
+@pytest.mark.parametrize("argv", [[], ["--run-once"]])
+def test_qcluster_is_refused_with_the_commands_that_run_receipts_clusters(argv):
+    """django-q2's qcluster would start a cluster under the site's name, which takes none of
+    Receipt's deliveries: the command a django-q2 user reaches for says what to run instead
+    (receipt_site comes above django_q, so its command is the one found)."""
+    assert get_commands()["qcluster"] == "receipt_site"
+    with pytest.raises(CommandError, match=r"runworker --role driver.*runstack --no-api"):
+        call_command("qcluster", *argv)
