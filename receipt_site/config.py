@@ -318,7 +318,7 @@ _FALSE = ("0", "false", "no", "off", "")
 
 def _parse(spec: _Spec, raw: Any) -> Any:
     if spec.kind == "schedules":
-        return _schedules(spec, raw)
+        return _schedules(spec.env, raw)
     if spec.kind == "limits":
         return _limits(spec.env, raw)
     if spec.kind == "groups":
@@ -363,9 +363,10 @@ def _choice(choices: tuple[str, ...], name: str, given: str) -> str:
     raise ConfigError(name, f"must be one of {', '.join(choices)}, got {given!r}")
 
 
-def _schedules(spec: _Spec, raw: Any) -> tuple[Schedule, ...]:
-    """Parsed and checked down to each cron expression's values (croniter, imported only
-    when there is a cron schedule)."""
+def _schedules(name: str, raw: Any) -> tuple[Schedule, ...]:
+    """JSON text (the environment's), or a list of wire dicts and/or Schedules (a settings
+    block), parsed and checked down to each cron expression's values (croniter, imported
+    only when there is a cron schedule)."""
     try:
         schedules = parse_many(raw if raw is not None else "")
         crons = [s for s in schedules if s.cron is not None]
@@ -378,7 +379,7 @@ def _schedules(spec: _Spec, raw: Any) -> tuple[Schedule, ...]:
                 except ScheduleError as error:
                     raise ScheduleError(f"schedule {schedule.name!r}: {error}") from None
     except ScheduleError as error:
-        raise ConfigError(spec.env, str(error)) from None
+        raise ConfigError(name, str(error)) from None
     return schedules
 
 
@@ -442,7 +443,11 @@ def _typed(spec: _Spec, name: str, value: Any) -> Any:
     """A settings-block value checked against its spec (no strings parsed as numbers)."""
     if value is None and spec.kind in ("optint", "optstr"):
         return None
-    if spec.kind == "limits":  # a list of dicts (or of Limit) in a settings block
+    # Structured keys: the natural Python form (a list of dicts and/or objects) or the
+    # environment variable's JSON text, parsed and checked by the same reader.
+    if spec.kind == "schedules":
+        return _schedules(name, value)
+    if spec.kind == "limits":
         return _limits(name, value)
     if spec.kind in ("int", "optint"):
         if isinstance(value, bool) or not isinstance(value, int):

@@ -20,7 +20,8 @@ def parse_array(
 ) -> tuple[T, ...]:
     """`value`: JSON text (empty declares none) or a sequence; `item(raw, index)` reads
     one; `error` is raised naming what is wrong, as "<noun> <name> is declared twice"."""
-    if isinstance(value, str):
+    text = isinstance(value, str)
+    if text:
         if not value.strip():
             return ()
         try:
@@ -28,7 +29,8 @@ def parse_array(
         except json.JSONDecodeError as problem:
             raise error(f"is not valid JSON: {problem}") from None
     if not isinstance(value, Sequence) or isinstance(value, str):
-        raise error(f"must be a JSON array of {noun}s, got {type(value).__name__}")
+        wanted = f"a JSON array of {noun}s" if text else f"a list of {noun}s (or their JSON text)"
+        raise error(f"must be {wanted}, got {type(value).__name__}")
     items = tuple(item(raw, index) for index, raw in enumerate(value))
     names = [name_of(one) for one in items]
     for name in names:

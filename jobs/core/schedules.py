@@ -140,14 +140,14 @@ def from_wire(wire: Any, *, where: str = "schedule") -> Schedule:
 
 
 def parse_many(value: Any) -> tuple[Schedule, ...]:
-    """A JSON array of schedules (text, or already parsed from a settings dict); names
-    must be unique. Empty text is no schedule."""
+    """A JSON array of schedules (text, or a list from a settings block: wire dicts and/or
+    Schedules); names must be unique. Empty text is no schedule."""
+
+    def item(raw: Any, index: int) -> Schedule:
+        return raw if isinstance(raw, Schedule) else from_wire(raw, where=f"schedule {index}")
+
     return parse_array(
-        value,
-        noun="schedule",
-        error=ScheduleError,
-        item=lambda raw, index: from_wire(raw, where=f"schedule {index}"),
-        name_of=lambda schedule: schedule.name,
+        value, noun="schedule", error=ScheduleError, item=item, name_of=lambda s: s.name
     )
 
 

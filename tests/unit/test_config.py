@@ -237,6 +237,61 @@ def test_a_bad_settings_block_names_the_key(block, said):
     assert said in str(caught.value)
 
 
+NIGHTLY = {
+    "name": "nightly",
+    "cron": "0 3 * * *",
+    "timezone": "Europe/Paris",
+    "agentId": "django-task",
+    "payload": {"kind": "acme.report"},
+}
+
+
+def test_a_settings_block_takes_schedules_as_dicts_schedules_or_the_environments_json():
+    """A list of dicts and/or Schedules, or RECEIPT_SCHEDULES's JSON text: each is parsed
+    into the same schedules (a string was once kept as it was, and nothing could use it)."""
+    import json
+
+    from jobs.core.schedules import Schedule
+
+    pulse = Schedule(name="pulse", agent_id="django-task", payload={}, every_s=30)
+    from_dicts = from_settings({"schedules": [NIGHTLY, pulse.to_wire()]}).schedules
+    assert [s.name for s in from_dicts] == ["nightly", "pulse"]
+    assert from_dicts[0].timezone == "Europe/Paris" and from_dicts[1] == pulse
+    assert from_settings({"schedules": [NIGHTLY, pulse]}).schedules == from_dicts
+    from_text = from_settings({"schedules": json.dumps([NIGHTLY, pulse.to_wire()])})
+    assert from_text.schedules == from_dicts
+    assert (
+        from_text.schedules
+        == load({"RECEIPT_SCHEDULES": json.dumps([NIGHTLY, pulse.to_wire()])}).schedules
+    )
+    shown = dict(from_text.shown())["RECEIPT_SCHEDULES"]
+    assert shown == "nightly (cron 0 3 * * * (Europe/Paris)), pulse (every 30 s)"
+    assert from_settings({"schedules": []}).schedules == ()
+    assert from_settings({"schedules": ""}).schedules == ()
+
+
+@pytest.mark.parametrize(
+    ("schedules", "said"),
+    [
+        (
+            NIGHTLY,
+            "RECEIPT['schedules'] must be a list of schedules (or their JSON text), got dict",
+        ),
+        (42, "RECEIPT['schedules'] must be a list of schedules (or their JSON text), got int"),
+        ("[{", "RECEIPT['schedules'] is not valid JSON"),
+        ('{"name": "a"}', "RECEIPT['schedules'] must be a JSON array of schedules, got dict"),
+        (["nightly"], "RECEIPT['schedules'] schedule 0 must be an object, got str"),
+        ([{**NIGHTLY, "cron": "61 * * * *"}], "RECEIPT['schedules'] schedule 'nightly': cron "),
+        ([{**NIGHTLY, "agent": "x"}], "RECEIPT['schedules'] schedule 'nightly': unknown field"),
+        ([NIGHTLY, NIGHTLY], "RECEIPT['schedules'] schedule 'nightly' is declared twice"),
+    ],
+)
+def test_bad_schedules_in_a_settings_block_name_the_key_and_the_problem(schedules, said):
+    with pytest.raises(ConfigError) as caught:
+        from_settings({"schedules": schedules})
+    assert said in str(caught.value) and caught.value.name == "RECEIPT['schedules']"
+
+
 def test_a_settings_block_must_be_a_dict():
     with pytest.raises(ConfigError, match="RECEIPT must be a dict, got list"):
         from_settings([("job_lease_ms", 4000)])  # type: ignore[arg-type]

@@ -5,6 +5,7 @@ unsafe, and Receipt's SQLite set-up on a database configured as `startproject` d
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -40,6 +41,22 @@ def test_the_settings_block_becomes_the_typed_config(tmp_path, host_door):
     assert Path(host.RECEIPT.data_dir).is_dir()
     assert host.Q_CLUSTER == {"name": "theirs"}  # the project's own is never replaced
     assert conf.source == "settings" and checks.settings_block() == []
+
+
+def test_structured_keys_of_the_settings_block_become_typed_values(tmp_path, host_door):
+    """schedules (a list of dicts, or the environment's JSON text) are parsed at startup:
+    kept as text, every schedules pass and the dashboard's configuration table failed."""
+    nightly: dict[str, object] = {"name": "nightly", "cron": "0 3 * * *", "payload": {}}
+    nightly |= {"timezone": "Europe/Paris", "agentId": "django-task"}
+    for schedules in ([nightly], json.dumps([nightly])):
+        host = _host(tmp_path, RECEIPT={"schedules": schedules})
+        conf.configure(host)
+        (schedule,) = host.RECEIPT.schedules
+        assert (schedule.name, schedule.timezone) == ("nightly", "Europe/Paris")
+        shown = dict(host.RECEIPT.shown())["RECEIPT_SCHEDULES"]
+        assert shown == "nightly (cron 0 3 * * * (Europe/Paris))"
+    with pytest.raises(ImproperlyConfigured, match=r"RECEIPT\['schedules'\] is not valid JSON"):
+        conf.configure(_host(tmp_path, RECEIPT={"schedules": "[{"}))
 
 
 def test_no_settings_block_runs_on_defaults_and_says_so(tmp_path, host_door):

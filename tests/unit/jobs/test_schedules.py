@@ -92,6 +92,16 @@ def test_parse_many_reads_a_json_array_and_refuses_a_name_declared_twice() -> No
         parse_many(twice)
 
 
+def test_parse_many_takes_a_list_of_wire_dicts_and_schedules_from_a_settings_block() -> None:
+    pulse = Schedule(name="pulse", agent_id="my-agent", payload={}, every_s=30)
+    nightly, kept = parse_many([wire(cron="0 3 * * *"), pulse])
+    assert (nightly.name, nightly.cron, kept) == ("nightly", "0 3 * * *", pulse)
+    with pytest.raises(ScheduleError, match="'pulse' is declared twice"):
+        parse_many([pulse, pulse])
+    with pytest.raises(ScheduleError, match=r"must be a list of schedules \(or their JSON"):
+        parse_many(wire(every=5))  # one schedule, not in a list
+
+
 # ---- one job id per tick ---------------------------------------------------------------------
 
 
