@@ -2,7 +2,9 @@
 
 - `load(env)`: the standalone site reads environment variables (`JOB_LEASE_MS=...`);
 - `from_settings(block)`: a host project's `RECEIPT = {"job_lease_ms": ...}` settings
-  block, keyed by the Config attribute names (lowercase), values already typed.
+  block, keyed by the Config attribute names (lowercase), values already typed; the
+  structured keys (`schedules`, `limits`, `worker_groups`) take their Python form or the
+  environment variable's text, read by the same parser.
 
 Pure: both take a mapping and return a frozen Config or raise ConfigError naming the
 variable or key, so a typo stops startup instead of silently using a default. Both share
@@ -112,24 +114,7 @@ class Config:
         """`worker_groups` may also be given as a mapping (a settings block) or the text of
         RECEIPT_WORKER_GROUPS: it is checked and kept as declared groups, so every way of
         building a Config yields the same value."""
-        declared: Any = self.worker_groups
-        try:
-            if isinstance(declared, str):
-                checked = worker_groups.parse(declared)
-            elif isinstance(declared, Mapping):
-                checked = worker_groups.from_mapping(declared)
-            elif isinstance(declared, tuple | list) and all(
-                isinstance(group, GroupSettings) for group in declared
-            ):
-                checked = worker_groups.from_mapping({group.name: group for group in declared})
-                if len(checked) != len(declared):
-                    raise worker_groups.GroupsError("declares a group twice")
-            else:
-                raise worker_groups.GroupsError(
-                    f"must map group names to their settings, got {type(declared).__name__}"
-                )
-        except worker_groups.GroupsError as error:
-            raise ConfigError("worker_groups", str(error)) from None
+        checked = _groups("worker_groups", self.worker_groups)
         object.__setattr__(self, "worker_groups", checked)
 
     @property
@@ -322,10 +307,7 @@ def _parse(spec: _Spec, raw: Any) -> Any:
     if spec.kind == "limits":
         return _limits(spec.env, raw)
     if spec.kind == "groups":
-        try:
-            return worker_groups.parse(raw or "")
-        except worker_groups.GroupsError as error:
-            raise ConfigError(spec.env, str(error)) from None
+        return _groups(spec.env, raw)
     if raw is None or (raw.strip() == "" and spec.kind != "bool"):
         return spec.default if spec.kind != "list" else _hosts(spec.default)
     raw = raw.strip()
@@ -381,6 +363,32 @@ def _schedules(name: str, raw: Any) -> tuple[Schedule, ...]:
     except ScheduleError as error:
         raise ConfigError(name, str(error)) from None
     return schedules
+
+
+def _groups(name: str, declared: Any) -> tuple[GroupSettings, ...]:
+    """Worker groups from RECEIPT_WORKER_GROUPS's text (a JSON object, or the compact
+    `name[:concurrency]` list), a mapping of names to their settings (a settings block), or
+    a sequence of GroupSettings; None declares none."""
+    try:
+        if declared is None:
+            return ()
+        if isinstance(declared, str):
+            return worker_groups.parse(declared)
+        if isinstance(declared, Mapping):
+            return worker_groups.from_mapping(declared)
+        if isinstance(declared, tuple | list) and all(
+            isinstance(group, GroupSettings) for group in declared
+        ):
+            checked = worker_groups.from_mapping({group.name: group for group in declared})
+            if len(checked) != len(declared):
+                raise worker_groups.GroupsError("declares a group twice")
+            return checked
+        raise worker_groups.GroupsError(
+            "must map group names to their settings, as in {'emails': {'concurrency': 4}} "
+            f"(or be the text of RECEIPT_WORKER_GROUPS), got {declared!r}"
+        )
+    except worker_groups.GroupsError as error:
+        raise ConfigError(name, str(error)) from None
 
 
 def _limits(name: str, raw: Any) -> tuple[Limit, ...]:
@@ -443,8 +451,10 @@ def _typed(spec: _Spec, name: str, value: Any) -> Any:
     """A settings-block value checked against its spec (no strings parsed as numbers)."""
     if value is None and spec.kind in ("optint", "optstr"):
         return None
-    # Structured keys: the natural Python form (a list of dicts and/or objects) or the
-    # environment variable's JSON text, parsed and checked by the same reader.
+    # Structured keys: the natural Python form (a list of dicts and/or objects; a mapping
+    # for worker groups) or the environment variable's text, read by the same reader.
+    if spec.kind == "groups":
+        return _groups(name, value)
     if spec.kind == "schedules":
         return _schedules(name, value)
     if spec.kind == "limits":

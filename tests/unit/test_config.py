@@ -292,6 +292,67 @@ def test_bad_schedules_in_a_settings_block_name_the_key_and_the_problem(schedule
     assert said in str(caught.value) and caught.value.name == "RECEIPT['schedules']"
 
 
+def test_a_settings_block_takes_worker_groups_as_a_mapping_or_the_environments_text():
+    """The mapping the operator guide documents, or RECEIPT_WORKER_GROUPS's text in either
+    of its forms (a mapping was once refused: "must be a string")."""
+    from jobs.core.groups import GroupSettings
+
+    emails = GroupSettings(name="emails", concurrency=2)
+    declared = from_settings({"worker_groups": {"emails": {"concurrency": 2}, "reports": {}}})
+    assert declared.worker_groups == (emails, GroupSettings(name="reports"))
+    for same in (
+        {"emails": 2, "reports": None},
+        "emails:2,reports",
+        '{"emails": {"concurrency": 2}, "reports": {}}',
+        [emails, GroupSettings(name="reports")],
+    ):
+        assert from_settings({"worker_groups": same}).worker_groups == declared.worker_groups
+    assert from_settings({"worker_groups": {}}).worker_groups == ()
+    assert from_settings({"worker_groups": None}).worker_groups == ()
+    shown = dict(declared.shown())["RECEIPT_WORKER_GROUPS"]
+    assert shown == "emails(concurrency=2), reports"
+
+
+@pytest.mark.parametrize(
+    ("groups", "said"),
+    [
+        ({"driver": {}}, "RECEIPT['worker_groups'] group name 'driver' is reserved"),
+        ({"chat": 8}, "RECEIPT['worker_groups'] group name 'chat' is built in"),
+        (
+            {"emails": {"concurrency": 0}},
+            "RECEIPT['worker_groups'] group 'emails': concurrency must be an integer from 1",
+        ),
+        ({"emails": {"lease": 1}}, "RECEIPT['worker_groups'] group 'emails': unknown setting"),
+        ("emails:x", "RECEIPT['worker_groups'] group 'emails': concurrency must be an integer"),
+        (
+            ["emails"],
+            "RECEIPT['worker_groups'] must map group names to their settings, as in "
+            "{'emails': {'concurrency': 4}} (or be the text of RECEIPT_WORKER_GROUPS), "
+            "got ['emails']",
+        ),
+    ],
+)
+def test_bad_worker_groups_in_a_settings_block_name_the_key_and_the_problem(groups, said):
+    with pytest.raises(ConfigError) as caught:
+        from_settings({"worker_groups": groups})
+    assert said in str(caught.value) and caught.value.name == "RECEIPT['worker_groups']"
+
+
+def test_a_settings_block_takes_limits_as_dicts_limits_or_the_environments_json():
+    """limits, the third structured key, read the same three ways."""
+    import json
+
+    from jobs.core.limits import from_wire
+
+    llm = {"name": "llm", "queues": ["llm"], "rate": "60/m"}
+    declared = from_settings({"limits": [llm]}).limits
+    assert [limit.name for limit in declared] == ["llm"]
+    assert from_settings({"limits": [from_wire(llm)]}).limits == declared
+    assert from_settings({"limits": json.dumps([llm])}).limits == declared
+    with pytest.raises(ConfigError, match=r"RECEIPT\['limits'\] must be a list of limits"):
+        from_settings({"limits": llm})
+
+
 def test_a_settings_block_must_be_a_dict():
     with pytest.raises(ConfigError, match="RECEIPT must be a dict, got list"):
         from_settings([("job_lease_ms", 4000)])  # type: ignore[arg-type]

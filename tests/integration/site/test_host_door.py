@@ -44,8 +44,9 @@ def test_the_settings_block_becomes_the_typed_config(tmp_path, host_door):
 
 
 def test_structured_keys_of_the_settings_block_become_typed_values(tmp_path, host_door):
-    """schedules (a list of dicts, or the environment's JSON text) are parsed at startup:
-    kept as text, every schedules pass and the dashboard's configuration table failed."""
+    """schedules (a list of dicts, or the environment's JSON text) are parsed at startup
+    (kept as text, every schedules pass and the dashboard's configuration table failed);
+    worker_groups is a mapping of group names to their settings."""
     nightly: dict[str, object] = {"name": "nightly", "cron": "0 3 * * *", "payload": {}}
     nightly |= {"timezone": "Europe/Paris", "agentId": "django-task"}
     for schedules in ([nightly], json.dumps([nightly])):
@@ -57,6 +58,11 @@ def test_structured_keys_of_the_settings_block_become_typed_values(tmp_path, hos
         assert shown == "nightly (cron 0 3 * * * (Europe/Paris))"
     with pytest.raises(ImproperlyConfigured, match=r"RECEIPT\['schedules'\] is not valid JSON"):
         conf.configure(_host(tmp_path, RECEIPT={"schedules": "[{"}))
+    host = _host(tmp_path, RECEIPT={"worker_groups": {"emails": {"concurrency": 2}}})
+    conf.configure(host)  # the operator guide's mapping (once refused: "must be a string")
+    assert [(g.name, g.concurrency) for g in host.RECEIPT.worker_groups] == [("emails", 2)]
+    with pytest.raises(ImproperlyConfigured, match=r"RECEIPT\['worker_groups'\] group name"):
+        conf.configure(_host(tmp_path, RECEIPT={"worker_groups": {"api": {}}}))
 
 
 def test_no_settings_block_runs_on_defaults_and_says_so(tmp_path, host_door):
