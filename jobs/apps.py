@@ -1,6 +1,11 @@
+from collections.abc import Iterable
 from typing import Any
 
 from django.apps import AppConfig, apps
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+
+SITE_APP = "receipt_site"  # turns the RECEIPT block into the typed config (receipt_site.conf)
 
 
 def add_once(registry: list[Any], entry: Any) -> None:
@@ -9,10 +14,30 @@ def add_once(registry: list[Any], entry: Any) -> None:
         registry.append(entry)
 
 
+def require_site_app(installed: Iterable[str]) -> None:
+    """ImproperlyConfigured unless INSTALLED_APPS lists receipt_site, the app whose
+    creation makes a host's RECEIPT block the typed config everything reads."""
+    if any(entry == SITE_APP or entry.startswith(f"{SITE_APP}.apps.") for entry in installed):
+        return
+    raise ImproperlyConfigured(
+        f"{SITE_APP!r} is not in INSTALLED_APPS, so Receipt's settings are never read "
+        f"(settings.RECEIPT stays as written): add {SITE_APP!r} to INSTALLED_APPS, above "
+        "'django_q' (README, 'Add Receipt to your project')"
+    )
+
+
 class JobsConfig(AppConfig):
     name = "jobs"
     verbose_name = "Jobs"
     default_auto_field = "django.db.models.BigAutoField"
+
+    def __init__(self, app_name: str, app_module: Any) -> None:
+        super().__init__(app_name, app_module)
+        # Django creates every app config before it imports any model, and the first read
+        # of settings.RECEIPT comes after (a `@task` builds the task backend, which asks
+        # for the worker groups): without receipt_site that read met the raw dict, deep
+        # in the timing settings. Named here instead, before anything reads it.
+        require_site_app(settings.INSTALLED_APPS)
 
     def ready(self) -> None:
         from access import failures

@@ -89,6 +89,29 @@ def test_q_cluster_is_derived_before_django_q_reads_it_or_startup_stops(tmp_path
     assert conf.is_receipt_cluster(derived) and derived == settings.Q_CLUSTER
 
 
+def test_a_project_without_receipt_site_is_told_to_add_it(monkeypatch):
+    """Without receipt_site nothing turns the RECEIPT block into the typed config: the
+    jobs app says so when Django creates it, before a `@task` reads the raw dict (which
+    failed with "'dict' object has no attribute 'job_lease_ms'")."""
+    import jobs
+    from jobs.apps import JobsConfig, require_site_app
+
+    said = (
+        "'receipt_site' is not in INSTALLED_APPS, so Receipt's settings are never read "
+        "(settings.RECEIPT stays as written): add 'receipt_site' to INSTALLED_APPS, above "
+        "'django_q' (README, 'Add Receipt to your project')"
+    )
+    host_apps = ["django.contrib.admin", "django_q", "receipts", "access", "jobs"]
+    with pytest.raises(ImproperlyConfigured) as caught:
+        require_site_app(host_apps)
+    assert str(caught.value) == said
+    require_site_app(["receipt_site", *host_apps])
+    require_site_app(["receipt_site.apps.ReceiptSiteConfig", *host_apps])
+    monkeypatch.setattr(settings, "INSTALLED_APPS", host_apps)
+    with pytest.raises(ImproperlyConfigured, match="add 'receipt_site' to INSTALLED_APPS"):
+        JobsConfig("jobs", jobs)
+
+
 def test_the_standalone_sites_config_is_left_as_it_is(host_door):
     site = SimpleNamespace(RECEIPT=settings.RECEIPT, Q_CLUSTER=settings.Q_CLUSTER)
     conf.configure(site)
