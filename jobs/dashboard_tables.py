@@ -16,6 +16,7 @@ from django.utils.html import format_html, format_html_join
 
 from jobs.core import settled_chart
 from jobs.core.diagnosis import human_ms
+from jobs.core.groups import DECLARED_IN
 from jobs.counts import CELL_CAP, STATUS_CAP
 from receipts.admin import NONE_HTML, utc
 
@@ -81,7 +82,7 @@ DASHBOARD_TABLES = (
             Column("connectionsPerRunworker", "connections per runworker", "num"),
         ),
         "—",
-        "The built-in groups, then those declared in RECEIPT_WORKER_GROUPS. Lease and "
+        f"The built-in groups, then those declared in {DECLARED_IN}. Lease and "
         "timeout of a plain job (Factory's agents have their own). Each runworker holds "
         "concurrency + 3 PostgreSQL connections; size max_connections with their sum over "
         "every runworker (driver: 4), plus the API's pools.",

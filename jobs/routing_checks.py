@@ -13,6 +13,7 @@ from django.core import checks
 
 from jobs import handlers
 from jobs.core.contracts import all_kinds, contract_for
+from jobs.core.groups import DECLARED_IN
 from jobs.timing_config import current_timing
 
 
@@ -31,8 +32,7 @@ def kinds_on_declared_groups(app_configs: Any = None, **kwargs: Any) -> list[che
             checks.Error(
                 f"kind {kind!r} is registered to worker group {contract.worker_group!r}, "
                 f"which is not declared; the worker groups are {', '.join(known)}",
-                hint=f"declare it, e.g. RECEIPT_WORKER_GROUPS={contract.worker_group}, or "
-                "register the kind to one of these groups",
+                hint=f"declare it in {DECLARED_IN}, or register the kind to one of these groups",
                 id="jobs.E001",
             )
         )

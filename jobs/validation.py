@@ -16,6 +16,7 @@ from django.conf import settings
 
 from jobs import handlers
 from jobs.core import contracts, retry_policy
+from jobs.core.groups import DECLARED_IN
 from jobs.core.scheduling import (
     DEFAULT_PRIORITY,
     MAX_PRIORITY,
@@ -290,7 +291,8 @@ def check_route(agent_id: str, kind: str, queue: Any) -> str:
         raise InvalidRequest(
             "unknown_queue",
             f"kind {kind!r} is registered to worker group {group!r}, which this deployment "
-            f"does not declare (RECEIPT_WORKER_GROUPS); expected one of: {', '.join(known)}",
+            f"does not declare (declare it in {DECLARED_IN}); expected one of: "
+            f"{', '.join(known)}",
         )
     return group
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from jobs.core import names
 from jobs.core.contracts import routed_group
+from jobs.core.groups import DECLARED_IN
 from jobs.core.state import JobState
 from jobs.core.vocabulary import RETRYABLE_STATUSES
 
@@ -229,7 +230,7 @@ def _blockers(facts: Facts) -> Iterator[Blocker]:
             "undeclared_group",
             f"the job runs on worker group '{group}', which this deployment no longer "
             f"declares (it has {', '.join(facts.groups)}): declare it again in "
-            "RECEIPT_WORKER_GROUPS, or cancel the job and enqueue it elsewhere",
+            f"{DECLARED_IN}, or cancel the job and enqueue it elsewhere",
         )
     worker_cluster = names.worker_cluster(group)
     if facts.live_processes.get(worker_cluster, 0) == 0:

@@ -30,6 +30,10 @@ RESERVED_NAMES: Final = frozenset({*BUILTIN_GROUPS, "driver", "api"})
 MAX_GROUP_NAME: Final = 32
 GROUP_NAME_PATTERN: Final = re.compile(r"^[a-z][a-z0-9_-]*$")
 CLUSTER_PREFIX: Final = "worker-"  # `jobs.core.names.WORKER_CLUSTER_PREFIX`
+# Where a deployment declares its groups, as messages name it: a host project's settings
+# key, or the standalone site's variable.
+DECLARED_IN: Final = "RECEIPT['worker_groups'] (or the RECEIPT_WORKER_GROUPS environment variable)"
+TO_DECLARE: Final = f"to add a group, declare it in {DECLARED_IN}"
 # setting -> (lowest, highest), the bounds of the matching global variables
 BOUNDS: Final[dict[str, tuple[int, int]]] = {
     "concurrency": (1, 256),

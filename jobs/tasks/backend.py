@@ -20,6 +20,7 @@ from typing import Any
 from jobs import queue
 from jobs.core import retry_policy
 from jobs.core.attempts import History
+from jobs.core.groups import TO_DECLARE
 from jobs.errors import InvalidRequest
 from jobs.tasks import payload, results
 from jobs.tasks.framework import (
@@ -59,7 +60,7 @@ class ReceiptBackend(BaseTaskBackend):
             raise InvalidTaskBackend(
                 f"TASKS[{alias!r}]['QUEUES'] names {', '.join(unknown)}, which are not "
                 f"worker groups; a queue is {DEFAULT_TASK_QUEUE_NAME!r} or one of "
-                f"{', '.join(declared_groups())}"
+                f"{', '.join(declared_groups())}; {TO_DECLARE}"
             )
 
     def validate_task(self, task: Task) -> None:
@@ -67,7 +68,7 @@ class ReceiptBackend(BaseTaskBackend):
         if task.queue_name != DEFAULT_TASK_QUEUE_NAME and task.queue_name not in declared_groups():
             raise InvalidTask(
                 f"Queue '{task.queue_name}' is not a worker group; declared: "
-                f"{', '.join(declared_groups())}"
+                f"{', '.join(declared_groups())}; {TO_DECLARE}"
             )
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:

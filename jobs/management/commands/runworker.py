@@ -33,6 +33,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from jobs import handlers, retention
+from jobs.core.groups import TO_DECLARE
 from jobs.core.names import group_of_cluster
 from jobs.core.timing import TimingSettings, concurrency_for
 from jobs.runtime import callbacks, due, keeper, loops, processes, recovery, sandbox
@@ -56,7 +57,7 @@ def resolve_role(
         try:
             return normalize_role(cli_role, groups), None
         except UnknownRole as error:
-            raise CommandError(f"{error}; declare a group in RECEIPT_WORKER_GROUPS") from None
+            raise CommandError(f"{error}; {TO_DECLARE}") from None
     if env_role:
         try:
             return normalize_role(env_role, groups), None

@@ -85,9 +85,17 @@ def test_a_kind_on_a_group_not_declared_is_refused_and_named_by_the_system_check
         status, error = api.post("/agents/mailer/jobs", {"payload": {"kind": "acme.bulk"}})
         assert status == 400 and error["error"] == "unknown_queue"
         assert "'acme.bulk' is registered to worker group 'bulk'" in error["detail"]
+        assert (
+            "declare it in RECEIPT['worker_groups'] (or the RECEIPT_WORKER_GROUPS"
+            in (error["detail"])
+        )
         assert written() == before
         found = kinds_on_declared_groups()
         assert [(e.id, "'acme.bulk'" in e.msg) for e in found] == [("jobs.E001", True)]
+        assert found[0].hint == (
+            "declare it in RECEIPT['worker_groups'] (or the RECEIPT_WORKER_GROUPS environment "
+            "variable), or register the kind to one of these groups"
+        )
         with pytest.raises(SystemCheckError, match=r"acme\.bulk"):
             call_command("check")
     finally:
@@ -203,6 +211,10 @@ def test_diagnosis_names_a_group_without_a_live_worker_and_one_no_longer_declare
     assert status == 200
     blockers = {b["code"]: b["detail"] for b in body["blockers"]}
     assert "worker group 'emails', which this deployment no longer" in blockers["undeclared_group"]
+    assert (
+        "declare it again in RECEIPT['worker_groups'] (or the RECEIPT_WORKER_GROUPS"
+        in (blockers["undeclared_group"])
+    )
 
 
 def test_the_cli_enqueues_on_a_queue_and_refuses_an_undeclared_one(emails):

@@ -134,6 +134,19 @@ def test_options_need_a_receipt_backend():
             receipt_options(elsewhere, job_id="j-2")
 
 
+def test_a_queue_that_is_not_a_worker_group_is_refused_saying_how_to_declare_one():
+    with (
+        override_settings(TASKS=receipt_backend(QUEUES=["default", "emails"])),
+        pytest.raises(InvalidTaskBackend) as caught,
+    ):
+        task_backends["default"]
+    assert str(caught.value) == (
+        "TASKS['default']['QUEUES'] names emails, which are not worker groups; a queue is "
+        "'default' or one of chat, control, codex; to add a group, declare it in "
+        "RECEIPT['worker_groups'] (or the RECEIPT_WORKER_GROUPS environment variable)"
+    )
+
+
 def test_the_backend_refuses_a_bad_configuration():
     for params, problem in (
         ({"QUEUES": ["default", "emails"]}, "names emails, which are not worker groups"),
@@ -209,6 +222,11 @@ def test_a_task_is_checked_again_when_the_declared_groups_change(settings):
         assert Job.objects.get(pk=first.id).worker_group == "emails"
         assert Job.objects.get(pk=mailer.enqueue(3, 4).id).worker_group == "emails"
         settings.RECEIPT = declared
-        with pytest.raises(InvalidTask, match="Queue 'emails' is not a worker group"):
+        with pytest.raises(InvalidTask) as caught:
             mailer.enqueue(5, 6)
+        assert str(caught.value) == (
+            "Queue 'emails' is not a worker group; declared: chat, control, codex; to add a "
+            "group, declare it in RECEIPT['worker_groups'] (or the RECEIPT_WORKER_GROUPS "
+            "environment variable)"
+        )
     assert Job.objects.filter(worker_group="emails").count() == 2

@@ -80,6 +80,24 @@ def test_only_existing_groups_are_roles_once_the_groups_are_known():
         normalize_role("worker-driver", None)
 
 
+def test_runworker_refuses_a_role_that_is_no_group_saying_where_groups_are_declared():
+    from django.core.management.base import CommandError
+
+    from jobs.management.commands.runworker import resolve_role
+
+    assert resolve_role("emails", None, ("chat", "control", "codex", "emails")) == (
+        "worker-emails",
+        None,
+    )
+    with pytest.raises(CommandError) as caught:
+        resolve_role("emails", None, ("chat", "control", "codex"))
+    assert str(caught.value) == (
+        "unknown role 'emails'; expected one of driver, chat, control, codex (or "
+        "worker-<group>); to add a group, declare it in RECEIPT['worker_groups'] (or the "
+        "RECEIPT_WORKER_GROUPS environment variable)"
+    )
+
+
 EMAILS = GroupSettings(name="emails", concurrency=6, lease_ms=2_000_000)
 TIMING = TimingSettings(worker_groups=(EMAILS, GroupSettings(name="bulk")))
 
