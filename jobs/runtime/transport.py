@@ -13,13 +13,17 @@ A push that fails (Redis down or restarting) is logged and dropped, never raised
 promise it delivers has committed, so the caller's write stands (an enqueue answers,
 a driver pass is done), and `jobs.runtime.redelivery` pushes the task again from the
 promise once Redis answers.
+
+While a `held()` block is open (`jobs.testing`: a test runs the work in its own process),
+nothing is pushed to Redis at all, from any thread of the process.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
@@ -35,6 +39,8 @@ logger = logging.getLogger("receipt.delivery")
 
 PUSH_CHUNK = 500  # tasks per RPUSH (a batch enqueue's tasks: a few hundred KiB a command)
 _woken = threading.local()  # clusters already woken by the current transaction
+_holds: list[None] = []  # one entry per open `held()` block, whatever its thread
+_holds_lock = threading.Lock()
 
 
 @cache
@@ -42,6 +48,22 @@ def _broker(cluster: str) -> Any:  # one Redis client per cluster per process
     from django_q.brokers import get_broker
 
     return get_broker(cluster)
+
+
+@contextmanager
+def held() -> Iterator[None]:
+    """While the block runs, no task is pushed to Redis, by any thread of this process (the
+    dispatch outbox's included): the promises are written as ever, and whoever holds runs
+    them itself (`jobs.testing`, in the test's process). A push is dropped when it would
+    be made, so an after-commit push of a transaction that commits in the block is
+    dropped too. The database broker's tasks are its promise rows: nothing to hold."""
+    with _holds_lock:
+        _holds.append(None)
+    try:
+        yield
+    finally:
+        with _holds_lock:
+            _holds.pop()
 
 
 def send(cluster: str, func: str, *args: Any, **kwargs: Any) -> None:
@@ -118,7 +140,10 @@ def drained(cluster: str) -> bool:
 def _push(cluster: str, packages: Sequence[str]) -> int:
     """An RPUSH per PUSH_CHUNK tasks, not one per task. A connection Redis closed since
     its last use (a restart) is tried once more on a new one; past that the tasks are
-    dropped with a warning: their promises redeliver them. Returns how many were pushed."""
+    dropped with a warning: their promises redeliver them. Returns how many were pushed:
+    none while `held()`."""
+    if _holds:
+        return 0
     import redis
 
     broker = _broker(cluster)

@@ -1,7 +1,11 @@
-"""Run enqueued jobs to completion in this process, for tests: `run_jobs()`, and the pytest
-fixture `receipt_worker` (`jobs.testing.pytest_plugin`). docs/testing.md shows both.
+"""Run enqueued jobs to completion in this process, for tests: `run_jobs()`, the pytest
+fixture `receipt_worker` (`jobs.testing.pytest_plugin`), and `in_process()` for code that
+commits its enqueues before `run_jobs()` is called. docs/testing.md shows them.
 
-No worker processes and no broker: each queued job's delivery is opened (or found) as
+No worker processes and no broker: while `run_jobs()` runs, and for the whole of a
+`receipt_worker` test or an `in_process()` block, nothing is pushed to a Redis broker
+(`transport.held`), whatever thread sends it: the deliveries are promise rows this
+process drives itself. Each queued job's delivery is opened (or found) as
 the enqueue's wake-up would, driven by the real driver (`jobs.runtime.driver.drive`)
 and run by the real worker path (`jobs.runtime.worker.execute`: the begin that leases
 and starts the attempt, the handler, the settlement under the fence). The receipts,
@@ -23,7 +27,7 @@ from typing import Any
 from jobs.core.state import JobState
 from jobs.core.wire import job_from_wire
 from jobs.models import Job
-from jobs.runtime import driver, keeper, worker
+from jobs.runtime import driver, keeper, transport, worker
 from jobs.runtime.dispatch import OUTBOX, start_driver
 from jobs.selectors import states
 from receipts.clock import now_ms as wall_clock_ms
@@ -58,12 +62,13 @@ def run_jobs(
     *, job_ids: Iterable[str] | None = None, max_attempts: int = DEFAULT_MAX_ATTEMPTS
 ) -> Drained:
     """Run queued jobs (all of them, or those of `job_ids`) until none that can run is
-    left, jobs they enqueue included; StillRunnable past `max_attempts` attempts."""
+    left, jobs they enqueue included; StillRunnable past `max_attempts` attempts. What it
+    and the jobs it runs send is held in this process (`in_process`)."""
     only = None if job_ids is None else list(job_ids)
     ran: dict[str, None] = {}
     attempts = 0
     left: list[str] = []
-    with _no_lease_keeper():
+    with in_process(), _no_lease_keeper():
         while True:
             OUTBOX.drain()  # the after-commit dispatch of what was enqueued is done first
             batch = _queued(only)
@@ -83,6 +88,20 @@ def run_jobs(
                 break
     by_id = {job.job_id: job for job in states(ran)}
     return Drained(tuple(by_id[i] for i in ran if i in by_id), attempts, tuple(left))
+
+
+@contextmanager
+def in_process() -> Iterator[None]:
+    """Hold every dispatch in this process while the block runs: nothing is pushed to a
+    Redis broker, not an enqueue's after-commit send, not a driver's or a worker's task
+    (the database broker's tasks are rows of the test's database already). `run_jobs`
+    runs the held work. On the way out the block waits for the dispatch pass of what it
+    enqueued, so none of it is sent after the hold ends."""
+    with transport.held():
+        try:
+            yield
+        finally:
+            OUTBOX.drain()
 
 
 def _queued(only: list[str] | None) -> list[JobState]:

@@ -11,6 +11,7 @@ def test_sends_the_email(receipt_worker):
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -35,6 +36,11 @@ class InProcessWorker:
 
 
 @pytest.fixture
-def receipt_worker(db: None) -> InProcessWorker:
-    """An in-process worker on the test's database (pytest-django's `db`)."""
-    return InProcessWorker()
+def receipt_worker(db: None) -> Iterator[InProcessWorker]:
+    """An in-process worker on the test's database (pytest-django's `db`). For the whole
+    test nothing is pushed to a Redis broker (`jobs.testing.in_process`): an enqueue the
+    test commits before `run()` included."""
+    from jobs.testing import in_process
+
+    with in_process():
+        yield InProcessWorker()
