@@ -43,9 +43,9 @@ class StillRunnable(AssertionError):
 
 @dataclass(frozen=True)
 class Drained:
-    """What `run_jobs` did: the jobs it ran an attempt of, as they ended, in the order it
-    first ran them; how many attempts it ran; the queued jobs it could not start (a
-    delivery it could not drive, a job not yet due)."""
+    """What `run_jobs` did: the jobs it ran an attempt of, as they ended (JobState), in the
+    order it first ran them; how many attempts it ran; the ids (str) of the queued jobs it
+    could not start (a delivery it could not drive, a job not yet due), the first ROUND."""
 
     jobs: tuple[JobState, ...]
     attempts: int

@@ -1,4 +1,5 @@
-"""The `receipt_worker` pytest fixture. Load it from your root conftest.py:
+"""The `receipt_worker` pytest fixture. It needs pytest-django (its `db` fixture), which,
+like pytest, Receipt does not install. Load it from your root conftest.py:
 
 pytest_plugins = ["jobs.testing.pytest_plugin"]
 
