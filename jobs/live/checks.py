@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from django.conf import settings
 from django.core.handlers.asgi import ASGIRequest
 from django.http import HttpRequest
 
@@ -33,11 +34,17 @@ def asgi_only(request: HttpRequest) -> None:
     # Under WSGI Django would buffer an endless stream into memory before sending it.
     if not isinstance(request, ASGIRequest):
         raise refuse(
-            "asgi_required",
-            "live event streams need the ASGI server "
-            "(python -m uvicorn receipt_site.asgi:application)",
-            501,
+            "asgi_required", f"live event streams need an ASGI server ({_asgi_server()})", 501
         )
+
+
+def _asgi_server() -> str:
+    """The project's own ASGI app (the standalone site's, or a host project's as
+    startproject lays it out), as a command to serve it."""
+    wsgi = getattr(settings, "WSGI_APPLICATION", None) or ""
+    app = getattr(settings, "ASGI_APPLICATION", None) or wsgi.replace(".wsgi.", ".asgi.")
+    module, _, name = app.rpartition(".")
+    return f"python -m uvicorn {module}:{name}" if module else "uvicorn, daphne or hypercorn"
 
 
 def single(request: HttpRequest, *names: str) -> None:

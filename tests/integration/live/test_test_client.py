@@ -33,3 +33,14 @@ def test_streams_answer_501_outside_asgi():
         response = web.get(path)
         assert response.status_code == 501
         assert response.json()["error"] == "asgi_required"
+        # the command that serves this project's ASGI app, not always the standalone site's
+        assert "python -m uvicorn receipt_site.asgi:application" in response.json()["detail"]
+
+
+def test_the_501_names_a_host_projects_own_asgi_app(settings):
+    """A project made by startproject names only its WSGI app; its asgi.py sits beside it."""
+    del settings.ASGI_APPLICATION
+    settings.WSGI_APPLICATION = "mysite.wsgi.application"
+    response = client().get("/receipt/stream")
+    assert response.status_code == 501
+    assert "(python -m uvicorn mysite.asgi:application)" in response.json()["detail"]
