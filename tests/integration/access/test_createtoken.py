@@ -3,6 +3,7 @@
 from io import StringIO
 
 import pytest
+from django.apps import apps
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
@@ -27,6 +28,13 @@ def test_token_is_the_last_line_and_only_its_digest_is_stored():
     assert secret not in (row.digest, row.prefix)
     assert tokens.matches(secret, row.digest) and not tokens.matches(secret + "x", row.digest)
     assert row.scopes == list(tokens.SCOPES) and row.organization_id is None
+
+
+def test_without_factory_the_default_leaves_out_factorys_scopes(monkeypatch):
+    monkeypatch.setattr(apps, "is_installed", lambda name: name != "objectives")
+    lines = create("--name", "plain")
+    assert "scopes jobs:write,jobs:read,jobs:control;" in lines[0]
+    assert ApiToken.objects.get(name="plain").scopes == ["jobs:write", "jobs:read", "jobs:control"]
 
 
 def test_scopes_and_organization_are_recorded():
