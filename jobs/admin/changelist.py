@@ -28,6 +28,7 @@ from jobs.core.contracts import all_kinds, contract_group, routed_group, routing
 from jobs.core.vocabulary import LANES, STATUSES
 from jobs.dashboard_tables import DASHBOARD_TABLES, render_chart, render_table, status_badge
 from jobs.models import Job
+from jobs.tasks import payload as task_payload
 from jobs.timing_config import current_timing
 from receipts.admin import CheapCountPaginator
 from receipts.admin_kit import NONE_HTML, OperatorAdmin, require, titled, utc
@@ -305,7 +306,7 @@ class JobChangeList(ChangeList):
 
     def _get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
-        # Two keys of the page's folds: the last error is cut in the database, since a
+        # Keys of the page's folds: the last error is cut in the database, since a
         # handler's error can be 8,000 characters and a page shows a hundred of them.
         rows = self.result_list
         known = has_error(connections[rows.db].vendor, "last_error_text")
@@ -315,6 +316,7 @@ class JobChangeList(ChangeList):
             retry_at=KT("state__retryAt"),  # a retry policy's backoff: when it retries
             retried_after=KT("state__retriedAfterAttempt"),  # absent: never retried
             last_error_text=KT("state__lastError"),
+            task_path=KT("state__payload__task"),  # read for django.task rows only
             last_error=Case(When(known, then=Substr("last_error_text", 1, ERROR_TOOLTIP_CHARS))),
         )
         self.result_list = list(annotated)  # read here, inside the walk
@@ -323,6 +325,15 @@ class JobChangeList(ChangeList):
 def clipped(value: str | None, css: str = "rcpt-clip") -> str:
     """A value cut to its column's width, the whole of it in the tooltip; a dash for none."""
     return NONE_HTML if value is None else titled(value, value, css=css)
+
+
+def kind_cell(kind: str | None, task_path: str | None) -> str:
+    """A job's kind; for a task job (every one is kind `django.task`) the task's path, cut
+    from the left so its function name stays in sight, the kind and path in the tooltip."""
+    path = task_payload.shown_path(kind, {"task": task_path})
+    if path is None:
+        return clipped(kind, "rcpt-clip rcpt-kind")
+    return titled(path, f"{kind}: {path}", css="rcpt-clip rcpt-kind rcpt-task-path")
 
 
 def error_cell(error: str | None) -> str:
@@ -424,8 +435,9 @@ class JobList(OperatorAdmin):
         return tuple(f for f in self.list_filter if f not in self.product_filters)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
-        # The fold can carry a 1 MiB payload; a page needs only maxAttempts from it, which
-        # JobChangeList adds to the page's query (not to the paginator's capped count).
+        # The fold can carry a 1 MiB payload; a page needs only a few keys of it (maxAttempts,
+        # a task's path), which JobChangeList adds to the page's query (not to the
+        # paginator's capped count).
         return super().get_queryset(request).defer("state")
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
@@ -458,7 +470,7 @@ class JobList(OperatorAdmin):
 
     @admin.display(description="kind")
     def kind_col(self, obj: Job) -> str:
-        return clipped(obj.kind, "rcpt-clip rcpt-kind")
+        return kind_cell(obj.kind, getattr(obj, "task_path", None))
 
     @admin.display(description="group")
     def group_col(self, obj: Job) -> str:

@@ -21,6 +21,7 @@ from jobs.dashboard_tables import status_badge
 from jobs.diagnosis import diagnosis
 from jobs.presenters import job_json
 from jobs.runtime import promises
+from jobs.tasks import payload as task_payload
 from receipts import audit, store
 from receipts.admin import PAGE_SIZE, chain_page, position_param
 from receipts.admin_kit import NONE_HTML, OwnChangePage, pretty_json, stream_url, utc
@@ -90,6 +91,16 @@ def progress_panel(job_id: str) -> dict[str, Any] | None:
     }
 
 
+def task_row(job: JobState) -> dict[str, Any] | None:
+    """A task job's task: its path and, when its enqueue named one, its queue (the
+    payload's `queueName`, else the worker group the enqueue chose); None for other jobs."""
+    path = task_payload.shown_path(job.kind, job.payload)
+    if path is None:
+        return None
+    named = job.payload.get("queueName")
+    return {"path": path, "queue": named if isinstance(named, str) and named else job.queue}
+
+
 def operator_actions(stream: str) -> list[dict[str, Any]]:
     """Redrives, replays and verifications recorded on the job's audit stream, newest first."""
     return [
@@ -152,6 +163,7 @@ class JobPage(OwnChangePage, JobActions):
             "wire": wire,
             "fold_json": pretty_json(wire),
             "status_badge": status_badge(job.status),
+            "task": task_row(job),
             "contract": contract.to_wire() if contract else None,
             "route_by_design": routing_by_design(job.agent_id, job.kind),
             "diagnosis": diagnosed,

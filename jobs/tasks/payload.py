@@ -176,6 +176,16 @@ def task_path(payload: dict[str, Any]) -> str | None:
     return path if isinstance(path, str) else None
 
 
+def shown_path(kind: Any, payload: Any) -> str | None:
+    """The task a job runs, as the admin and the CLI name it in place of its kind: the
+    payload's `task` of a `django.task` job; None for any other job (a Factory payload's
+    `task` is something else) or a task job whose payload names none."""
+    if kind != KIND or not isinstance(payload, dict):
+        return None
+    path = payload.get("task")
+    return path if isinstance(path, str) and path else None
+
+
 def argument(payload: dict[str, Any], name: str) -> Any:
     """A task argument by name, whether passed by keyword or by position (bound to the
     task's signature); `MISSING` when the call did not pass it (a limit's key)."""

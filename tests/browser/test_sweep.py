@@ -1,6 +1,7 @@
 """Every page the admin index leads to, at a laptop's 1280 px: each list the index links,
 and the first row's own page of each list, with data of every kind in them (jobs queued,
-leased, completed, failed and canceled, an objective drained, a token, a schedule).
+leased, completed, failed and canceled, a task's job, an objective drained, a token, a
+schedule).
 A page must answer, stay inside the window's width, show every column of Receipt's own
 lists without a scrollbar, and log no script error. Screenshots
 go to /tmp/shots-sweep/ for a person to look at."""
@@ -56,6 +57,10 @@ def _seed() -> list[str]:
         return queue.enqueue("factory", payload, **options).job.job_id
 
     made = [job(session_key="s" * 255), job(), job(), job(), job()]  # queued; more below
+    # a task's job: its list row and page name the task by a long module path
+    path = "shop." + "long_module_name." * 8 + "send_receipt_email"
+    task = {"kind": "django.task", "task": path, "args": [LONG], "kwargs": {}}
+    made.append(queue.enqueue("django-task", task).job.job_id)
     worker, fence = "chat:h:1", Fence("chat:h:1", 1)
     assert queue.lease(made[4], worker_id=worker).applied  # leased, never settled
     assert queue.lease(made[1], worker_id=worker).applied

@@ -21,6 +21,7 @@ from jobs.core.diagnosis import utc_text as utc
 from jobs.errors import JobsError
 from jobs.models import Job
 from jobs.presenters import job_json
+from jobs.tasks import payload as task_payload
 from receipts import audit, store
 from receipts.clock import now_ms as wall_clock_ms
 
@@ -324,9 +325,11 @@ class Command(BaseCommand):
             return
         if action == "list":
             for job in data["jobs"]:
+                # a task job by its task's path: every one is kind django.task
+                kind = task_payload.shown_path(job["kind"], job["payload"]) or job["kind"]
                 self.stdout.write(
                     f"{job['id']:<32} {job['status']:<9} {job['agentId']:<16} "
-                    f"{job['kind'] or '-':<28} attempt {job['attempt']}/"
+                    f"{kind or '-':<28} attempt {job['attempt']}/"
                     f"{job['maxAttempts']}"
                 )
             if data["nextCursor"]:

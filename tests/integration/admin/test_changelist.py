@@ -268,3 +268,48 @@ def test_read_model_rows_are_not_loaded_with_their_payloads(admin_client, jobs):
     assert '"jobs_job"."updated_at", "jobs_job"."state"' not in page_query  # deferred
     assert "maxAttempts" in page_query  # only this key is read from the fold
     assert Job.objects.count() == 6
+
+
+def test_a_task_jobs_kind_cell_names_its_task(admin_client, jobs):
+    """Every task job is kind django.task: the cell shows the task's path instead, cut from
+    the left (its function name stays in sight), path and kind whole in the tooltip."""
+    from tests.integration.tasks import defs
+
+    added, echoed = defs.add.enqueue(1, 2).id, defs.echo.enqueue().id
+    page = text(admin_client.get(CHANGELIST))
+    path = "tests.integration.tasks.defs.add"
+    assert (
+        f'<span class="rcpt-clip rcpt-kind rcpt-task-path" title="django.task: {path}">'
+        f"{path}</span>"
+    ) in row_of(page, added)
+    assert ">django.task<" not in row_of(page, added)
+    assert ">tests.integration.tasks.defs.echo</span>" in row_of(page, echoed)
+    assert ">factory.dispatch</span>" in row_of(page, jobs["dispatch"])  # other kinds as before
+
+
+def test_only_a_task_jobs_payload_names_its_kind_cell(admin_client):
+    """A `task` key in another kind's payload is that kind's own business."""
+    queue.enqueue(
+        "factory",
+        {
+            "kind": "factory.run",
+            "task": "shop.tasks.not_a_task_job",
+            "authContext": {"userId": "u", "organizationId": "o"},
+        },
+        job_id="factory-with-task-key",
+        now_ms=NOW,
+    )
+    row = row_of(text(admin_client.get(CHANGELIST)), "factory-with-task-key")
+    assert ">factory.run</span>" in row and "not_a_task_job" not in row
+
+
+def test_the_task_path_is_read_for_the_page_not_the_count(admin_client, jobs):
+    from tests.integration.tasks import defs
+
+    defs.add.enqueue(1, 2)
+    with CaptureQueriesContext(connection) as queries:
+        admin_client.get(f"{CHANGELIST}?status=queued")
+    sqls = [q["sql"] for q in queries.captured_queries if 'FROM "jobs_job"' in q["sql"]]
+    counts = [sql for sql in sqls if "COUNT(" in sql.upper()]
+    assert counts and not any("task" in sql for sql in counts)
+    assert any("task" in sql and "ORDER BY" in sql for sql in sqls if sql not in counts)

@@ -179,3 +179,33 @@ def test_job_id_with_colons_round_trips_through_the_admin_url(admin_client):
     )
     response = admin_client.get(job_url("chat:42.x"))
     assert response.status_code == 200 and "Job chat:42.x" in words(response)
+
+
+def test_a_task_jobs_summary_names_its_task_and_queue(admin_client):
+    from tests.integration.tasks import defs
+
+    plain = defs.add.enqueue(1, 2).id
+    response = admin_client.get(job_url(plain))
+    assert '<dd id="rcpt-task"><code>tests.integration.tasks.defs.add</code></dd>' in text(response)
+    assert "Kind django.task Task tests.integration.tasks.defs.add" in words(response)
+    queued = queue.enqueue(
+        "django-task",
+        {"kind": "django.task", "task": "tests.integration.tasks.defs.add", "queueName": "codex"},
+        queue="codex",
+        now_ms=NOW,
+    ).job.job_id
+    shown = words(admin_client.get(job_url(queued)))
+    assert "Task tests.integration.tasks.defs.add · queue codex" in shown
+
+
+def test_a_job_of_another_kind_has_no_task_row(admin_client):
+    job_id = queue.enqueue(
+        "factory",
+        {
+            "kind": "factory.run",
+            "task": "not.a.task",
+            "authContext": {"userId": "u", "organizationId": "o"},
+        },
+        now_ms=NOW,
+    ).job.job_id
+    assert 'id="rcpt-task"' not in text(admin_client.get(job_url(job_id)))

@@ -182,3 +182,13 @@ def test_enqueue_takes_a_run_at_a_delay_and_a_priority():
         jobs("enqueue", "factory", json.dumps(payload()), "--priority", "101")
     with pytest.raises(CommandError, match="invalid_run_at"):
         jobs("enqueue", "factory", json.dumps(payload()), "--run-at", "tomorrow")
+
+
+def test_list_names_a_task_job_by_its_task():
+    from tests.integration.tasks import defs
+
+    job_id = defs.add.enqueue(1, 2).id
+    jobs("enqueue", "factory", json.dumps(payload()), "--job-id", "not-a-task")
+    lines = {line.split()[0]: line for line in jobs("list").splitlines()}
+    assert lines[job_id].split()[3] == "tests.integration.tasks.defs.add"
+    assert lines["not-a-task"].split()[3] == "factory.run"
