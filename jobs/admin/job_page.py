@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.apps import apps
 from django.http import Http404, HttpRequest, HttpResponse
 from django.urls import reverse
 
@@ -101,6 +102,24 @@ def task_row(job: JobState) -> dict[str, Any] | None:
     return {"path": path, "queue": named if isinstance(named, str) and named else job.queue}
 
 
+def product_rows(job: JobState) -> dict[str, bool]:
+    """Which of the chat product's summary rows the job shows. Beside Factory (`objectives`
+    installed), all of them. Without it there is no objective to show, and an
+    organization only when the job's payload named one (a task has none).
+
+    The lane is a label an enqueue picks (chat, collect, steer, follow_up): the dashboard
+    and the metrics count by it, nothing routes or orders by it. A task's enqueue never
+    picks one, so every task job reads `collect`, the default, which says nothing about
+    it: its Lane row goes without Factory. A job enqueued through the API or the CLI keeps
+    the row, since its enqueuer may have chosen a lane."""
+    factory = apps.is_installed("objectives")
+    return {
+        "shows_objective": factory,
+        "shows_lane": factory or job.kind != task_payload.KIND,
+        "shows_organization": factory or job.organization_id is not None,
+    }
+
+
 def operator_actions(stream: str) -> list[dict[str, Any]]:
     """Redrives, replays and verifications recorded on the job's audit stream, newest first."""
     return [
@@ -164,6 +183,7 @@ class JobPage(OwnChangePage, JobActions):
             "fold_json": pretty_json(wire),
             "status_badge": status_badge(job.status),
             "task": task_row(job),
+            **product_rows(job),
             "contract": contract.to_wire() if contract else None,
             "route_by_design": routing_by_design(job.agent_id, job.kind),
             "diagnosis": diagnosed,

@@ -82,3 +82,13 @@ def bare_staff_client(client: Any, django_user_model: Any) -> Any:
     user = django_user_model.objects.create_user("nobody", password="x", is_staff=True)
     client.force_login(user)
     return client
+
+
+@pytest.fixture
+def without_factory(monkeypatch: Any) -> None:
+    """The admin as a project without Factory sees it: `objectives` reads as not installed
+    (the test settings install it, and removing an installed app rebuilds the registry)."""
+    from django.apps import apps
+
+    installed = apps.is_installed
+    monkeypatch.setattr(apps, "is_installed", lambda name: name != "objectives" and installed(name))
