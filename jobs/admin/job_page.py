@@ -214,6 +214,9 @@ class JobPage(OwnChangePage, JobActions):
             "callback_rows": callbacks.admin_rows(job_id),
             "command_error": panels.get("command_error"),
             "can_act": self.can_act(request),
+            # steer and follow-up wait for the job's handler to pull them; the task handler
+            # never does (a task function gets only the framework's TaskContext)
+            "reads_commands": job.agent_id != task_payload.AGENT_ID,
             # an operator's retry: offered for a failed or canceled job outside an objective
             "can_retry": retry_refusal(job, include_canceled=True) is None,
             "retried": retried_detail(job) if job.retries else None,

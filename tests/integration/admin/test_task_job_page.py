@@ -1,5 +1,6 @@
 """The job page of a job of Django's task framework, beside Factory and without it: the
-chat product's rows (lane, organization, objective) only where they say something."""
+chat product's rows (lane, organization, objective) only where they say something, and
+no steer or follow-up offered to a task function, which cannot read them."""
 
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def test_beside_factory_every_row_stays(admin_client):
 def test_a_settled_job_without_an_objective_is_not_sent_to_one(admin_client, without_factory):
     done = defs.add.enqueue(1, 2).id
     settle(done)
-    assert help_line(admin_client.get(job_url(done))).endswith("no longer apply.")
+    assert help_line(admin_client.get(job_url(done))).endswith(": abort no longer applies.")
     failed = defs.add.enqueue(1, 2).id
     settle(failed, failed=True)
     line = help_line(admin_client.get(job_url(failed)))
@@ -83,3 +84,34 @@ def test_a_settled_job_of_an_objective_continues_through_it(admin_client):
     settle(made.job.job_id, failed=True)
     line = help_line(admin_client.get(job_url(made.job.job_id)))
     assert line.endswith("; continue through its objective.")
+
+
+def actions(response) -> str:
+    return text(response).split('id="rcpt-job-actions"', 1)[1].split("</section>", 1)[0]
+
+
+@pytest.mark.parametrize("factory", [True, False])
+def test_a_task_job_is_offered_abort_but_no_steer_or_follow_up(admin_client, request, factory):
+    if not factory:
+        request.getfixturevalue("without_factory")
+    response = admin_client.get(job_url(defs.add.enqueue(1, 2).id))
+    part = actions(response)
+    assert 'id="rcpt-abort-form"' in part
+    assert 'id="rcpt-steer-form"' not in part and 'id="rcpt-follow-up-form"' not in part
+    assert "A task function cannot read steer or follow-up commands" in words(response)
+    assert "An abort is a receipt of the job itself" in words(response)
+    assert "steer and follow-up are receipts" not in words(response)
+
+
+def test_a_factory_job_keeps_its_steer_and_follow_up_forms(admin_client):
+    response = admin_client.get(job_url(enqueue()))
+    part = actions(response)
+    for form in ("rcpt-abort-form", "rcpt-steer-form", "rcpt-follow-up-form"):
+        assert f'id="{form}"' in part, form
+    assert 'id="rcpt-no-commands"' not in part
+    assert "Abort, steer and follow-up are receipts of the job itself" in words(response)
+    done = enqueue()
+    settle(done)
+    assert help_line(admin_client.get(job_url(done))).endswith(
+        ": abort, steer and follow-up no longer apply."
+    )
