@@ -14,7 +14,7 @@ the table of defaults and bounds below.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -302,12 +302,8 @@ _FALSE = ("0", "false", "no", "off", "")
 
 
 def _parse(spec: _Spec, raw: Any) -> Any:
-    if spec.kind == "schedules":
-        return _schedules(spec.env, raw)
-    if spec.kind == "limits":
-        return _limits(spec.env, raw)
-    if spec.kind == "groups":
-        return _groups(spec.env, raw)
+    if spec.kind in _STRUCTURED:
+        return _STRUCTURED[spec.kind](spec.env, raw)
     if raw is None or (raw.strip() == "" and spec.kind != "bool"):
         return spec.default if spec.kind != "list" else _hosts(spec.default)
     raw = raw.strip()
@@ -398,6 +394,15 @@ def _limits(name: str, raw: Any) -> tuple[Limit, ...]:
         raise ConfigError(name, str(error)) from None
 
 
+# The structured kinds' readers, one for the environment's text and a settings block's
+# values alike: (the variable or key named in errors, the raw value) -> checked tuple.
+_STRUCTURED: dict[str, Callable[[str, Any], tuple[Any, ...]]] = {
+    "schedules": _schedules,
+    "limits": _limits,
+    "groups": _groups,
+}
+
+
 def _hosts(raw: str) -> tuple[str, ...]:
     return tuple(h.strip() for h in raw.split(",") if h.strip())
 
@@ -453,12 +458,8 @@ def _typed(spec: _Spec, name: str, value: Any) -> Any:
         return None
     # Structured keys: the natural Python form (a list of dicts and/or objects; a mapping
     # for worker groups) or the environment variable's text, read by the same reader.
-    if spec.kind == "groups":
-        return _groups(name, value)
-    if spec.kind == "schedules":
-        return _schedules(name, value)
-    if spec.kind == "limits":
-        return _limits(name, value)
+    if spec.kind in _STRUCTURED:
+        return _STRUCTURED[spec.kind](name, value)
     if spec.kind in ("int", "optint"):
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(name, f"must be an integer, got {value!r}")
